@@ -1,0 +1,5 @@
+import sys
+
+from zerokit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""The `zerokit` command: parses, calls the library, prints, picks the exit code.
+
+Subcommands live one per module in `zerokit.commands` and are imported only when named, so
+`zerokit lint` never pays for the planner's or the launcher's imports (and never for torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from zerokit import __version__
+from zerokit.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ZerokitError
+
+# name -> (module in zerokit.commands that defines `command`, one-line help shown by `zerokit --help`)
+COMMANDS = {
+    "plan": ("plan", "Predict per-GPU memory and write the fastest ds_config that fits."),
+    "lint": ("lint", "Check DeepSpeed configs for the mistakes DeepSpeed silently accepts."),
+    "preflight": ("preflight", "Check this machine can run a config: ops, memory, NVMe, ports, hosts."),
+    "launch": ("launch", "Preflight, then start the deepspeed runner on one node or many."),
+    "schema": ("schema", "Print the JSON Schema of a DeepSpeed config (for editors and CI)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"zerokit.commands.{COMMANDS[name][0]}")
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing commands must not import them: `zerokit --help` stays fast.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_) for name, (_, help_) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, "--version", prog_name="zerokit")
+def cli() -> None:
+    """Plan, lint and launch DeepSpeed ZeRO training.
+
+    \b
+      zerokit plan --model llama-2-7b --gpu a100-80gb --gpus-per-node 8 --seq-len 4096 -o ds_config.json
+      zerokit lint ds_config.json
+      zerokit launch --config ds_config.json --gpus-per-node 8 train.py
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit code; every error is one line on stderr, never a traceback."""
+    args = sys.argv[1:] if argv is None else argv
+    prog = "zerokit " + args[0] if args and args[0] in COMMANDS else "zerokit"
+    try:
+        rv = cli.main(args=args, prog_name="zerokit", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo(f"{prog}: aborted", err=True)
+        return 130
+    except click.ClickException as e:  # usage errors: bad option, missing argument, bad choice
+        hint = f" (see '{prog} --help')" if isinstance(e, click.UsageError) else ""
+        click.echo(f"{prog}: error: {e.format_message()}{hint}", err=True)
+        return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
+    except ZerokitError as e:
+        click.echo(f"{prog}: error: {e}", err=True)
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo(f"{prog}: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()  # `zerokit plan | head`: the reader left; nothing to say
+        return 0
+    except Exception as e:  # a bug: still one line; ZEROKIT_DEBUG=1 shows the traceback
+        if os.environ.get("ZEROKIT_DEBUG"):
+            raise
+        click.echo(f"{prog}: internal error: {type(e).__name__}: {e} (rerun with ZEROKIT_DEBUG=1 and report it)", err=True)
+        return EXIT_INTERNAL
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""What the planner needs to know about a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the planner sees it. Counts are exact for presets and config.json input."""
+
+    name: str
+    """Preset name, config path or the count as given."""
+    parameters: int
+    """Total parameters, as `sum(p.numel() for p in model.parameters())` on the instantiated model."""
+    largest_layer_parameters: int
+    """Parameters of the module with the most parameters of its own (DeepSpeed's `largest_layer_params`)."""
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    source: str
+    """`preset`, `config` (a config.json), `count` (a bare parameter count; shape is inferred) or `meta` (meta-device)."""
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """The transformers config dict (with `model_type`) this spec came from; a synthetic one for `count`."""
+    notes: tuple[str, ...] = ()
+    """Warnings worth showing with the plan, e.g. that the shape of a bare count was inferred."""
+
+    @property
+    def model_type(self) -> str:
+        return str(self.config.get("model_type", "unknown"))
