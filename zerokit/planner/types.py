@@ -1,0 +1,160 @@
+"""The planner's inputs and its result. Plain dataclasses: `plan(model, hardware, training) -> Plan`.
+
+Each input attribute's docstring is its option's meaning: `--help`, templates and the README draw on it.
+`None` means "derive me" (the planner chooses and says why).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from zerokit.models.spec import ModelSpec
+
+ZERO_STAGES = (0, 1, 2, 3)
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+ATTENTION_KERNELS = ("sdpa", "flash", "eager")
+PRECISIONS = ("bf16", "fp16", "fp32")
+TARGETS = ("trainer", "accelerate", "deepspeed")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu_name: str
+    """GPU preset name, or `custom` when only --gpu-memory is given."""
+    gpu_memory_bytes: int
+    """Memory of one GPU as nvidia-smi reports it; --gpu-memory overrides the preset."""
+    bf16: bool
+    """Whether the GPU computes in bf16 (V100 and T4 do not)."""
+    gpus_per_node: int = 1
+    """GPUs in each node."""
+    nodes: int = 1
+    """Nodes; world size = gpus_per_node x nodes."""
+    cpu_memory_bytes: Optional[int] = None
+    """Host RAM per node available for offload; None = unknown, offload to CPU is assumed to fit."""
+    nvme_path: Optional[str] = None
+    """A local NVMe mount for ZeRO-Infinity offload; NVMe candidates are considered only when it is given."""
+    nvme_bytes: Optional[int] = None
+    """Free space on the NVMe path per node; None = unknown, assumed large enough."""
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Training:
+    seq_len: int
+    """Tokens per sample."""
+    micro_batch: Optional[int] = None
+    """Samples per GPU per forward pass; None (`auto`) = the largest that fits, up to 64."""
+    global_batch: Optional[int] = None
+    """Samples per optimizer step; sets gradient accumulation."""
+    global_batch_tokens: Optional[int] = None
+    """Tokens per optimizer step (e.g. 1M); sets gradient accumulation."""
+    zero_stage: Optional[int] = None
+    """Force a ZeRO stage 0-3; None = the fastest that fits."""
+    offload_optimizer: Optional[str] = None
+    """Force optimizer offload: none, cpu or nvme; None = only when needed."""
+    offload_param: Optional[str] = None
+    """Force parameter offload (ZeRO-3 only): none, cpu or nvme; None = only when needed."""
+    gradient_checkpointing: Optional[bool] = None
+    """Force activation (gradient) checkpointing on or off; None = on only when it is needed to fit."""
+    attention: str = "sdpa"
+    """Attention kernel the training uses: sdpa, flash (no s^2 term) or eager (keeps the score matrices)."""
+    precision: Optional[str] = None
+    """bf16, fp16 or fp32; None = bf16 where the GPU has it, else fp16 with dynamic loss scaling."""
+    target: str = "trainer"
+    """Who consumes the config: trainer and accelerate leave what they fill as "auto"; deepspeed resolves all."""
+    overhead_bytes: Optional[int] = None
+    """Per-GPU reserve for the CUDA context, NCCL and allocator fragmentation; None = the documented default."""
+    lr: float = 1e-5
+    """Learning rate written into the optimizer when target=deepspeed (others leave it "auto")."""
+    weight_decay: float = 0.0
+    """Weight decay written into the optimizer when target=deepspeed."""
+    warmup_steps: int = 0
+    """Warmup steps written into the scheduler when target=deepspeed."""
+    total_steps: Optional[int] = None
+    """Total training steps for the scheduler when target=deepspeed; None = constant LR after warmup."""
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One point in the search space: what the candidates table lists."""
+
+    zero_stage: int
+    offload_optimizer: str  # none | cpu | nvme
+    offload_param: str  # none | cpu | nvme
+    micro_batch_size: int
+    gradient_checkpointing: bool
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """Per-GPU bytes at the peak of a step; CONTRACT.md defines each field."""
+
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    transient: int
+    buffers: int
+    overhead: int
+
+    @property
+    def total(self) -> int:
+        return (self.parameters + self.gradients + self.optimizer_states + self.activations + self.transient
+                + self.buffers + self.overhead)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "parameters": self.parameters, "gradients": self.gradients, "optimizer_states": self.optimizer_states,
+            "activations": self.activations, "transient": self.transient, "buffers": self.buffers,
+            "overhead": self.overhead, "total": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    setup: Setup
+    memory: GpuMemory
+    cpu_bytes_per_node: int
+    nvme_bytes_per_node: int
+    fits: bool
+    why_not: Optional[str] = None
+    """When it does not fit: which limit it breaks, in words."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    zero_stage: int
+    offload_optimizer: str
+    offload_param: str
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    gradient_checkpointing: bool
+    precision: str
+    overlap_comm: bool
+    reduce_bucket_size: int
+    allgather_bucket_size: int
+    prefetch_bucket_size: int
+    param_persistence_threshold: int
+    max_live_parameters: int
+    fits: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: ModelSpec
+    hardware: Hardware
+    training: Training
+    decision: Decision
+    memory: GpuMemory
+    cpu_bytes_per_node: int
+    nvme_bytes_per_node: int
+    candidates: tuple[Candidate, ...]
+    reasons: tuple[str, ...]
+    missing: Optional[str] = None
+    """When nothing fits: what would make it fit, e.g. 'needs 3 more 80 GB GPUs, or 1.2 TB of CPU RAM'."""
+    warnings: tuple[str, ...] = ()
+    ds_config: dict[str, Any] = field(default_factory=dict)
