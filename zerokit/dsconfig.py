@@ -1,0 +1,233 @@
+"""The ds_config a plan writes: a dict built from the decision, serialised by the caller.
+
+One resolved config is built first (every value a number or a string DeepSpeed 0.19 reads), then the keys the
+consumer fills itself are turned back into `"auto"` (`zerokit.autofill`). That keeps `--target deepspeed` and
+`--target trainer` the same config apart from who supplies the training-loop values, so the trainer never
+sees a value that could mismatch its `TrainingArguments`.
+
+Deliberate differences from the fill tables:
+- The hidden-size bucket keys stay explicit unless the planner chose exactly what the trainer would fill
+  (reduce = h^2, prefetch = int(0.9 h^2), persistence = 10 h) and the model's shape is known (not a bare count).
+- For Accelerate, the ZeRO stage, offload devices, NVMe paths and `stage3_gather_16bit_weights_on_model_save`
+  stay explicit: Accelerate fills them from its own plugin defaults (stage 2, no offload, no gathering),
+  which would silently undo the plan. `scheduler.params.total_num_steps` stays explicit too: Accelerate fills it
+  only when the DummyScheduler was given one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerokit.autofill import FILLED_BY
+from zerokit.planner.types import Plan
+
+AUTO = "auto"
+
+# DeepSpeed's dynamic loss scaling: loss_scale 0 = dynamic, starting at 2**16, halving after 2 overflows in a row.
+FP16_DYNAMIC = {"loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16, "hysteresis": 2,
+                "min_loss_scale": 1}
+# transformers' TrainingArguments defaults, so a resolved config trains like the Trainer would.
+ADAM_BETAS = [0.9, 0.999]
+ADAM_EPS = 1e-8
+GRADIENT_CLIPPING = 1.0
+# libaio settings DeepSpeed's own NVMe tutorials use; DeepSpeed's defaults except overlap_events.
+AIO = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
+       "overlap_events": True}
+NVME_PARAM_BUFFER_COUNT = 5
+NVME_PARAM_BUFFER_SIZE = 100_000_000  # elements; raised to the largest layer so any one tensor fits a buffer
+NVME_OPTIMIZER_BUFFER_COUNT = 4
+DEFAULT_NVME_PATH = "/local_nvme"
+
+_KEPT_EXPLICIT = {
+    "trainer": frozenset(),
+    "accelerate": frozenset({
+        "zero_optimization.stage",
+        "zero_optimization.offload_optimizer.device",
+        "zero_optimization.offload_param.device",
+        "zero_optimization.offload_optimizer.nvme_path",
+        "zero_optimization.offload_param.nvme_path",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+        "scheduler.params.total_num_steps",
+    }),
+    "deepspeed": frozenset(),
+}
+
+
+def build_ds_config(plan: Plan) -> dict[str, Any]:
+    """The ds_config for `plan.decision`, with `"auto"` exactly where `plan.training.target` fills it."""
+    config = resolved_config(plan)
+    for key in auto_keys(plan):
+        _set_if_present(config, key, AUTO)
+    return config
+
+
+def resolved_config(plan: Plan) -> dict[str, Any]:
+    """Every value explicit: what `--target deepspeed` writes."""
+    d, t, hw = plan.decision, plan.training, plan.hardware
+    config: dict[str, Any] = {
+        "train_batch_size": d.micro_batch_size * d.gradient_accumulation_steps * hw.world_size,
+        "train_micro_batch_size_per_gpu": d.micro_batch_size,
+        "gradient_accumulation_steps": d.gradient_accumulation_steps,
+        "gradient_clipping": GRADIENT_CLIPPING,
+    }
+    config.update(_precision(plan))
+    config["zero_optimization"] = _zero(plan)
+    if "nvme" in (d.offload_optimizer, d.offload_param):
+        config["aio"] = dict(AIO)
+    config["optimizer"] = {
+        "type": "AdamW",
+        "params": {"lr": t.lr, "betas": list(ADAM_BETAS), "eps": ADAM_EPS, "weight_decay": t.weight_decay},
+    }
+    config["scheduler"] = _scheduler(plan)
+    return config
+
+
+def auto_keys(plan: Plan) -> list[str]:
+    """Dotted keys that become `"auto"` for this plan's target, in a stable order."""
+    target = plan.training.target
+    keys = set(FILLED_BY[target]) - _KEPT_EXPLICIT[target]
+    d, h = plan.decision, plan.model.hidden_size
+    shape_known = plan.model.source != "count" and h > 0
+    filled_value = {
+        "zero_optimization.reduce_bucket_size": (d.reduce_bucket_size, h * h),
+        "zero_optimization.stage3_prefetch_bucket_size": (d.prefetch_bucket_size, int(0.9 * h * h)),
+        "zero_optimization.stage3_param_persistence_threshold": (d.param_persistence_threshold, 10 * h),
+    }
+    for key, (chosen, filled) in filled_value.items():
+        if not shape_known or chosen != filled:
+            keys.discard(key)
+    return sorted(keys)
+
+
+def training_arguments(plan: Plan) -> dict[str, Any]:
+    """What the consumer must be told so its "auto" fills match the plan (TrainingArguments for the trainer)."""
+    d, t = plan.decision, plan.training
+    if t.target == "trainer":
+        args: dict[str, Any] = {
+            "per_device_train_batch_size": d.micro_batch_size,
+            "gradient_accumulation_steps": d.gradient_accumulation_steps,
+        }
+        if d.precision in ("bf16", "fp16"):
+            args[d.precision] = True
+        args["gradient_checkpointing"] = d.gradient_checkpointing
+        if t.warmup_steps:
+            args["warmup_steps"] = t.warmup_steps
+        if t.total_steps is not None:
+            args["max_steps"] = t.total_steps
+        return args
+    if t.target == "accelerate":
+        return {
+            "dataloader_batch_size": d.micro_batch_size,
+            "gradient_accumulation_steps": d.gradient_accumulation_steps,
+            "mixed_precision": d.precision if d.precision in ("bf16", "fp16") else "no",
+            "gradient_checkpointing": d.gradient_checkpointing,
+        }
+    return {"gradient_checkpointing": d.gradient_checkpointing}
+
+
+def training_arguments_hint(plan: Plan) -> str:
+    """One line telling the user how to start training so it matches the plan."""
+    args, target = training_arguments(plan), plan.training.target
+    if target == "trainer":
+        flags = [f"--per_device_train_batch_size {args['per_device_train_batch_size']}",
+                 f"--gradient_accumulation_steps {args['gradient_accumulation_steps']}"]
+        flags += [f"--{p}" for p in ("bf16", "fp16") if args.get(p)]
+        if args["gradient_checkpointing"]:
+            flags.append("--gradient_checkpointing")
+        flags += [f"--{k} {args[k]}" for k in ("warmup_steps", "max_steps") if k in args]
+        return "pass the HF Trainer " + " ".join(flags)
+    gc = " and call model.gradient_checkpointing_enable()" if args["gradient_checkpointing"] else ""
+    if target == "accelerate":
+        return (f"use DataLoader(batch_size={args['dataloader_batch_size']}) and Accelerator(gradient_accumulation_steps="
+                f"{args['gradient_accumulation_steps']}, mixed_precision={args['mixed_precision']!r}){gc}")
+    return ("the config is complete; pass it to deepspeed.initialize" + gc if gc
+            else "the config is complete; pass it to deepspeed.initialize")
+
+
+def _precision(plan: Plan) -> dict[str, Any]:
+    precision, target = plan.decision.precision, plan.training.target
+    if target == "deepspeed":
+        if precision == "bf16":
+            return {"bf16": {"enabled": True}}
+        if precision == "fp16":
+            return {"fp16": {"enabled": True, **FP16_DYNAMIC}}
+        return {}
+    # Both sections, so the consumer's own --bf16/--fp16 decides; the chosen one becomes "auto" afterwards.
+    fp16: dict[str, Any] = {"enabled": precision == "fp16"}
+    if precision == "fp16":
+        fp16.update(FP16_DYNAMIC)
+    return {"fp16": fp16, "bf16": {"enabled": precision == "bf16"}}
+
+
+def _zero(plan: Plan) -> dict[str, Any]:
+    d = plan.decision
+    zero: dict[str, Any] = {"stage": d.zero_stage}
+    if d.zero_stage == 0:
+        return zero
+    if d.offload_optimizer != "none":
+        zero["offload_optimizer"] = _offload(plan, d.offload_optimizer, param=False)
+    if d.zero_stage == 3 and d.offload_param != "none":
+        zero["offload_param"] = _offload(plan, d.offload_param, param=True)
+    zero["overlap_comm"] = d.overlap_comm
+    zero["contiguous_gradients"] = True
+    zero["reduce_bucket_size"] = d.reduce_bucket_size
+    if d.zero_stage < 3:
+        zero["reduce_scatter"] = True
+        zero["allgather_partitions"] = True
+        zero["allgather_bucket_size"] = d.allgather_bucket_size
+        return zero
+    zero["stage3_prefetch_bucket_size"] = d.prefetch_bucket_size
+    zero["stage3_param_persistence_threshold"] = d.param_persistence_threshold
+    zero["stage3_max_live_parameters"] = d.max_live_parameters
+    zero["stage3_max_reuse_distance"] = d.max_live_parameters
+    zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return zero
+
+
+def _offload(plan: Plan, device: str, param: bool) -> dict[str, Any]:
+    section: dict[str, Any] = {"device": device, "pin_memory": True}
+    if device != "nvme":
+        return section
+    section["nvme_path"] = plan.hardware.nvme_path or DEFAULT_NVME_PATH
+    if param:
+        section["buffer_count"] = NVME_PARAM_BUFFER_COUNT
+        section["buffer_size"] = max(NVME_PARAM_BUFFER_SIZE, plan.model.largest_layer_parameters)
+    else:
+        section["buffer_count"] = NVME_OPTIMIZER_BUFFER_COUNT
+    return section
+
+
+def _scheduler(plan: Plan) -> dict[str, Any]:
+    """Linear warmup then linear decay (the Trainer's default shape) when the total is known or filled."""
+    t = plan.training
+    params: dict[str, Any] = {
+        "warmup_min_lr": 0,
+        "warmup_max_lr": t.lr,
+        # DeepSpeed >= 0.19.6 rejects warmup_num_steps <= 0; the Trainer and Accelerate fill max(1, ...) too.
+        "warmup_num_steps": max(1, t.warmup_steps),
+    }
+    decays = t.total_steps is not None or t.target == "trainer"
+    if not decays:
+        return {"type": "WarmupLR", "params": params}
+    params["total_num_steps"] = t.total_steps if t.total_steps is not None else max(1, t.warmup_steps)
+    return {"type": "WarmupDecayLR", "params": params}
+
+
+def _set_if_present(config: dict[str, Any], dotted: str, value: Any) -> None:
+    node = config
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.get(part)
+        if not isinstance(node, dict):
+            return
+    if leaf in node:
+        node[leaf] = value
+
+
+def walk(config: Any, prefix: str = ""):
+    """Yield (dotted_key, value) for every leaf; lists are leaves."""
+    if isinstance(config, dict):
+        for k, v in config.items():
+            yield from walk(v, f"{prefix}.{k}" if prefix else k)
+    else:
+        yield prefix, config
