@@ -1,0 +1,236 @@
+"""`zerokit plan`: model + hardware + sequence length -> decision, memory table, ds_config; exit 0 fits, 1 not, 2 bad input.
+
+Only parsing, printing and the exit code live here; the planner is `zerokit.planner.plan.plan`. Each option's help
+is the attribute docstring of the dataclass field it fills (zerokit/planner/types.py), so it is written once.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Callable
+
+import click
+
+from zerokit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
+from zerokit.planner import types
+from zerokit.units import parse_count, parse_positive_int
+
+
+@functools.cache
+def _attribute_docs(class_name: str) -> dict[str, str]:
+    """Attribute docstrings of a class in zerokit/planner/types.py (the string literal after each field)."""
+    with open(types.__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    docs: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            body = node.body
+            for field, doc in zip(body, body[1:]):
+                if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                        and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                        and isinstance(doc.value.value, str)):
+                    docs[field.target.id] = " ".join(doc.value.value.split())
+    return docs
+
+
+def _doc(class_name: str, field: str, extra: str = "") -> str:
+    text = _attribute_docs(class_name).get(field, "")
+    # The dataclass says None where the command line says auto.
+    text = text.replace("None (`auto`) =", "auto =").replace("None =", "auto =")
+    return f"{text} {extra}".strip()
+
+
+def _options(*decorators: Callable) -> Callable:
+    """Bundle click options into one decorator: a shared option group."""
+    def apply(f: Callable) -> Callable:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+    return apply
+
+
+def _choice(*values: str) -> click.Choice:
+    return click.Choice(values, case_sensitive=False)
+
+
+model_options = _options(
+    click.option("--model", "model", required=True, metavar="MODEL",
+                 help="A parameter count (7B, 6.7e9), a transformers config.json or a folder holding one, or a preset "
+                      "(llama-2-7b, mistral-7b, qwen2.5-7b, ...); config.json and presets give exact counts."),
+)
+
+hardware_options = _options(
+    click.option("--gpu", metavar="PRESET", help=_doc("Hardware", "gpu_name", "Sets memory and bf16 support.")),
+    click.option("--gpu-memory", metavar="SIZE", help=_doc("Hardware", "gpu_memory_bytes", "E.g. 80GB, 80GiB.")),
+    click.option("--gpus-per-node", default="1", show_default=True, metavar="N",
+                 help=_doc("Hardware", "gpus_per_node")),
+    click.option("--nodes", default="1", show_default=True, metavar="N", help=_doc("Hardware", "nodes")),
+    click.option("--cpu-memory", metavar="SIZE", help=_doc("Hardware", "cpu_memory_bytes")),
+    click.option("--nvme-path", metavar="PATH", help=_doc("Hardware", "nvme_path")),
+    click.option("--nvme-size", metavar="SIZE", help=_doc("Hardware", "nvme_bytes")),
+)
+
+training_options = _options(
+    click.option("--seq-len", required=True, metavar="N", help=_doc("Training", "seq_len")),
+    click.option("--micro-batch", default="auto", show_default=True, metavar="N|auto",
+                 help=_doc("Training", "micro_batch")),
+    click.option("--global-batch", metavar="N", help=_doc("Training", "global_batch")),
+    click.option("--global-batch-tokens", metavar="COUNT", help=_doc("Training", "global_batch_tokens")),
+    click.option("--zero-stage", type=_choice("auto", "0", "1", "2", "3"), default="auto", show_default=True,
+                 help=_doc("Training", "zero_stage")),
+    click.option("--offload-optimizer", type=_choice("auto", *types.OFFLOAD_DEVICES), default="auto",
+                 show_default=True, help=_doc("Training", "offload_optimizer")),
+    click.option("--offload-param", type=_choice("auto", *types.OFFLOAD_DEVICES), default="auto",
+                 show_default=True, help=_doc("Training", "offload_param")),
+    click.option("--gradient-checkpointing", type=_choice("auto", "on", "off"), default="auto", show_default=True,
+                 help=_doc("Training", "gradient_checkpointing")),
+    click.option("--attention", type=_choice(*types.ATTENTION_KERNELS), default="sdpa", show_default=True,
+                 help=_doc("Training", "attention")),
+    click.option("--precision", type=_choice("auto", *types.PRECISIONS), default="auto", show_default=True,
+                 help=_doc("Training", "precision")),
+    click.option("--overhead", metavar="SIZE", help=_doc("Training", "overhead_bytes")),
+)
+
+optimizer_options = _options(
+    click.option("--lr", type=float, default=1e-5, show_default=True, help=_doc("Training", "lr")),
+    click.option("--weight-decay", type=float, default=0.0, show_default=True, help=_doc("Training", "weight_decay")),
+    click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True,
+                 help=_doc("Training", "warmup_steps")),
+    click.option("--total-steps", type=click.IntRange(min=1), default=None, help=_doc("Training", "total_steps")),
+)
+
+output_options = _options(
+    click.option("--target", type=_choice(*types.TARGETS), default="trainer", show_default=True,
+                 help=_doc("Training", "target")),
+    click.option("--format", "fmt", type=_choice("table", "json", "markdown"), default="table", show_default=True,
+                 help="table for people, json for scripts (CONTRACT.md fields), markdown for a PR or wiki page."),
+    click.option("-o", "--output", metavar="PATH",
+                 help="Write the ds_config here, atomically; an existing file is kept unless --force is given."),
+    click.option("--force", is_flag=True, help="Let -o/--output overwrite an existing file."),
+)
+
+
+@click.command("plan", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@model_options
+@hardware_options
+@training_options
+@optimizer_options
+@output_options
+def command(model: str, gpu: str | None, gpu_memory: str | None, gpus_per_node: str, nodes: str,
+            cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None, fmt: str,
+            output: str | None, force: bool, **training: Any) -> int:
+    """Predict per-GPU memory and write the fastest ds_config that fits.
+
+    \b
+    Exit codes: 0 fits, 1 nothing fits (the closest plan and what is missing are still shown), 2 bad input.
+
+    \b
+      zerokit plan --model llama-2-7b --gpu h100-80gb --gpus-per-node 8 --seq-len 4096 -o ds_config.json
+    """
+    if output:
+        check_output_path(output, force)
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner.plan import plan as make_plan
+
+    hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
+                                cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)
+    settings = build_training(**training)
+    spec = resolve_model(model)
+    result = make_plan(spec, hardware, settings)
+    if not result.ds_config:
+        from dataclasses import replace
+
+        from zerokit.dsconfig import build_ds_config
+        result = replace(result, ds_config=build_ds_config(result))
+
+    fits = result.decision.fits
+    written = None
+    if output and fits:
+        write_atomic(output, json.dumps(result.ds_config, indent=2) + "\n")
+        written = output
+    emit(result, fmt, written)
+    if output and not fits:
+        click.echo(f"zerokit plan: nothing fits, so {output} was not written", err=True)
+    return EXIT_OK if fits else EXIT_FINDINGS
+
+
+def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
+                   zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
+                   attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
+                   warmup_steps: int, total_steps: int | None, target: str) -> types.Training:
+    """Training from option strings; `auto` becomes None (the planner decides)."""
+    if global_batch is not None and global_batch_tokens is not None:
+        raise BadInput("give --global-batch or --global-batch-tokens, not both")
+    if lr <= 0:
+        raise BadInput(f"--lr must be positive, got {lr}")
+    if weight_decay < 0:
+        raise BadInput(f"--weight-decay must be >= 0, got {weight_decay}")
+    from zerokit.units import parse_size
+
+    return types.Training(
+        seq_len=parse_positive_int(seq_len, "--seq-len"),
+        micro_batch=None if micro_batch.strip().lower() == "auto" else parse_positive_int(micro_batch, "--micro-batch"),
+        global_batch=parse_count(global_batch, "--global-batch") if global_batch is not None else None,
+        global_batch_tokens=(parse_count(global_batch_tokens, "--global-batch-tokens")
+                             if global_batch_tokens is not None else None),
+        zero_stage=None if zero_stage == "auto" else int(zero_stage),
+        offload_optimizer=None if offload_optimizer.lower() == "auto" else offload_optimizer.lower(),
+        offload_param=None if offload_param.lower() == "auto" else offload_param.lower(),
+        gradient_checkpointing={"auto": None, "on": True, "off": False}[gradient_checkpointing.lower()],
+        attention=attention.lower(),
+        precision=None if precision.lower() == "auto" else precision.lower(),
+        target=target.lower(),
+        overhead_bytes=parse_size(overhead, "--overhead") if overhead is not None else None,
+        lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps, total_steps=total_steps,
+    )
+
+
+def emit(result: types.Plan, fmt: str, written: str | None) -> None:
+    from zerokit import report
+
+    if fmt == "json":
+        text = json.dumps(report.plan_to_json(result), indent=2) + "\n"
+    elif fmt == "markdown":
+        text = report.render_markdown(result, written)
+    else:
+        text = report.render_table(result, written)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def check_output_path(path: str, force: bool) -> None:
+    """Refuse early, before planning, so a script learns about a bad -o path at once."""
+    if os.path.isdir(path):
+        raise BadInput(f"-o {path}: is a directory; give a file name such as {os.path.join(path, 'ds_config.json')}")
+    if os.path.exists(path) and not force:
+        raise BadInput(f"-o {path}: file exists; pass --force to overwrite it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise BadInput(f"-o {path}: directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"-o {path}: directory {parent} is not writable; choose another path")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Temp file in the same directory, then os.replace: a reader never sees half a config."""
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a config is as readable as any file the user writes
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

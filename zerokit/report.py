@@ -1,0 +1,252 @@
+"""How a Plan reaches people and scripts: a text table, a markdown report, and CONTRACT.md's JSON object.
+
+All three draw on the same few pure helpers (labels, bars, rows), so the table, the report and the JSON never
+disagree. jinja2 is imported only for markdown: `zerokit plan` stays fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerokit.dsconfig import training_arguments, training_arguments_hint
+from zerokit.planner.types import Candidate, GpuMemory, Plan
+from zerokit.units import format_bytes, format_count
+
+# Stacked-bar segments, in the order memory is drawn: (GpuMemory field, bar character, legend label).
+SEGMENTS = (
+    ("parameters", "P", "parameters"),
+    ("gradients", "G", "gradients"),
+    ("optimizer_states", "O", "optimizer states"),
+    ("activations", "A", "activations"),
+    ("transient", "T", "transient"),
+    ("buffers", "B", "buffers"),
+    ("overhead", "o", "overhead"),
+)
+CAPACITY_MARK = "|"
+BAR_WIDTH = 40
+LEGEND = "  ".join(f"{ch} {label}" for _, ch, label in SEGMENTS) + f"  {CAPACITY_MARK} GPU capacity"
+
+
+# ---------------------------------------------------------------- JSON (CONTRACT.md `zerokit plan --format json`)
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """CONTRACT.md's object, sizes in bytes; extra fields only ever added, never renamed."""
+    m, hw, d = plan.model, plan.hardware, plan.decision
+    return {
+        "model": {
+            "parameters": m.parameters, "largest_layer_parameters": m.largest_layer_parameters,
+            "hidden_size": m.hidden_size, "num_layers": m.num_layers, "source": m.source,
+            "name": m.name, "vocab_size": m.vocab_size, "model_type": m.model_type,
+        },
+        "hardware": {
+            "gpu_memory_bytes": hw.gpu_memory_bytes, "gpus_per_node": hw.gpus_per_node, "nodes": hw.nodes,
+            "world_size": hw.world_size, "cpu_memory_bytes": hw.cpu_memory_bytes, "nvme_bytes": hw.nvme_bytes,
+            "bf16": hw.bf16, "gpu_name": hw.gpu_name, "nvme_path": hw.nvme_path,
+        },
+        "decision": {
+            "zero_stage": d.zero_stage, "offload_optimizer": d.offload_optimizer, "offload_param": d.offload_param,
+            "micro_batch_size": d.micro_batch_size, "gradient_accumulation_steps": d.gradient_accumulation_steps,
+            "gradient_checkpointing": d.gradient_checkpointing, "precision": d.precision,
+            "overlap_comm": d.overlap_comm, "fits": d.fits,
+            "train_batch_size": global_batch(plan), "reduce_bucket_size": d.reduce_bucket_size,
+            "allgather_bucket_size": d.allgather_bucket_size, "prefetch_bucket_size": d.prefetch_bucket_size,
+            "param_persistence_threshold": d.param_persistence_threshold,
+            "max_live_parameters": d.max_live_parameters,
+        },
+        "memory": {
+            "per_gpu": plan.memory.as_dict(),
+            "gpu_capacity": hw.gpu_memory_bytes,
+            "per_node_cpu": {"total": plan.cpu_bytes_per_node, "capacity": hw.cpu_memory_bytes},
+            "nvme": {"total": plan.nvme_bytes_per_node, "capacity": hw.nvme_bytes},
+        },
+        "candidates": [_candidate_json(c) for c in plan.candidates],
+        "reasons": list(plan.reasons),
+        "missing": plan.missing,
+        "warnings": list(plan.warnings),
+        "target": plan.training.target,
+        "training_arguments": training_arguments(plan),
+        "ds_config": plan.ds_config,
+    }
+
+
+def _candidate_json(c: Candidate) -> dict[str, Any]:
+    s = c.setup
+    return {
+        "zero_stage": s.zero_stage, "offload_optimizer": s.offload_optimizer, "offload_param": s.offload_param,
+        "micro_batch_size": s.micro_batch_size, "gradient_checkpointing": s.gradient_checkpointing,
+        "fits": c.fits, "per_gpu_total": c.memory.total,
+        "per_gpu": c.memory.as_dict(), "cpu_bytes_per_node": c.cpu_bytes_per_node,
+        "nvme_bytes_per_node": c.nvme_bytes_per_node, "why_not": c.why_not,
+    }
+
+
+# ---------------------------------------------------------------- shared pieces
+
+def global_batch(plan: Plan) -> int:
+    d = plan.decision
+    return d.micro_batch_size * d.gradient_accumulation_steps * plan.hardware.world_size
+
+
+def offload_label(optimizer: str, param: str) -> str:
+    parts = [f"optimizer->{optimizer}" if optimizer != "none" else "", f"params->{param}" if param != "none" else ""]
+    return ", ".join(p for p in parts if p) or "no offload"
+
+
+def setup_label(stage: int, optimizer: str, param: str) -> str:
+    return f"ZeRO-{stage}" + ("" if optimizer == param == "none" else f" + {offload_label(optimizer, param)}")
+
+
+def bar_scale(plan: Plan) -> int:
+    """Bytes per full bar: every bar in one plan shares it, so bars compare at a glance."""
+    totals = [plan.memory.total] + [c.memory.total for c in plan.candidates]
+    return max([plan.hardware.gpu_memory_bytes, *totals])
+
+
+def stacked_bar(memory: GpuMemory, capacity: int, scale: int, width: int = BAR_WIDTH) -> str:
+    """`PPPGGOOOOAAT.|....`: one character per segment share, `|` at the GPU's capacity, padded to a fixed width."""
+    cells: list[str] = []
+    running = 0
+    for field_name, ch, _ in SEGMENTS:
+        start = round(running / scale * width)
+        running += getattr(memory, field_name)
+        cells += [ch] * (round(running / scale * width) - start)
+    cells += [" "] * (width - len(cells))
+    mark = min(width, round(capacity / scale * width))
+    cells.insert(mark, CAPACITY_MARK)
+    return "".join(cells).rstrip()
+
+
+def memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
+    """(label, size, share of capacity) per segment, then the total."""
+    cap = plan.hardware.gpu_memory_bytes
+    rows = [(label, format_bytes(getattr(plan.memory, name)), _pct(getattr(plan.memory, name), cap))
+            for name, _, label in SEGMENTS]
+    rows.append(("total", format_bytes(plan.memory.total), _pct(plan.memory.total, cap)))
+    return rows
+
+
+def decision_line(plan: Plan) -> str:
+    d = plan.decision
+    return (f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)}, micro-batch {d.micro_batch_size} x "
+            f"{d.gradient_accumulation_steps} accumulation x {plan.hardware.world_size} GPUs = {global_batch(plan)} "
+            f"samples/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}, "
+            f"overlap_comm {_onoff(d.overlap_comm)}")
+
+
+def headline(plan: Plan) -> str:
+    m, hw = plan.model, plan.hardware
+    nodes = f"{hw.nodes} nodes x " if hw.nodes > 1 else ""
+    return (f"{m.name}: {format_count(m.parameters)} parameters ({m.source}), seq {plan.training.seq_len}, on "
+            f"{nodes}{hw.gpus_per_node} x {hw.gpu_name} ({format_bytes(hw.gpu_memory_bytes)}, "
+            f"{'bf16' if hw.bf16 else 'no bf16'})")
+
+
+def host_lines(plan: Plan) -> list[str]:
+    hw = plan.hardware
+    lines = []
+    if plan.cpu_bytes_per_node or hw.cpu_memory_bytes:
+        cap = f" of {format_bytes(hw.cpu_memory_bytes)}" if hw.cpu_memory_bytes else ""
+        lines.append(f"CPU RAM per node for offload: {format_bytes(plan.cpu_bytes_per_node)}{cap}")
+    if plan.nvme_bytes_per_node or hw.nvme_path:
+        cap = f" of {format_bytes(hw.nvme_bytes)}" if hw.nvme_bytes else ""
+        where = f" at {hw.nvme_path}" if hw.nvme_path else ""
+        lines.append(f"NVMe per node{where}: {format_bytes(plan.nvme_bytes_per_node)}{cap}")
+    return lines
+
+
+def candidate_rows(plan: Plan) -> list[dict[str, str]]:
+    cap, scale = plan.hardware.gpu_memory_bytes, bar_scale(plan)
+    chosen = _chosen_setup(plan)
+    rows = []
+    for c in plan.candidates:
+        s = c.setup
+        rows.append({
+            "mark": "*" if (s.zero_stage, s.offload_optimizer, s.offload_param, s.micro_batch_size,
+                            s.gradient_checkpointing) == chosen else "",
+            "setup": setup_label(s.zero_stage, s.offload_optimizer, s.offload_param),
+            "micro_batch": str(s.micro_batch_size),
+            "checkpointing": _onoff(s.gradient_checkpointing),
+            "total": format_bytes(c.memory.total),
+            "fits": "yes" if c.fits else "no",
+            "bar": stacked_bar(c.memory, cap, scale),
+            "why_not": c.why_not or "",
+        })
+    return rows
+
+
+def _chosen_setup(plan: Plan) -> tuple:
+    d = plan.decision
+    return (d.zero_stage, d.offload_optimizer, d.offload_param, d.micro_batch_size, d.gradient_checkpointing)
+
+
+def _onoff(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else ""
+
+
+# ---------------------------------------------------------------- table (default)
+
+def render_table(plan: Plan, output: str | None = None) -> str:
+    """The human view: decision and reasons, the chosen setup's memory, every candidate with its bar."""
+    d, cap = plan.decision, plan.hardware.gpu_memory_bytes
+    out = [f"zerokit plan  {headline(plan)}", ""]
+    verdict = "FITS" if d.fits else "DOES NOT FIT"
+    out.append(f"Decision ({verdict}): {decision_line(plan)}")
+    out += [f"  - {r}" for r in plan.reasons]
+    if plan.missing:
+        out.append(f"Missing: {plan.missing}")
+    out.append("")
+    out.append(f"Per-GPU memory, chosen setup (capacity {format_bytes(cap)}):")
+    for label, size, pct in memory_rows(plan):
+        out.append(f"  {label:<17} {size:>10}  {pct:>5}")
+    out.append(f"  [{stacked_bar(plan.memory, cap, bar_scale(plan))}]")
+    out += [f"  {line}" for line in host_lines(plan)]
+    out.append("")
+    rows = candidate_rows(plan)
+    if rows:
+        out.append("Candidates (fastest first; * = chosen):")
+        w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
+        out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'per GPU':>9}  fits  memory")
+        for r in rows:
+            line = (f"  {r['mark']:1} {r['setup']:<{w_setup}}  {r['micro_batch']:>3}  {r['checkpointing']:<4}  "
+                    f"{r['total']:>9}  {r['fits']:<4}  [{r['bar']}]")
+            out.append(line + (f"  {r['why_not']}" if r["why_not"] else ""))
+        out.append(f"  legend: {LEGEND}")
+        out.append("")
+    for w in plan.warnings:
+        out.append(f"warning: {w}")
+    for note in plan.model.notes:
+        out.append(f"note: {note}")
+    out.append(f"Training: {training_arguments_hint(plan)}")
+    if output:
+        out.append(f"ds_config ({plan.training.target}) written to {output}")
+    return "\n".join(out).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- markdown (templates/plan_report.md.j2)
+
+def render_markdown(plan: Plan, output: str | None = None) -> str:
+    """The report for a PR or a wiki page; jinja2 with StrictUndefined, so a missing field fails loudly."""
+    import json
+
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("zerokit.templates", "."),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+        autoescape=False,
+    )
+    template = env.get_template("plan_report.md.j2")
+    d = plan.decision
+    return template.render(
+        plan=plan, headline=headline(plan), decision=decision_line(plan), fits=d.fits,
+        reasons=list(plan.reasons), missing=plan.missing, warnings=list(plan.warnings) + list(plan.model.notes),
+        memory_rows=memory_rows(plan),
+        bar=stacked_bar(plan.memory, plan.hardware.gpu_memory_bytes, bar_scale(plan)),
+        host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
+        training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,
+        ds_config_json=json.dumps(plan.ds_config, indent=2),
+    )
