@@ -1,0 +1,320 @@
+"""The emitted ds_config is accepted by whoever consumes it: DeepSpeed's own parser at the plan's world size,
+transformers' HfTrainerDeepSpeedConfig filling every "auto", and no "auto" at all for --target deepspeed.
+
+Plans here are built by hand from a Decision, because build_ds_config is a pure function of the decision; the
+planner's own scenarios are covered at the end when zerokit.planner.plan is importable.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+
+import pytest
+
+from zerokit.dsconfig import (
+    ADAM_BETAS,
+    AUTO,
+    build_ds_config,
+    training_arguments,
+    training_arguments_hint,
+    walk,
+)
+from zerokit.models.spec import ModelSpec
+from zerokit.planner.types import Decision, GpuMemory, Hardware, Plan, Training
+
+HIDDEN = 64
+LARGEST_LAYER = 256 * HIDDEN  # the tiny model's embedding: vocab 256 x hidden 64
+
+
+def make_plan(stage: int = 2, offload_optimizer: str = "none", offload_param: str = "none", precision: str = "bf16",
+              target: str = "deepspeed", micro_batch: int = 2, accumulation: int = 4, gpus_per_node: int = 8,
+              nodes: int = 1, nvme_path: str | None = None, source: str = "config", hidden: int = HIDDEN,
+              reduce_bucket: int | None = None, prefetch_bucket: int | None = None,
+              persistence: int | None = None, **training: object) -> Plan:
+    model = ModelSpec(name="tiny-llama", parameters=100_000, largest_layer_parameters=LARGEST_LAYER,
+                      hidden_size=hidden, num_layers=2, vocab_size=256, source=source,
+                      config={"model_type": "llama"})
+    hardware = Hardware(gpu_name="h100-80gb", gpu_memory_bytes=80 * 10**9, bf16=precision != "fp16",
+                        gpus_per_node=gpus_per_node, nodes=nodes, nvme_path=nvme_path)
+    decision = Decision(
+        zero_stage=stage, offload_optimizer=offload_optimizer, offload_param=offload_param,
+        micro_batch_size=micro_batch, gradient_accumulation_steps=accumulation, gradient_checkpointing=True,
+        precision=precision, overlap_comm=True,
+        reduce_bucket_size=hidden * hidden if reduce_bucket is None else reduce_bucket,
+        allgather_bucket_size=500_000_000,
+        prefetch_bucket_size=int(0.9 * hidden * hidden) if prefetch_bucket is None else prefetch_bucket,
+        param_persistence_threshold=10 * hidden if persistence is None else persistence,
+        max_live_parameters=1_000_000_000, fits=True,
+    )
+    plan = Plan(model=model, hardware=hardware, training=Training(seq_len=512, target=target, **training),
+                decision=decision, memory=GpuMemory(1, 1, 1, 1, 1, 1, 1), cpu_bytes_per_node=0,
+                nvme_bytes_per_node=0, candidates=(), reasons=())
+    return plan
+
+
+# Every stage with every offload DeepSpeed supports there: CPU optimizer offload from stage 1 (ZeRO-Offload),
+# parameter offload and NVMe only at stage 3 (ZeRO-Infinity).
+SETUPS = [
+    (0, "none", "none"), (1, "none", "none"), (1, "cpu", "none"), (2, "none", "none"), (2, "cpu", "none"),
+    (3, "none", "none"), (3, "cpu", "none"), (3, "cpu", "cpu"), (3, "nvme", "none"), (3, "nvme", "nvme"),
+    (3, "cpu", "nvme"),
+]
+SETUP_IDS = [f"z{s}-opt_{o}-param_{p}" for s, o, p in SETUPS]
+
+
+def autos(config: dict) -> list[str]:
+    return [key for key, value in walk(config) if value == AUTO]
+
+
+# ---------------------------------------------------------------- pure structure
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(("stage", "opt", "param"), SETUPS, ids=SETUP_IDS)
+def test_deepspeed_target_leaves_no_auto(stage, opt, param, precision):
+    config = build_ds_config(make_plan(stage, opt, param, precision, nvme_path="/nvme"))
+    assert autos(config) == []
+
+
+def test_trainer_target_autos_are_exactly_what_the_trainer_fills():
+    config = build_ds_config(make_plan(3, "cpu", "none", target="trainer"))
+    assert sorted(autos(config)) == sorted([
+        "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+        "fp16.enabled", "bf16.enabled",
+        "zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_param_persistence_threshold",
+        "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
+        "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
+        "scheduler.params.total_num_steps",
+    ])
+    assert config["zero_optimization"]["stage"] == 3
+    assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+
+
+def test_hidden_size_keys_stay_explicit_when_the_planner_chose_otherwise():
+    config = build_ds_config(make_plan(3, target="trainer", reduce_bucket=200_000_000, prefetch_bucket=50_000_000,
+                                       persistence=100_000))
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 200_000_000
+    assert zero["stage3_prefetch_bucket_size"] == 50_000_000
+    assert zero["stage3_param_persistence_threshold"] == 100_000
+
+
+def test_hidden_size_keys_stay_explicit_for_a_bare_parameter_count():
+    # The real model's hidden size is unknown for `--model 7B`, so the trainer's h^2 could differ from ours.
+    zero = build_ds_config(make_plan(3, target="trainer", source="count"))["zero_optimization"]
+    assert zero["reduce_bucket_size"] == HIDDEN * HIDDEN
+    assert zero["stage3_prefetch_bucket_size"] == int(0.9 * HIDDEN * HIDDEN)
+    assert zero["stage3_param_persistence_threshold"] == 10 * HIDDEN
+
+
+def test_accelerate_keeps_the_plans_stage_and_offload_explicit():
+    config = build_ds_config(make_plan(3, "nvme", "nvme", target="accelerate", nvme_path="/local_nvme"))
+    zero = config["zero_optimization"]
+    assert zero["stage"] == 3
+    assert zero["offload_optimizer"]["device"] == "nvme" and zero["offload_optimizer"]["nvme_path"] == "/local_nvme"
+    assert zero["offload_param"]["device"] == "nvme" and zero["offload_param"]["nvme_path"] == "/local_nvme"
+    assert zero["stage3_gather_16bit_weights_on_model_save"] is True
+    assert config["train_micro_batch_size_per_gpu"] == AUTO and config["gradient_accumulation_steps"] == AUTO
+    # Accelerate does not fill betas/eps: they must be numbers.
+    assert config["optimizer"]["params"]["betas"] == ADAM_BETAS
+    assert config["optimizer"]["params"]["lr"] == AUTO
+    assert config["scheduler"]["type"] == "WarmupLR"
+
+
+def test_zero3_gathers_16bit_weights_and_lower_stages_have_no_stage3_keys():
+    assert build_ds_config(make_plan(3))["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    for stage in (0, 1, 2):
+        zero = build_ds_config(make_plan(stage))["zero_optimization"]
+        assert [k for k in zero if k.startswith("stage3")] == []
+        assert "offload_param" not in zero
+
+
+def test_fp16_uses_dynamic_loss_scaling_and_bf16_is_plain():
+    fp16 = build_ds_config(make_plan(2, precision="fp16"))
+    assert fp16["fp16"] == {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                            "hysteresis": 2, "min_loss_scale": 1}
+    assert "bf16" not in fp16
+    bf16 = build_ds_config(make_plan(2, precision="bf16"))
+    assert bf16["bf16"] == {"enabled": True} and "fp16" not in bf16
+
+
+def test_nvme_offload_writes_paths_buffers_and_aio():
+    config = build_ds_config(make_plan(3, "nvme", "nvme", nvme_path="/mnt/nvme0"))
+    param = config["zero_optimization"]["offload_param"]
+    assert param["nvme_path"] == "/mnt/nvme0" and param["buffer_count"] == 5
+    assert param["buffer_size"] >= LARGEST_LAYER
+    assert config["aio"]["block_size"] == 1048576
+    assert "aio" not in build_ds_config(make_plan(3, "cpu", "cpu"))
+
+
+def test_no_activation_checkpointing_section_for_any_target():
+    # Gradient checkpointing is TrainingArguments.gradient_checkpointing / model.gradient_checkpointing_enable().
+    for target in ("trainer", "accelerate", "deepspeed"):
+        assert "activation_checkpointing" not in build_ds_config(make_plan(3, target=target))
+
+
+def test_training_arguments_carry_the_plan_to_the_trainer():
+    plan = make_plan(2, target="trainer", micro_batch=4, accumulation=8, warmup_steps=100, total_steps=1000)
+    assert training_arguments(plan) == {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 8,
+                                        "bf16": True, "gradient_checkpointing": True, "warmup_steps": 100,
+                                        "max_steps": 1000}
+    assert training_arguments_hint(plan) == (
+        "pass the HF Trainer --per_device_train_batch_size 4 --gradient_accumulation_steps 8 --bf16 "
+        "--gradient_checkpointing --warmup_steps 100 --max_steps 1000")
+
+
+def test_resolved_values_for_deepspeed_target():
+    config = build_ds_config(make_plan(2, micro_batch=3, accumulation=5, gpus_per_node=8, nodes=2, lr=2e-5,
+                                       weight_decay=0.1, warmup_steps=10, total_steps=500))
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"]) == (3 * 5 * 16, 3, 5)
+    assert config["optimizer"] == {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                               "weight_decay": 0.1}}
+    assert config["scheduler"] == {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 0, "warmup_max_lr": 2e-5, "warmup_num_steps": 10, "total_num_steps": 500}}
+
+
+# ---------------------------------------------------------------- DeepSpeed's own parser
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_dist():
+    """A one-process gloo group: DeepSpeedConfig asks dist.get_rank() before it asks the mpu for the DP size."""
+    deepspeed = pytest.importorskip("deepspeed")
+    torch = pytest.importorskip("torch")
+    started = not torch.distributed.is_initialized()
+    if started:
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0", "WORLD_SIZE": "1",
+               "LOCAL_RANK": "0"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    yield
+    if started:
+        torch.distributed.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class DataParallelMpu:
+    """DeepSpeed's mpu interface, reduced to what DeepSpeedConfig reads: the data-parallel world size."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.world_size
+
+
+def parse_with_deepspeed(config: dict, world_size: int):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    return DeepSpeedConfig(copy.deepcopy(config), mpu=DataParallelMpu(world_size))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize(("stage", "opt", "param"), SETUPS, ids=SETUP_IDS)
+def test_deepspeed_parser_accepts_config_at_plan_world_size(deepspeed_dist, stage, opt, param, precision):
+    plan = make_plan(stage, opt, param, precision, gpus_per_node=8, nodes=2, micro_batch=3, accumulation=5,
+                     nvme_path="/local_nvme", total_steps=1000)
+    parsed = parse_with_deepspeed(build_ds_config(plan), plan.hardware.world_size)
+    assert parsed.world_size == 16
+    assert (parsed.train_batch_size, parsed.train_micro_batch_size_per_gpu,
+            parsed.gradient_accumulation_steps) == (240, 3, 5)
+    assert parsed.zero_optimization_stage == stage
+    assert parsed.float16_config.enabled is (precision == "fp16")
+    assert parsed.bfloat16_config.enabled is (precision == "bf16")
+    zero = parsed.zero_config
+    assert (zero.offload_optimizer.device if zero.offload_optimizer else "none") == opt
+    assert (zero.offload_param.device if zero.offload_param else "none") == param
+    if stage == 3:
+        assert zero.gather_16bit_weights_on_model_save is True
+        assert zero.prefetch_bucket_size == int(0.9 * HIDDEN * HIDDEN)
+    if "nvme" in (opt, param):
+        assert parsed.aio_config["overlap_events"] is True
+
+
+def test_deepspeed_parser_is_strict_enough_for_these_tests_to_fail(deepspeed_dist):
+    """A misspelt ZeRO key is rejected, and a batch that does not multiply out at the world size too."""
+    config = build_ds_config(make_plan(3))
+    config["zero_optimization"]["stage3_prefetch_bucket"] = 1
+    with pytest.raises(Exception, match="stage3_prefetch_bucket"):
+        parse_with_deepspeed(config, 8)
+    with pytest.raises(AssertionError, match="train_batch_size is not equal"):
+        parse_with_deepspeed(build_ds_config(make_plan(2, gpus_per_node=8)), 4)
+
+
+@pytest.mark.parametrize("total_steps", [None, 1000])
+def test_deepspeed_builds_the_scheduler_from_the_written_params(total_steps):
+    torch = pytest.importorskip("torch")
+    from deepspeed.runtime import lr_schedules
+
+    scheduler = build_ds_config(make_plan(2, warmup_steps=0, total_steps=total_steps))["scheduler"]
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-5)
+    built = getattr(lr_schedules, scheduler["type"])(optimizer, **scheduler["params"])
+    assert built.get_lr() == [0.0]  # warmup starts at warmup_min_lr
+
+
+# ---------------------------------------------------------------- transformers' HfTrainerDeepSpeedConfig
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+    return transformers.LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(("stage", "opt", "param"), [(0, "none", "none"), (1, "cpu", "none"), (2, "none", "none"),
+                                                     (3, "cpu", "cpu"), (3, "nvme", "nvme")])
+def test_trainer_fills_every_auto_without_mismatch(tiny_model, tmp_path, stage, opt, param, precision):
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    plan = make_plan(stage, opt, param, precision, target="trainer", gpus_per_node=1, micro_batch=4,
+                     accumulation=8, nvme_path="/local_nvme")
+    config = build_ds_config(plan)
+    assert autos(config), "a trainer config without any auto would not exercise the filler"
+    flags = {k: v for k, v in training_arguments(plan).items() if k in ("bf16", "fp16")}
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                             per_device_train_batch_size=training_arguments(plan)["per_device_train_batch_size"],
+                             gradient_accumulation_steps=training_arguments(plan)["gradient_accumulation_steps"],
+                             **flags)
+    assert args.world_size == plan.hardware.world_size == 1
+    hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
+    hf.trainer_config_process(args)
+    hf.trainer_config_finalize(args, tiny_model, num_training_steps=100)
+    assert hf.mismatches == []
+    assert autos(hf.config) == []
+    assert (hf.config["train_batch_size"], hf.config["train_micro_batch_size_per_gpu"],
+            hf.config["gradient_accumulation_steps"]) == (32, 4, 8)
+    assert hf.config["fp16"]["enabled"] is (precision == "fp16")
+    assert hf.config["bf16"]["enabled"] is (precision == "bf16")
+    assert hf.config["zero_optimization"]["stage"] == stage
+    if stage:
+        assert hf.config["zero_optimization"]["reduce_bucket_size"] == HIDDEN * HIDDEN
+    assert hf.config["scheduler"]["params"]["total_num_steps"] == 100
+
+
+def test_trainer_reports_a_mismatch_when_the_config_is_not_auto(tiny_model, tmp_path):
+    """The counter-check: a resolved (deepspeed-target) config with a different micro-batch is a mismatch."""
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    config = build_ds_config(make_plan(2, gpus_per_node=1, micro_batch=4, accumulation=8))
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_train_batch_size=2,
+                             gradient_accumulation_steps=8, bf16=True)
+    hf = HfTrainerDeepSpeedConfig(config)
+    hf.trainer_config_process(args)
+    assert any("train_micro_batch_size_per_gpu" in m for m in hf.mismatches)
