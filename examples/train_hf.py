@@ -1,0 +1,149 @@
+"""Train a model built from a config.json (random weights) with the HF Trainer and a DeepSpeed config.
+
+    zerokit plan --model examples/models/tiny-llama --gpu-memory 16GB --gpus-per-node 2 --seq-len 64 \
+        --precision fp32 --target trainer -o ds_config.json
+    zerokit launch --config ds_config.json --gpus-per-node 2 examples/train_hf.py --max-steps 4
+
+Nothing is downloaded: the model comes from `--model` (a folder holding config.json) and the data is a
+small synthetic token stream, so the same script runs on a laptop's CPU and on a GPU cluster. Without
+CUDA the Trainer runs with `use_cpu=True` and the ranks use DeepSpeed's CPU accelerator (gloo).
+Rank 0 prints one `step N loss X` line per logged step and, with `--loss-file`, writes them as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--deepspeed", help="ds_config JSON (zerokit launch appends it)")
+    p.add_argument("--model", default=str(HERE / "models" / "tiny-llama"), help="folder holding config.json")
+    p.add_argument("--output-dir", default="out-train-hf", help="Trainer output dir")
+    p.add_argument("--max-steps", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="per-device batch; default: the config's train_micro_batch_size_per_gpu, else 2")
+    p.add_argument("--grad-accum", type=int, default=None,
+                   help="default: the config's gradient_accumulation_steps, else 1")
+    p.add_argument("--samples", type=int, default=256, help="size of the synthetic dataset")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
+                   help="auto: what the ds_config enables (bf16/fp16 blocks with true or \"auto\"), else fp32")
+    p.add_argument("--save", action="store_true", help="save the final model (gathered under ZeRO-3) to --output-dir")
+    p.add_argument("--loss-file", help="rank 0 writes {step, loss} JSON lines here")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def config_value(ds_config: dict, key: str):
+    """A numeric value from the ds_config, or None where it is absent or left as "auto" for the Trainer."""
+    value = ds_config.get(key)
+    return value if isinstance(value, int) else None
+
+
+def precision_from_config(ds_config: dict) -> str:
+    """The planner writes `{"bf16": {"enabled": "auto"}}` for the Trainer to fill: that means train in bf16."""
+    for name in ("bf16", "fp16"):
+        block = ds_config.get(name) or ({"enabled": True} if name == "bf16" and ds_config.get("bfloat16") else {})
+        if block.get("enabled") in (True, "auto"):
+            return name
+    return "fp32"
+
+
+def synthetic_dataset(n: int, seq_len: int, vocab: int, seed: int = 0):
+    """Token sequences with a learnable pattern (each token predicts the next), so the loss falls within steps."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, vocab, (n, 1), generator=g)
+    strides = torch.randint(1, 8, (n, 1), generator=g)
+    ids = (starts + strides * torch.arange(seq_len)) % vocab
+    return [{"input_ids": row, "labels": row.clone()} for row in ids]
+
+
+def save(trainer, output_dir: str, rank: int) -> None:
+    """Save loadable weights. Under ZeRO-3 they are gathered explicitly, so that `from_pretrained` works even when
+    the config leaves stage3_gather_16bit_weights_on_model_save off (the Trainer then saves no weights at all)."""
+    engine = trainer.model_wrapped
+    if hasattr(engine, "zero_optimization_partition_weights") and engine.zero_optimization_partition_weights():
+        state_dict = engine._zero3_consolidated_16bit_state_dict()  # a collective: every rank calls it
+        if rank == 0:
+            trainer.model.save_pretrained(output_dir, state_dict=state_dict)
+    else:
+        trainer.save_model(output_dir)
+    if rank == 0:
+        print(f"saved model to {output_dir}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
+
+    ds_config = json.loads(Path(args.deepspeed).read_text()) if args.deepspeed else {}
+    precision = precision_from_config(ds_config) if args.precision == "auto" else args.precision
+    micro_batch = args.micro_batch or config_value(ds_config, "train_micro_batch_size_per_gpu") or 2
+    grad_accum = args.grad_accum or config_value(ds_config, "gradient_accumulation_steps") or 1
+    rank = int(os.environ.get("RANK", "0"))
+
+    config = AutoConfig.from_pretrained(args.model)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)  # random weights: nothing to download
+    if rank == 0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(f"model {config.model_type} from {args.model}: {n_params:,} parameters; precision {precision}; "
+              f"micro-batch {micro_batch} x grad-accum {grad_accum}; cuda={torch.cuda.is_available()}", flush=True)
+
+    losses: list[dict] = []
+
+    class PrintLoss(TrainerCallback):
+        def on_log(self, _args, state, _control, logs=None, **_):
+            if state.is_world_process_zero and logs and "loss" in logs:
+                losses.append({"step": state.global_step, "loss": float(logs["loss"])})
+                print(f"step {state.global_step} loss {logs['loss']:.4f}", flush=True)
+
+    training_args = TrainingArguments(
+        output_dir=args.output_dir,
+        deepspeed=args.deepspeed,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=grad_accum,
+        learning_rate=args.lr,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=not torch.cuda.is_available(),
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        gradient_checkpointing=args.gradient_checkpointing,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+    )
+    dataset = synthetic_dataset(args.samples, args.seq_len, config.vocab_size)
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset, callbacks=[PrintLoss()])
+    trainer.train()
+
+    if args.save:
+        save(trainer, args.output_dir, rank)
+    if rank == 0:
+        final = losses[-1]["loss"] if losses else float("nan")
+        print(f"final loss {final:.4f} ({'finite' if math.isfinite(final) else 'NOT finite'})", flush=True)
+        if args.loss_file:
+            Path(args.loss_file).write_text("".join(json.dumps(x) + "\n" for x in losses))
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # a gloo rank that skips this lingers for minutes
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

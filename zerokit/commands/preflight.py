@@ -1,0 +1,58 @@
+"""`zerokit preflight`: the checks `zerokit launch` runs first, on their own (exit 3 if any fails)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from zerokit.errors import EXIT_PREFLIGHT
+from zerokit.launch.hostfile import parse_hosts
+from zerokit.launch.runner import DEFAULT_MASTER_PORT, LAUNCHERS
+
+
+def target_options(f):
+    """Options that describe the job, shared by `preflight` and `launch`."""
+    options = [
+        click.option("--config", type=click.Path(dir_okay=False), help="ds_config JSON the job uses."),
+        click.option("--plan", "plan_file", type=click.Path(dir_okay=False),
+                     help="`zerokit plan --format json` output: adds the GPU, RAM and NVMe sizes the plan needs."),
+        click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile ('HOST slots=N' lines)."),
+        click.option("--hosts", help="Hosts instead of a hostfile: node1:8,node2:8 (or node1,node2 with --gpus-per-node)."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1),
+                     help="Ranks per node; on a host without GPUs, ranks on DeepSpeed's CPU accelerator."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS), default="pdsh", show_default=True,
+                     help="How the runner reaches the other nodes."),
+        click.option("--master-port", type=click.IntRange(1, 65535), default=DEFAULT_MASTER_PORT, show_default=True,
+                     help="Rendezvous port on the master node."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def parsed_hosts(hosts: str | None, gpus_per_node: int | None) -> dict[str, int]:
+    return parse_hosts(hosts, gpus_per_node) if hosts else {}
+
+
+@click.command("preflight")
+@target_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, fmt) -> int:
+    """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
+
+    \b
+      zerokit preflight --config ds_config.json --gpus-per-node 8
+      zerokit preflight --config ds_config.json --hostfile hostfile --format json
+    """
+    from zerokit.launch import preflight
+
+    target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node),
+                                   hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
+                                   master_port=master_port)
+    checks = preflight.run_checks(target)
+    if fmt == "json":
+        click.echo(json.dumps(preflight.as_json(checks), indent=2))
+    else:
+        click.echo(preflight.format_text(checks))
+    return 0 if all(c.ok for c in checks) else EXIT_PREFLIGHT

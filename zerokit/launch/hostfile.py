@@ -1,0 +1,73 @@
+"""Hostnames and hostfiles: parsed strictly, because a hostname ends up in ssh, pdsh and batch scripts.
+
+DeepSpeed's runner reads `HOST slots=N` lines; it accepts any non-blank text as a host. zerokit accepts
+only what DNS and IP literals allow, so a value such as `a;rm -rf ~` or `$(id)` is refused before it can
+reach a shell.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zerokit.errors import BadInput
+
+# RFC 1123 labels (letters, digits, hyphen; no leading/trailing hyphen), dot-separated; IPv4 literals match too.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots\s*=\s*(?P<slots>\S+)")
+
+
+def validate_hostname(host: str) -> str:
+    """The hostname itself, or BadInput when it is not a plain DNS name or IPv4 address."""
+    if len(host) > 253 or not HOSTNAME_RE.fullmatch(host):
+        raise BadInput(f"host {host!r} is not a valid hostname; use letters, digits, '-' and '.' only")
+    return host
+
+
+def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
+    """`{host: slots}` in file order from DeepSpeed's format (`worker-1 slots=8`, `#` comments)."""
+    hosts: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _HOSTFILE_LINE.fullmatch(line)
+        if not m:
+            raise BadInput(f"{source}:{lineno}: expected 'HOST slots=N', got {raw.strip()!r}")
+        host = m["host"]
+        try:
+            validate_hostname(host)
+        except BadInput as e:
+            raise BadInput(f"{source}:{lineno}: {e}") from None
+        if not m["slots"].isdigit() or int(m["slots"]) < 1:
+            raise BadInput(f"{source}:{lineno}: slots must be a whole number >= 1, got {m['slots']!r}")
+        if host in hosts:
+            raise BadInput(f"{source}:{lineno}: host {host!r} is listed twice; DeepSpeed refuses duplicate hosts")
+        hosts[host] = int(m["slots"])
+    if not hosts:
+        raise BadInput(f"{source}: no hosts found; write one 'HOST slots=N' line per node")
+    return hosts
+
+
+def parse_hosts(text: str, default_slots: int | None) -> dict[str, int]:
+    """`--hosts node1:8,node2:8` or `--hosts node1,node2` (slots from --gpus-per-node)."""
+    hosts: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, sep, slots = item.partition(":")
+        validate_hostname(host)
+        if sep:
+            if not slots.isdigit() or int(slots) < 1:
+                raise BadInput(f"--hosts: slots for {host!r} must be a whole number >= 1, got {slots!r}")
+            n = int(slots)
+        elif default_slots is None:
+            raise BadInput(f"--hosts: give slots as {host}:N or set --gpus-per-node")
+        else:
+            n = default_slots
+        if host in hosts:
+            raise BadInput(f"--hosts: host {host!r} is listed twice")
+        hosts[host] = n
+    if not hosts:
+        raise BadInput("--hosts is empty; write it like node1:8,node2:8")
+    return hosts

@@ -1,0 +1,513 @@
+"""The checks `zerokit launch` runs before starting anything, as data: each check is a small function in an
+ordered table that returns a `Check(name, ok, detail, fix)` (or None where it does not apply).
+
+Probing the machine (imports, op builders, nvidia-smi, statvfs, sockets, ssh) lives in `probe_*` functions;
+the checks turn probed facts into verdicts. torch and deepspeed are imported inside the probes only, so a
+missing install is reported as a failed check rather than a traceback. DeepSpeed's own APIs answer where it
+has one: the accelerator's op builders (`create_op_builder(...).is_compatible()`), `installed_ops` from
+`deepspeed.git_version_info`, and torch's `is_ninja_available` (what `ds_report` prints, without the text).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from zerokit.units import format_bytes
+
+SHM_MIN_BYTES = 512 * 2**20
+"""DeepSpeed's env_report warns below this /dev/shm size (docker's default is 64 MB)."""
+SSH_TIMEOUT_S = 5
+LAUNCHER_BINARIES = {
+    # What DeepSpeed's multinode_runner checks in backend_exists(), plus the program it then starts.
+    "pdsh": ("pdsh",),
+    "openmpi": ("ompi_info", "mpirun"),
+    "mvapich": ("mpiname", "mpirun"),
+    "slurm": ("sinfo", "srun"),
+    "mpich": ("mpirun",),
+    "impi": ("mpirun",),
+}
+LAUNCHER_INSTALL = {
+    "pdsh": "apt-get install pdsh (on every node)",
+    "openmpi": "apt-get install openmpi-bin libopenmpi-dev",
+    "mvapich": "install MVAPICH2 (mvapich.cse.ohio-state.edu) and put mpiname/mpirun on PATH",
+    "slurm": "run from a SLURM login node (sinfo and srun on PATH)",
+    "mpich": "apt-get install mpich",
+    "impi": "install Intel MPI and source its setvars.sh",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the config (and, when given, the plan) asks of this machine."""
+
+    cpu_adam: bool = False
+    """The optimizer runs on the CPU (offload_optimizer to cpu or nvme): DeepSpeedCPUAdam, op cpu_adam."""
+    async_io: bool = False
+    """Something is offloaded to NVMe: op async_io, which needs libaio."""
+    nvme_paths: tuple[str, ...] = ()
+    nvme_bytes: int | None = None
+    """Free space the plan needs on the NVMe path, per node."""
+    cpu_bytes: int | None = None
+    """Host RAM the plan needs per node."""
+    gpu_bytes: int | None = None
+    """Per-GPU memory the plan needs at the peak of a step."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the checks check against."""
+
+    needs: Needs = field(default_factory=Needs)
+    gpus_per_node: int | None = None
+    hostfile: str | None = None
+    hosts: dict[str, int] = field(default_factory=dict)
+    """The job's hosts when it spans several nodes (from --hostfile or --hosts)."""
+    launcher: str = "pdsh"
+    master_port: int = 29500
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.hosts) > 1 or any(h not in ("localhost", "127.0.0.1") for h in self.hosts)
+
+
+# ---------------------------------------------------------------- pure: what a config or plan needs
+
+def needs_from_config(config: dict[str, Any], plan: dict[str, Any] | None = None) -> Needs:
+    """Ops and paths the ds_config needs; sizes come from `zerokit plan --format json` output when given."""
+    zero = config.get("zero_optimization") or {}
+    devices, paths = [], []
+    for key in ("offload_optimizer", "offload_param"):
+        block = zero.get(key) or {}
+        device = block.get("device", "none") if isinstance(block, dict) else "none"
+        devices.append((key, device))
+        if device == "nvme" and block.get("nvme_path"):
+            paths.append(str(block["nvme_path"]))
+    optimizer_device = dict(devices)["offload_optimizer"]
+    cpu_adam = optimizer_device in ("cpu", "nvme") or bool(zero.get("cpu_offload"))
+    memory = (plan or {}).get("memory") or {}
+    return Needs(
+        cpu_adam=cpu_adam,
+        async_io=any(d == "nvme" for _, d in devices),
+        nvme_paths=tuple(dict.fromkeys(paths)),
+        nvme_bytes=(memory.get("nvme") or {}).get("total") or None,
+        cpu_bytes=(memory.get("per_node_cpu") or {}).get("total") or None,
+        gpu_bytes=(memory.get("per_gpu") or {}).get("total") or None,
+    )
+
+
+# ---------------------------------------------------------------- probes: the only code that looks at the machine
+
+def probe_import(module: str) -> tuple[str | None, str]:
+    """(version, "") or (None, why the import failed)."""
+    try:
+        mod = __import__(module)
+    except Exception as e:  # noqa: BLE001 -- an import can fail with anything: a missing .so, a CUDA mismatch
+        return None, f"{type(e).__name__}: {e}".splitlines()[0]
+    return str(getattr(mod, "__version__", "?")), ""
+
+
+def probe_accelerator() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().device_name()
+
+
+def probe_gpus() -> list[tuple[str, int]] | None:
+    """[(name, memory bytes)] from nvidia-smi; None where there is no nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        name, _, mib = line.rpartition(",")
+        if mib.strip().isdigit():
+            gpus.append((name.strip(), int(mib.strip()) * 2**20))
+    return gpus
+
+
+def probe_cuda_versions() -> tuple[str | None, str | None]:
+    """(torch's CUDA version, nvcc's CUDA version); None where absent."""
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    nvcc = Path(CUDA_HOME or "/usr/local/cuda") / "bin" / "nvcc"
+    nvcc_version = None
+    if nvcc.exists():
+        try:
+            out = subprocess.run([str(nvcc), "-V"], check=False, capture_output=True, text=True, timeout=30).stdout
+            release = out.split("release ", 1)[1].split(",", 1)[0] if "release " in out else None
+            nvcc_version = release
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return torch.version.cuda, nvcc_version
+
+
+def probe_op(builder_name: str) -> tuple[bool, bool]:
+    """(prebuilt into this DeepSpeed install, JIT-compatible on this machine) for an op builder."""
+    from deepspeed.accelerator import get_accelerator
+    from deepspeed.git_version_info import installed_ops
+
+    builder = get_accelerator().create_op_builder(builder_name)
+    if builder is None:
+        return False, False
+    return bool(installed_ops.get(builder.NAME)), bool(builder.is_compatible(verbose=False))
+
+
+def probe_ninja() -> bool:
+    from torch.utils.cpp_extension import is_ninja_available
+
+    return is_ninja_available()
+
+
+def probe_libaio_header() -> bool:
+    return any(Path(d, "libaio.h").exists() for d in ("/usr/include", "/usr/local/include"))
+
+
+def probe_path(path: str) -> tuple[bool, bool, int | None]:
+    """(exists, writable, free bytes) of a directory."""
+    p = Path(path)
+    if not p.is_dir():
+        return False, False, None
+    st = os.statvfs(p)
+    return True, os.access(p, os.W_OK | os.X_OK), st.f_bavail * st.f_frsize
+
+
+def probe_shm() -> int | None:
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def probe_ram() -> tuple[int, int]:
+    """(total, available) host RAM in bytes."""
+    info = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info[key] = int(value.split()[0]) * 1024
+    total = info.get("MemTotal") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total, info.get("MemAvailable", total)
+
+
+def probe_port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def probe_ssh(host: str) -> tuple[bool, str]:
+    """Whether `ssh HOST true` succeeds without a password prompt (BatchMode) within a short timeout."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "-o",
+            "StrictHostKeyChecking=accept-new", host, "true"]
+    try:
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return False, "ssh is not installed"
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    return r.returncode == 0, last
+
+
+# ---------------------------------------------------------------- checks: ordered table
+
+def check_imports(t: Target) -> Check:
+    found = {m: probe_import(m) for m in ("torch", "deepspeed")}
+    missing = [f"{m} ({why})" for m, (v, why) in found.items() if v is None]
+    if missing:
+        return Check("imports", False, "cannot import " + "; ".join(missing),
+                     "pip install 'zerokit[deepspeed]' (install the torch build matching your CUDA first)")
+    return Check("imports", True, ", ".join(f"{m} {v}" for m, (v, _) in found.items()))
+
+
+def check_cuda_toolkit(t: Target) -> Check | None:
+    torch_cuda, nvcc_cuda = probe_cuda_versions()
+    if torch_cuda is None:
+        return None  # a CPU (or ROCm) build of torch: no CUDA toolkit to match
+    if nvcc_cuda is None:
+        return Check("cuda toolkit", True, f"torch built for CUDA {torch_cuda}; no nvcc found, so ops cannot be "
+                     "JIT-compiled (prebuilt ops still work)", "")
+    same_major = torch_cuda.split(".")[0] == nvcc_cuda.split(".")[0]
+    return Check("cuda toolkit", same_major, f"torch CUDA {torch_cuda}, nvcc {nvcc_cuda}",
+                 "" if same_major else f"install CUDA toolkit {torch_cuda.split('.')[0]}.x or a torch build for "
+                 f"CUDA {nvcc_cuda}; DeepSpeed refuses to JIT-build ops across major versions")
+
+
+def check_accelerator(t: Target) -> Check:
+    gpus = probe_gpus()
+    if not gpus:
+        name = probe_accelerator()
+        if name == "cpu":
+            ranks = f"{t.gpus_per_node} ranks" if t.gpus_per_node else "ranks"
+            return Check("accelerator", True, f"no GPU found: {ranks} run on DeepSpeed's CPU accelerator (gloo)")
+        return Check("accelerator", True, f"DeepSpeed accelerator: {name}")
+    want = t.gpus_per_node or len(gpus)
+    smallest = min(mem for _, mem in gpus)
+    problems = []
+    if len(gpus) < want:
+        problems.append(f"{want} GPUs per node asked, {len(gpus)} present")
+    if t.needs.gpu_bytes and smallest < t.needs.gpu_bytes:
+        problems.append(f"the plan needs {format_bytes(t.needs.gpu_bytes)} per GPU")
+    detail = f"{len(gpus)} x {gpus[0][0]} ({format_bytes(smallest, binary=True)})"
+    if problems:
+        return Check("accelerator", False, detail + "; " + "; ".join(problems),
+                     "lower --gpus-per-node, or re-plan with --gpu-memory set to this GPU's memory")
+    need = f"; plan needs {format_bytes(t.needs.gpu_bytes)} per GPU" if t.needs.gpu_bytes else ""
+    return Check("accelerator", True, detail + need)
+
+
+def _op_check(label: str, builder: str, why: str, fix: str) -> Check:
+    installed, compatible = probe_op(builder)
+    if installed:
+        return Check(label, True, f"prebuilt ({why})")
+    if compatible:
+        return Check(label, True, f"JIT-compatible, built on first use ({why})")
+    return Check(label, False, f"neither prebuilt nor buildable here ({why})", fix)
+
+
+def check_cpu_adam(t: Target) -> Check | None:
+    if not t.needs.cpu_adam:
+        return None
+    return _op_check("op cpu_adam", "CPUAdamBuilder", "the config offloads the optimizer",
+                     "install a C++ compiler (apt-get install build-essential) or DS_BUILD_CPU_ADAM=1 pip install "
+                     "deepspeed")
+
+
+def check_async_io(t: Target) -> Check | None:
+    if not t.needs.async_io:
+        return None
+    fix = "apt-get install libaio-dev, then rerun (DeepSpeed builds async_io on first use)"
+    check = _op_check("op async_io", "AsyncIOBuilder", "the config offloads to NVMe", fix)
+    if check.ok and not probe_libaio_header() and "prebuilt" not in check.detail:
+        return Check(check.name, False, "libaio.h not found: the JIT build of async_io would fail", fix)
+    return check
+
+
+def check_ninja(t: Target) -> Check:
+    if probe_ninja():
+        return Check("ninja", True, "present (JIT builds of DeepSpeed ops)")
+    return Check("ninja", False, "missing: DeepSpeed cannot JIT-build ops", "pip install ninja")
+
+
+def check_nvme(t: Target) -> Check | None:
+    if not t.needs.nvme_paths:
+        return None
+    problems, details = [], []
+    for path in t.needs.nvme_paths:
+        exists, writable, free = probe_path(path)
+        if not exists:
+            problems.append(f"{path} does not exist")
+        elif not writable:
+            problems.append(f"{path} is not writable")
+        elif t.needs.nvme_bytes and free is not None and free < t.needs.nvme_bytes:
+            problems.append(f"{path} has {format_bytes(free)} free, the plan needs {format_bytes(t.needs.nvme_bytes)}")
+        else:
+            need = f" (plan needs {format_bytes(t.needs.nvme_bytes)})" if t.needs.nvme_bytes else ""
+            details.append(f"{path}: writable, {format_bytes(free or 0)} free{need}")
+    if problems:
+        return Check("nvme path", False, "; ".join(problems),
+                     "create the directory on a local NVMe disk (mkdir -p PATH), or set nvme_path in the config to "
+                     "one with enough free space")
+    return Check("nvme path", True, "; ".join(details))
+
+
+def check_shm(t: Target) -> Check | None:
+    size = probe_shm()
+    if size is None:
+        return Check("/dev/shm", False, "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=1g)")
+    ok = size >= SHM_MIN_BYTES
+    return Check("/dev/shm", ok, f"{format_bytes(size, binary=True)}" + ("" if ok else " (DeepSpeed wants >= 512 MiB)"),
+                 "" if ok else "docker run --shm-size=1g ..., or mount -o remount,size=1G /dev/shm")
+
+
+def check_ram(t: Target) -> Check:
+    total, available = probe_ram()
+    detail = f"{format_bytes(total, binary=True)} total, {format_bytes(available, binary=True)} available"
+    if t.needs.cpu_bytes is None:
+        return Check("host RAM", True, detail)
+    ok = available >= t.needs.cpu_bytes
+    return Check("host RAM", ok, f"{detail}; the plan needs {format_bytes(t.needs.cpu_bytes, binary=True)}",
+                 "" if ok else "free memory, use a larger node, or re-plan with --cpu-memory set to what is free")
+
+
+def check_hostfile(t: Target) -> Check | None:
+    if not t.hostfile:
+        return None
+    from zerokit.errors import BadInput
+    from zerokit.launch.hostfile import parse_hostfile
+
+    try:
+        hosts = parse_hostfile(Path(t.hostfile).read_text(), t.hostfile)
+    except OSError as e:
+        return Check("hostfile", False, f"{t.hostfile}: {e.strerror}", "pass an existing file to --hostfile")
+    except BadInput as e:
+        return Check("hostfile", False, str(e), "one 'HOST slots=N' line per node, e.g. 'worker-1 slots=8'")
+    return Check("hostfile", True, f"{len(hosts)} hosts, {sum(hosts.values())} slots")
+
+
+def check_launcher(t: Target) -> Check | None:
+    if not t.multi_node:
+        return None
+    missing = [b for b in LAUNCHER_BINARIES[t.launcher] if shutil.which(b) is None]
+    if missing:
+        return Check(f"launcher {t.launcher}", False, f"{', '.join(missing)} not on PATH",
+                     LAUNCHER_INSTALL[t.launcher])
+    return Check(f"launcher {t.launcher}", True, ", ".join(shutil.which(b) or b for b in LAUNCHER_BINARIES[t.launcher]))
+
+
+def check_ssh(t: Target) -> Check | None:
+    if not t.multi_node or t.launcher == "slurm":
+        return None
+    hosts = list(t.hosts)
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        results = dict(zip(hosts, pool.map(probe_ssh, hosts)))
+    failed = [f"{h} ({why or 'refused'})" for h, (ok, why) in results.items() if not ok]
+    if failed:
+        return Check("ssh", False, "no passwordless ssh to " + ", ".join(failed),
+                     "ssh-copy-id to each host and accept its host key (ssh HOST true must work without a prompt)")
+    return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
+
+
+def check_master_port(t: Target) -> Check:
+    if probe_port_free(t.master_port):
+        return Check("master port", True, f"{t.master_port} is free")
+    return Check("master port", False, f"{t.master_port} is in use on this host",
+                 f"pass --master-port with a free port (e.g. {t.master_port + 1}), or stop the job holding it")
+
+
+CHECKS: tuple[Callable[[Target], Check | None], ...] = (
+    check_imports,
+    check_cuda_toolkit,
+    check_accelerator,
+    check_cpu_adam,
+    check_async_io,
+    check_ninja,
+    check_nvme,
+    check_shm,
+    check_ram,
+    check_hostfile,
+    check_launcher,
+    check_ssh,
+    check_master_port,
+)
+NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_adam, check_async_io, check_ninja}
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """DeepSpeed logs to fd 1 on import and JIT builds print there: keep stdout for our report (and JSON)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def run_checks(target: Target) -> list[Check]:
+    """Every applicable check, in table order. Checks that need torch/deepspeed are skipped when they are missing."""
+    results: list[Check] = []
+    with _stdout_to_stderr():
+        for check in CHECKS:
+            if check in NEEDS_DEEPSPEED and results and results[0].name == "imports" and not results[0].ok:
+                continue
+            try:
+                result = check(target)
+            except Exception as e:  # noqa: BLE001 -- a probe that breaks is a failed check, not a crash
+                name = check.__name__.removeprefix("check_").replace("_", " ")
+                result = Check(name, False, f"check crashed: {type(e).__name__}: {e}".splitlines()[0],
+                               "rerun with ZEROKIT_DEBUG=1 and report it")
+            if result is not None:
+                results.append(result)
+    return results
+
+
+def as_json(checks: list[Check]) -> dict[str, Any]:
+    return {"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+
+
+def format_text(checks: list[Check]) -> str:
+    """Numbered lines, ✓ or ✗, with the fix under each failure."""
+    width = len(str(len(checks)))
+    lines = []
+    for i, c in enumerate(checks, 1):
+        lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {c.detail}")
+        if not c.ok and c.fix:
+            lines.append(f"{' ' * width}     fix: {c.fix}")
+    failed = sum(not c.ok for c in checks)
+    lines.append(f"preflight: {len(checks) - failed}/{len(checks)} passed" + (f", {failed} failed" if failed else ""))
+    return "\n".join(lines)
+
+
+def read_json(path: str, what: str) -> dict[str, Any]:
+    """A JSON (or HJSON, as DeepSpeed accepts) object from a file; BadInput with the reason otherwise."""
+    import json
+
+    from zerokit.errors import BadInput
+
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise BadInput(f"{what} {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        try:
+            import hjson
+
+            data = hjson.loads(text)
+        except Exception as e:  # noqa: BLE001 -- hjson raises its own error types
+            raise BadInput(f"{what} {path} is neither JSON nor HJSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{what} {path} must hold a JSON object")
+    return dict(data)
+
+
+def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
+                hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
+                master_port: int = 29500) -> Target:
+    """Read the config and plan files and describe the job the checks check against."""
+    ds_config = read_json(config, "--config") if config else {}
+    plan_data = read_json(plan, "--plan") if plan else None
+    if plan_data is not None and gpus_per_node is None:
+        gpus_per_node = (plan_data.get("hardware") or {}).get("gpus_per_node")
+    if hostfile and not hosts:
+        from zerokit.errors import BadInput
+        from zerokit.launch.hostfile import parse_hostfile
+
+        with contextlib.suppress(OSError, BadInput):  # the hostfile check reports what is wrong with it
+            hosts = parse_hostfile(Path(hostfile).read_text(), hostfile)
+    return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
+                  hosts=dict(hosts or {}), launcher=launcher, master_port=master_port)

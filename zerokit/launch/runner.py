@@ -1,0 +1,288 @@
+"""The `deepspeed` runner's command line as data, and the one function that starts it.
+
+`build_command(spec) -> (argv, env)` is pure, so tests assert on the exact command without spawning
+anything; `run(argv, env)` is the only place that touches subprocess. It behaves like a well-mannered
+foreground process: output streams through, the job's exit code becomes ours, and SIGINT/SIGTERM reach
+the runner's whole process group, so no rank outlives zerokit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from zerokit.errors import BadInput
+from zerokit.launch.hostfile import parse_hostfile, validate_hostname
+from zerokit.launch.render import render
+
+LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi")
+DEFAULT_MASTER_PORT = 29500
+GRACE_SECONDS = 10.0
+"""After forwarding SIGINT/SIGTERM, how long the ranks get to exit before the process group is SIGKILLed."""
+
+# DeepSpeed writes .deepspeed_env values into `export K=V;` for pdsh and wraps anything outside this set in
+# double quotes, where $(...) would still expand: values are held to this set instead.
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INCLUDE = re.compile(r"[A-Za-z0-9.\-:,@]+")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything `zerokit launch` needs to start one job; `None` means "the runner's default"."""
+
+    script: str
+    """The training script the ranks run."""
+    script_args: tuple[str, ...] = ()
+    """Arguments for the script; `--deepspeed CONFIG` is appended unless they already name a config."""
+    config: str | None = None
+    """The ds_config; reaches the script as `--deepspeed PATH` (the HF Trainer convention)."""
+    gpus_per_node: int | None = None
+    """Ranks per node (GPUs; on a host without GPUs, ranks on DeepSpeed's CPU accelerator)."""
+    nodes: int | None = None
+    """Use the first N hosts of the hostfile."""
+    include: str | None = None
+    """DeepSpeed's resource filter, e.g. `localhost:0,1` or `worker-0@worker-1:0,2`."""
+    hostfile: str | None = None
+    """A DeepSpeed hostfile (`HOST slots=N` lines); makes the launch multi-node."""
+    hosts: tuple[tuple[str, int], ...] = ()
+    """Hosts and slots from `--hosts`; zerokit writes the hostfile for them."""
+    launcher: str = "pdsh"
+    """How the runner reaches the other nodes: pdsh, openmpi, mvapich, slurm, mpich or impi."""
+    master_addr: str | None = None
+    """Address of rank 0's node; default: the first host (the runner asks it over ssh)."""
+    master_port: int = DEFAULT_MASTER_PORT
+    """TCP port of the rendezvous on the master node."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables every rank sees; on many nodes they travel through `.deepspeed_env`."""
+    files_dir: str = ".zerokit"
+    """Where the written hostfile and .deepspeed_env go."""
+    runner: str = "deepspeed"
+    """The runner executable."""
+    extra_runner_args: tuple[str, ...] = field(default_factory=tuple)
+    """Passed to the runner before the script (e.g. `--ssh_port 2222`)."""
+
+    @property
+    def multi_node(self) -> bool:
+        return bool(self.hostfile or self.hosts) or (self.nodes or 1) > 1
+
+    @property
+    def written_hostfile(self) -> str:
+        return str(Path(self.files_dir).absolute() / "hostfile")
+
+    @property
+    def env_file(self) -> str:
+        return str(Path(self.files_dir).absolute() / ".deepspeed_env")
+
+
+def names_config(args: tuple[str, ...] | list[str]) -> bool:
+    """Whether the script's arguments already pass a DeepSpeed config."""
+    flags = ("--deepspeed", "--deepspeed_config", "--deepspeed-config")
+    return any(a in flags or a.split("=", 1)[0] in flags for a in args)
+
+
+def script_argv(spec: LaunchSpec) -> list[str]:
+    args = [spec.script, *spec.script_args]
+    if spec.config and not names_config(spec.script_args):
+        args += ["--deepspeed", str(Path(spec.config).absolute())]
+    return args
+
+
+def validate(spec: LaunchSpec) -> None:
+    """Refuse, with one line each, anything the runner would misread or a remote shell would execute."""
+    if spec.launcher not in LAUNCHERS:
+        raise BadInput(f"--launcher {spec.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if not 1 <= spec.master_port <= 65535:
+        raise BadInput(f"--master-port must be 1-65535, got {spec.master_port}")
+    if spec.master_addr is not None:
+        validate_hostname(spec.master_addr)
+    if spec.hostfile and spec.hosts:
+        raise BadInput("give either --hostfile or --hosts, not both")
+    if spec.include is not None:
+        if spec.gpus_per_node is not None or spec.nodes is not None:
+            raise BadInput("--include picks the ranks itself; drop --gpus-per-node/--nodes (DeepSpeed refuses both)")
+        if not _INCLUDE.fullmatch(spec.include):
+            raise BadInput(f"--include {spec.include!r}: write it like localhost:0,1 or worker-0@worker-1:0,2")
+        for part in spec.include.split("@"):
+            validate_hostname(part.split(":", 1)[0])
+    if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
+        raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
+    for host, _ in spec.hosts:
+        validate_hostname(host)
+    for key, value in spec.env:
+        if not _ENV_KEY.fullmatch(key):
+            raise BadInput(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
+        if spec.multi_node and not _SHELL_SAFE.fullmatch(value):
+            raise BadInput(f"--env {key}: value {value!r} has shell characters; DeepSpeed's .deepspeed_env "
+                           "cannot carry them to other nodes safely")
+    if spec.multi_node and spec.launcher == "pdsh":
+        # pdsh joins the command into one string for a remote shell: every word must be inert there.
+        for word in [*script_argv(spec), str(Path.cwd())]:
+            if not _SHELL_SAFE.fullmatch(word):
+                raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
+                               "through one); rename it or use --launcher openmpi")
+
+
+def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
+    """The runner's argv and the variables to add to the environment (not a copy of os.environ)."""
+    validate(spec)
+    argv = [spec.runner]
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}  # ranks' output streams through as it comes
+    if spec.multi_node:
+        argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--launcher", spec.launcher]
+        if spec.master_addr:
+            argv += ["--master_addr", spec.master_addr]
+        if spec.env:
+            env["DS_ENV_FILE"] = spec.env_file  # the runner joins it to ~ and .; an absolute path wins both
+    if spec.nodes is not None:
+        argv += ["--num_nodes", str(spec.nodes)]
+    if spec.gpus_per_node is not None:
+        argv += ["--num_gpus", str(spec.gpus_per_node)]
+    if spec.include is not None:
+        argv += ["--include", spec.include]
+    argv += ["--master_port", str(spec.master_port), *spec.extra_runner_args]
+    argv += script_argv(spec)
+    env.update(dict(spec.env))
+    return argv, env
+
+
+def render_files(spec: LaunchSpec) -> dict[str, str]:
+    """The files the launch writes before starting: `{absolute path: content}` (empty on one node)."""
+    files: dict[str, str] = {}
+    if spec.hosts:
+        files[spec.written_hostfile] = render("hostfile.j2", hosts=dict(spec.hosts))
+    if spec.multi_node and spec.env:
+        files[spec.env_file] = render("deepspeed_env.j2", env=dict(spec.env))
+    return files
+
+
+def hosts_of(spec: LaunchSpec) -> dict[str, int]:
+    """`{host: slots}` the job runs on; one node is `{"localhost": gpus_per_node}`."""
+    if spec.hosts:
+        return dict(spec.hosts)
+    if spec.hostfile:
+        path = Path(spec.hostfile)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise BadInput(f"--hostfile {spec.hostfile}: {e.strerror}") from None
+        return parse_hostfile(text, str(path))
+    return {"localhost": spec.gpus_per_node or 1}
+
+
+def render_launch_script(spec: LaunchSpec, zerokit_command: str) -> str:
+    """A bash script that starts the same runner command (for people who keep a run.sh)."""
+    argv, env = build_command(spec)
+    return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command)
+
+
+class _Var:
+    """A shell variable reference inside a command that is otherwise fully quoted."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f'"${self.name}"'
+
+
+def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_name: str = "zerokit",
+                  time_limit: str | None = None) -> str:
+    """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
+    validate(replace(spec, launcher="slurm"))  # srun, not pdsh: every word below is quoted for bash
+    hosts = hosts_of(spec) if (spec.hostfile or spec.hosts) else {}
+    nodes = spec.nodes or len(hosts) or 1
+    gpus = spec.gpus_per_node or (next(iter(hosts.values())) if hosts else None)
+    if gpus is None:
+        raise BadInput("--emit-sbatch needs --gpus-per-node N (or --hosts/--hostfile with slots)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_name):
+        raise BadInput(f"job name {job_name!r}: use letters, digits, '_', '.' and '-'")
+    if time_limit is not None and not re.fullmatch(r"[0-9:-]+", time_limit):
+        raise BadInput(f"--time {time_limit!r}: write it like 02:00:00 or 1-00:00:00")
+    words: list[object] = [spec.runner, "--hostfile", _Var("HOSTFILE"), "--no_ssh", "--node_rank",
+                           _Var("SLURM_NODEID"), "--num_nodes", str(nodes), "--num_gpus", str(gpus),
+                           "--master_addr", _Var("MASTER_ADDR"), "--master_port", _Var("MASTER_PORT"),
+                           *spec.extra_runner_args, *script_argv(spec)]
+    node_command = "exec " + " ".join(str(w) if isinstance(w, _Var) else shlex.quote(w) for w in words)
+    env = {"PYTHONUNBUFFERED": "1", **dict(spec.env)}
+    return render("slurm.sbatch.j2", job_name=job_name, nodes=nodes, gpus_per_node=gpus, time=time_limit,
+                  cwd=str(Path.cwd()), env=env, master_port=spec.master_port, node_command=node_command,
+                  zerokit_command=zerokit_command, sbatch_name=sbatch_name)
+
+
+def shell_line(argv: list[str], env: dict[str, str]) -> str:
+    """The command as one copy-pasteable, shell-quoted line: `K=V ... deepspeed ...`."""
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
+
+
+def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS) -> int:
+    """Start the runner in its own session and wait; return the job's exit code (128+N for a signal).
+
+    The runner gets a new session (so a terminal's Ctrl-C reaches only zerokit), and zerokit forwards
+    SIGINT/SIGTERM/SIGHUP to the whole group: the runner, DeepSpeed's per-node launcher and every rank.
+    A group still alive `grace` seconds later, or at a second Ctrl-C, is SIGKILLed; so is anything left
+    in the group after the runner exits.
+    """
+    try:
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True)
+    except OSError as e:
+        raise BadInput(f"cannot start {argv[0]}: {e.strerror}; is DeepSpeed installed (pip install "
+                       "'zerokit[deepspeed]')?") from None
+    pgid = proc.pid
+    received: list[int] = []
+    deadline: list[float] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            _killpg(pgid, signal.SIGKILL)
+            return
+        _killpg(pgid, signum)
+        deadline.append(time.monotonic() + grace)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in handled}
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if deadline and time.monotonic() > deadline[0]:
+                    _killpg(pgid, signal.SIGKILL)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _reap_group(pgid, grace)
+    if received:
+        return 128 + received[0]
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+
+
+def _killpg(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _reap_group(pgid: int, grace: float) -> None:
+    """Ranks left in the group after the runner exited: SIGTERM, then SIGKILL after `grace` seconds."""
+    if not _killpg(pgid, 0):
+        return
+    print(f"zerokit: processes of the job outlived the runner; stopping them (group {pgid})", file=sys.stderr)
+    _killpg(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if not _killpg(pgid, 0):
+            return
+        time.sleep(0.1)
+    _killpg(pgid, signal.SIGKILL)
