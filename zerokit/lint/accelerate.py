@@ -1,0 +1,133 @@
+"""Lint an Accelerate config YAML (`accelerate config` output) that uses DeepSpeed.
+
+Two shapes exist. With `deepspeed_config_file`, Accelerate loads that ds_config and refuses the YAML's own
+ZeRO fields (DeepSpeedPlugin._deepspeed_config_checks). Without it, DeepSpeedPlugin.__post_init__ builds a
+ds_config from the YAML fields; `synthesize` builds the same dict so the ds_config rules apply to it, with
+findings pointing at the YAML lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zerokit.lint.findings import ERROR, WARNING, Finding
+from zerokit.lint.loader import Document
+from zerokit.lint.schema import _did_you_mean
+
+# accelerate/commands/launch.py deepspeed_args
+YAML_DS_KEYS = ("deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
+                "offload_optimizer_nvme_path", "offload_param_nvme_path", "gradient_accumulation_steps",
+                "gradient_clipping", "zero3_init_flag", "zero3_save_16bit_model", "deepspeed_hostfile",
+                "deepspeed_exclusion_filter", "deepspeed_inclusion_filter", "deepspeed_multinode_launcher",
+                "deepspeed_moe_layer_cls_names")
+# DeepSpeedPlugin._deepspeed_config_checks: these conflict with deepspeed_config_file
+IGNORED_WITH_FILE = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                     "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                     "zero3_save_16bit_model")
+DEVICES = ("none", "cpu", "nvme")
+
+
+def is_accelerate_yaml(doc: Document) -> bool:
+    return doc.syntax == "yaml"
+
+
+def yaml_findings(doc: Document) -> list[Finding]:
+    """Checks of the YAML's own deepspeed_config block (ZK601-ZK603)."""
+    out: list[Finding] = []
+    ds = doc.data.get("deepspeed_config")
+
+    def add(key: tuple, severity: str, code: str, message: str, suggestion: str | None = None) -> None:
+        line, col = doc.where(key)
+        out.append(Finding(doc.path, line, col, severity, code, ".".join(map(str, key)), message, suggestion))
+
+    if doc.data.get("distributed_type") not in (None, "DEEPSPEED") and ds:
+        add(("distributed_type",), WARNING, "ZK603", f"distributed_type is {doc.data.get('distributed_type')!r}, so "
+            "Accelerate ignores the deepspeed_config block; set distributed_type: DEEPSPEED", "DEEPSPEED")
+    if not isinstance(ds, dict):
+        if ds is not None:
+            add(("deepspeed_config",), ERROR, "ZK103", "deepspeed_config must be a mapping of Accelerate's DeepSpeed "
+                "fields")
+        return out
+    for key in ds:
+        if key not in YAML_DS_KEYS:
+            guess = _did_you_mean(str(key), list(YAML_DS_KEYS))
+            add(("deepspeed_config", key), ERROR, "ZK100", f"unknown key '{key}' in deepspeed_config: accelerate launch "
+                "does not know it" + (f" (did you mean '{guess}'?)" if guess else ""), guess)
+    for key in ("offload_optimizer_device", "offload_param_device"):
+        if key in ds and ds[key] not in DEVICES:
+            add(("deepspeed_config", key), ERROR, "ZK104", f"deepspeed_config.{key} is {ds[key]!r}; use one of "
+                + ", ".join(DEVICES), _did_you_mean(str(ds[key]), list(DEVICES)))
+    if "zero_stage" in ds and ds["zero_stage"] not in (0, 1, 2, 3):
+        add(("deepspeed_config", "zero_stage"), ERROR, "ZK104", f"deepspeed_config.zero_stage is {ds['zero_stage']!r}; "
+            "use 0, 1, 2 or 3")
+    if ds.get("deepspeed_config_file") not in (None, "", "none"):
+        for key in IGNORED_WITH_FILE:
+            if key in ds:
+                add(("deepspeed_config", key), ERROR, "ZK601", f"deepspeed_config.{key} conflicts with "
+                    "deepspeed_config_file: Accelerate raises 'the following accelerate config variables will be "
+                    "ignored'; set it in the ds_config file and remove it here")
+        if doc.data.get("mixed_precision") is not None:
+            add(("mixed_precision",), ERROR, "ZK601", "mixed_precision conflicts with deepspeed_config_file: "
+                "Accelerate raises at launch; set fp16/bf16 in the ds_config file and remove mixed_precision here")
+    return out
+
+
+def config_file(doc: Document) -> str | None:
+    ds = doc.data.get("deepspeed_config")
+    if isinstance(ds, dict):
+        path = ds.get("deepspeed_config_file")
+        if isinstance(path, str) and path not in ("", "none"):
+            return path
+    return None
+
+
+def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
+    """The ds_config DeepSpeedPlugin.__post_init__ builds from the YAML fields, positions pointing at the YAML."""
+    ds: dict[str, Any] = doc.data.get("deepspeed_config") or {}
+    stage = ds.get("zero_stage", 2)
+    opt_dev = ds.get("offload_optimizer_device", "none")
+    par_dev = ds.get("offload_param_device", "none")
+    cfg: dict[str, Any] = {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": ds.get("gradient_accumulation_steps", "auto"),
+        "zero_optimization": {
+            "stage": stage,
+            "offload_optimizer": {"device": opt_dev, "nvme_path": ds.get("offload_optimizer_nvme_path", "none")
+                                  if opt_dev == "nvme" else None},
+            "offload_param": {"device": par_dev, "nvme_path": ds.get("offload_param_nvme_path", "none")
+                              if par_dev == "nvme" else None},
+            "stage3_gather_16bit_weights_on_model_save": bool(ds.get("zero3_save_16bit_model", False)),
+        },
+    }
+    if ds.get("gradient_clipping"):
+        cfg["gradient_clipping"] = ds["gradient_clipping"]
+    mp = doc.data.get("mixed_precision")
+    if mp in ("fp16", "bf16"):  # Accelerator.set_mixed_precision fills the precision section
+        cfg[mp] = {"enabled": True}
+    mapping = {
+        "gradient_accumulation_steps": "deepspeed_config.gradient_accumulation_steps",
+        "gradient_clipping": "deepspeed_config.gradient_clipping",
+        "zero_optimization.stage": "deepspeed_config.zero_stage",
+        "zero_optimization.offload_optimizer.device": "deepspeed_config.offload_optimizer_device",
+        "zero_optimization.offload_param.device": "deepspeed_config.offload_param_device",
+        "zero_optimization.offload_optimizer.nvme_path": "deepspeed_config.offload_optimizer_nvme_path",
+        "zero_optimization.offload_param.nvme_path": "deepspeed_config.offload_param_nvme_path",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": "deepspeed_config.zero3_save_16bit_model",
+        "zero_optimization": "deepspeed_config",
+        "zero_optimization.offload_optimizer": "deepspeed_config.offload_optimizer_device",
+        "zero_optimization.offload_param": "deepspeed_config.offload_param_device",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save.": "deepspeed_config.zero3_save_16bit_model",
+    }
+    positions = {}
+    for synth, real in mapping.items():
+        pos = doc.positions.get(tuple(real.split(".")))
+        if pos is None and real.startswith("deepspeed_config."):
+            pos = doc.positions.get(("deepspeed_config",))
+        if pos:
+            positions[tuple(synth.split("."))] = pos
+    if mp in ("fp16", "bf16") and ("mixed_precision",) in doc.positions:
+        positions[(mp,)] = positions[(mp, "enabled")] = doc.positions[("mixed_precision",)]
+        mapping[f"{mp}.enabled"] = "mixed_precision"
+    synth = Document(doc.path, cfg, positions, syntax="yaml", base_dir=doc.base_dir)
+    return synth, mapping

@@ -1,0 +1,256 @@
+"""Read a ds_config (JSON, HJSON) or an Accelerate YAML and remember where every key sits.
+
+DeepSpeed reads its config with `hjson` (a superset of JSON); transformers and Accelerate read it with
+`json.load`. So a file is tried as strict JSON first and as HJSON second, and the document records which
+one parsed it: an HJSON-only file works with the `deepspeed` launcher but not behind HF.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from zerokit.errors import BadInput
+
+KeyPath = tuple[Union[str, int], ...]
+Position = tuple[int, int]
+
+MAX_BYTES = 16 * 1024 * 1024  # a ds_config is a few KiB; anything this big is not one
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]')
+
+
+class LoadError(BadInput):
+    """A file that cannot be linted; carries the position of the problem."""
+
+    def __init__(self, path: str, line: int, column: int, message: str):
+        super().__init__(f"{path}:{line}:{column}: {message}")
+        self.path, self.line, self.column, self.reason = path, line, column, message
+
+
+@dataclass
+class Document:
+    """A parsed config and the 1-based (line, column) of each key, by key path."""
+
+    path: str
+    data: dict
+    positions: dict[KeyPath, Position] = field(default_factory=dict)
+    syntax: str = "json"  # json | hjson | yaml
+    duplicates: list[tuple[KeyPath, Position]] = field(default_factory=list)
+    base_dir: Path | None = None
+    json_error: str = ""  # why strict JSON rejected an HJSON file
+
+    def where(self, key: KeyPath) -> Position:
+        """Position of `key`, or of its nearest ancestor that has one (a missing key points at its section)."""
+        for n in range(len(key), 0, -1):
+            pos = self.positions.get(tuple(key[:n]))
+            if pos:
+                return pos
+        return (1, 1)
+
+
+class _Lines:
+    def __init__(self, text: str):
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def pos(self, offset: int) -> Position:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        return i + 1, offset - self.starts[i] + 1
+
+
+def _json_positions(text: str) -> tuple[dict[KeyPath, Position], list[tuple[KeyPath, Position]]]:
+    """One regex pass over valid JSON: the position of every object key, and keys repeated in one object."""
+    lines = _Lines(text)
+    positions: dict[KeyPath, Position] = {}
+    duplicates: list[tuple[KeyPath, Position]] = []
+    # stack frames: [path, kind, pending key or index, expecting_key, keys seen]
+    stack: list[list[Any]] = []
+    pending: str | int | None = None
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        top = stack[-1] if stack else None
+        if tok in "{[":
+            if top is None:
+                path: KeyPath = ()
+            elif top[1] == "[":
+                path = top[0] + (top[2],)
+            else:
+                path = top[0] + (pending,)
+            stack.append([path, tok, 0, True, set()])
+        elif tok in "}]":
+            if stack:
+                stack.pop()
+        elif tok == ":":
+            if top is not None:
+                top[3] = False
+        elif tok == ",":
+            if top is not None:
+                if top[1] == "[":
+                    top[2] += 1
+                else:
+                    top[3] = True
+        elif top is not None and top[1] == "{" and top[3]:
+            key = json.loads(tok)
+            pending = key
+            keypath = top[0] + (key,)
+            pos = lines.pos(m.start())
+            if key in top[4]:
+                duplicates.append((keypath, pos))
+            else:
+                top[4].add(key)
+                positions[keypath] = pos
+    return positions, duplicates
+
+
+_HJSON_KEY = re.compile(r'''(?m)^[ \t]*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|([^\s:,{}\[\]"']+))[ \t]*:''')
+
+
+def _hjson_positions(text: str, data: Any) -> dict[KeyPath, Position]:
+    """HJSON keys may be unquoted; match `key:` at line starts in document order (one key per line)."""
+    lines = _Lines(text)
+    found = [(m.group(1) or m.group(2) or m.group(3), m.start(0) + len(m.group(0)) - len(m.group(0).lstrip()))
+             for m in _HJSON_KEY.finditer(text)]
+    positions: dict[KeyPath, Position] = {}
+    cursor = 0
+
+    def walk(node: Any, path: KeyPath) -> None:
+        nonlocal cursor
+        if isinstance(node, dict):
+            for key, value in node.items():
+                for i in range(cursor, len(found)):
+                    if found[i][0] == key:
+                        positions[path + (key,)] = lines.pos(found[i][1])
+                        cursor = i + 1
+                        break
+                walk(value, path + (key,))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, path + (i,))
+
+    walk(data, ())
+    return positions
+
+
+def _decode(raw: bytes, path: str) -> str:
+    if not raw.strip():
+        raise LoadError(path, 1, 1, "empty file: a ds_config is a JSON object such as {\"train_batch_size\": 8}")
+    if b"\x00" in raw:
+        raise LoadError(path, 1, 1, "binary file, not a JSON/HJSON/YAML config")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise LoadError(path, line, 1, "not UTF-8 text: is this really a ds_config?") from None
+
+
+def _check_object(data: Any, path: str) -> dict:
+    if not isinstance(data, dict):
+        kind = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(type(data), "a number")
+        raise LoadError(path, 1, 1, f"top level is {kind}; a ds_config must be a JSON object {{...}}")
+    return data
+
+
+def parse_json(text: str, path: str) -> Document:
+    """Strict JSON first (what HF reads), then HJSON (what DeepSpeed reads)."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise LoadError(path, 1, 1, "nested too deeply to be a ds_config") from None
+    except json.JSONDecodeError as e:
+        json_error = f"line {e.lineno} column {e.colno}: {e.msg}"
+        try:
+            import hjson
+
+            data = hjson.loads(text)
+        except RecursionError:
+            raise LoadError(path, 1, 1, "nested too deeply to be a ds_config") from None
+        except Exception as he:  # noqa: BLE001 - hjson raises HjsonDecodeError, and others on some garbage
+            line = getattr(he, "lineno", None)
+            if line is None or path.endswith(".json"):
+                line, col, msg = e.lineno, e.colno, e.msg
+            else:
+                col, msg = getattr(he, "colno", 1), getattr(he, "msg", str(he))
+            raise LoadError(path, line, col, f"syntax error: {msg}") from None
+        if not isinstance(data, dict):  # HJSON reads almost any text as a string: the JSON error says more
+            raise LoadError(path, e.lineno, e.colno, f"syntax error: {e.msg}")
+        return Document(path, _plain(data), _hjson_positions(text, data), syntax="hjson", json_error=json_error)
+    data = _check_object(data, path)
+    try:
+        positions, duplicates = _json_positions(text)
+    except RecursionError:  # pragma: no cover - the scanner is iterative
+        positions, duplicates = {}, []
+    return Document(path, data, positions, "json", duplicates)
+
+
+def _plain(value: Any) -> Any:
+    """hjson returns OrderedDicts; rules compare against plain types."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def parse_yaml(text: str, path: str) -> Document:
+    import yaml
+
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        loader = loader_cls(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise LoadError(path, line, col, f"YAML syntax error: {e.problem or e}") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise LoadError(path, 1, 1, f"YAML error: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    data = _check_object(data, path)
+    positions: dict[KeyPath, Position] = {}
+    stack = [(node, ())]
+    while stack:
+        n, p = stack.pop()
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                key = getattr(k, "value", None)
+                if isinstance(key, str):
+                    positions[p + (key,)] = (k.start_mark.line + 1, k.start_mark.column + 1)
+                    stack.append((v, p + (key,)))
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend((v, p + (i,)) for i, v in enumerate(n.value))
+    return Document(path, data, positions, "yaml")
+
+
+def is_yaml_name(name: str) -> bool:
+    return name.lower().endswith((".yaml", ".yml"))
+
+
+def load_text(text: str, path: str, yaml_syntax: bool = False) -> Document:
+    if not text.strip():
+        raise LoadError(path, 1, 1, "empty file: a ds_config is a JSON object such as {\"train_batch_size\": 8}")
+    return parse_yaml(text, path) if yaml_syntax else parse_json(text, path)
+
+
+def load_file(path: str) -> Document:
+    """Read and parse one file; every failure is a LoadError with a position."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise LoadError(path, 1, 1, "is a directory; pass the config files in it (a glob such as dir/*.json)")
+        with open(p, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        raise LoadError(path, 1, 1, "no such file") from None
+    except OSError as e:
+        raise LoadError(path, 1, 1, f"cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_BYTES:
+        raise LoadError(path, 1, 1, f"larger than {MAX_BYTES // 2**20} MiB; not a ds_config")
+    doc = load_text(_decode(raw, path), path, yaml_syntax=is_yaml_name(path))
+    doc.base_dir = p.resolve().parent
+    return doc

@@ -1,0 +1,523 @@
+"""Semantic lint rules: the config mistakes DeepSpeed accepts silently, misreads, or rejects only at initialize.
+
+Each rule is a small function `(doc, ctx) -> Iterable[Hit]` in the ordered `RULES` table with a stable code and
+a default severity. Every rule cites where DeepSpeed (0.19), transformers or Accelerate shows the fault, and
+`tests/test_lint_rules.py` shows each one against the installed DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from zerokit.autofill import fills
+from zerokit.lint import schema as schema_mod
+from zerokit.lint.findings import ERROR, WARNING, Finding, dotted
+from zerokit.lint.loader import Document
+from zerokit.lint.schema import AUTO, Hit
+
+# deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS (matched case-insensitively)
+DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon")
+# torch.optim classes DeepSpeed falls back to with getattr(torch.optim, name) (case-sensitive); torch 2.x
+TORCH_OPTIMIZERS = ("ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS", "Muon", "NAdam",
+                    "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam")
+# What ZeRO accepts without zero_allow_untested_optimizer (deepspeed/runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS:
+# torch Adam/AdamW/Adagrad, FusedAdam, DeepSpeedCPUAdam/Adagrad/Lion, FusedLion; MuonWithAuxAdam for muon).
+ZERO_TESTED = ("adam", "adamw", "adagrad", "lion", "muon", "Adam", "AdamW", "Adagrad")
+# deepspeed/runtime/lr_schedules.py VALID_LR_SCHEDULES, then torch.optim.lr_scheduler by name
+DEEPSPEED_SCHEDULERS = ("LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+TORCH_SCHEDULERS = ("ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
+                    "ExponentialLR", "LambdaLR", "LinearLR", "MultiStepLR", "MultiplicativeLR", "OneCycleLR",
+                    "PolynomialLR", "ReduceLROnPlateau", "SequentialLR", "StepLR")
+# Stage-3-only keys of zero_optimization (pydantic field name and its stage3_ alias)
+STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+               "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+               "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential")
+BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
+
+TARGET_NAMES = {"trainer": "the HF Trainer", "accelerate": "Accelerate", "deepspeed": "DeepSpeed"}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the config is linted for: the --target consumer, and --world-size / --gpu-memory when given."""
+
+    target: str = "trainer"
+    world_size: int | None = None
+    gpu_memory: int | None = None  # bytes
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    severity: str
+    name: str
+    check: Callable[[Document, Context], Iterable[Hit]]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _int(value: Any) -> int | None:
+    """An integer-valued JSON number, else None ("auto", strings, missing)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _zero(cfg: dict) -> dict:
+    z = cfg.get("zero_optimization")
+    return z if isinstance(z, dict) else {}
+
+
+def _stage(cfg: dict) -> int | None:
+    """The ZeRO stage DeepSpeed will run, or None when it is "auto" / unreadable."""
+    z = cfg.get("zero_optimization")
+    if isinstance(z, bool):
+        return 1 if z else 0
+    if not isinstance(z, dict):
+        return 0
+    stage = z.get("stage", 0)
+    return _int(stage) if _int(stage) in (0, 1, 2, 3) else None
+
+
+def _section(cfg: dict, *names: str) -> dict:
+    for name in names:
+        if isinstance(cfg.get(name), dict):
+            return cfg[name]
+    return {}
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1)
+
+
+def _bf16_key(cfg: dict) -> str:
+    # get_bfloat16_config reads "bf16" and falls back to the old name "bfloat16"
+    return "bf16" if isinstance(cfg.get("bf16"), dict) or "bfloat16" not in cfg else "bfloat16"
+
+
+def _offload(cfg: dict, which: str) -> tuple[str | None, tuple]:
+    """(device, key path) of zero_optimization.offload_{which}; device None when absent."""
+    sec = _zero(cfg).get(f"offload_{which}")
+    if isinstance(sec, dict):
+        dev = sec.get("device", "none")
+        return (dev if isinstance(dev, str) else None), ("zero_optimization", f"offload_{which}", "device")
+    legacy = {"param": "cpu_offload_param", "optimizer": "cpu_offload"}[which]
+    if _zero(cfg).get(legacy) is True:
+        return "cpu", ("zero_optimization", legacy)
+    return None, ()
+
+
+def _dtype_bytes(cfg: dict) -> int:
+    half = _is_true(_section(cfg, "fp16").get("enabled")) or _is_true(_section(cfg, _bf16_key(cfg)).get("enabled"))
+    auto = AUTO in (_section(cfg, "fp16").get("enabled"), _section(cfg, _bf16_key(cfg)).get("enabled"))
+    return 2 if half or auto else 4
+
+
+# ---------------------------------------------------------------- schema rules (ZK1xx)
+
+
+def schema_checks(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """Unknown, removed, deprecated keys and wrong values, from the shipped JSON Schema (ZK100-ZK105)."""
+    yield from schema_mod.walk(doc.data)
+    if isinstance(doc.data.get("zero_optimization"), bool):
+        yield Hit(("zero_optimization",), "'zero_optimization': true/false is the deprecated form (true means "
+                  "stage 1); write {\"stage\": 1}", '{"stage": 1}', WARNING, "ZK102")
+
+
+def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeed loads files with dict_raise_error_on_duplicate_keys; HF's json.load keeps the last one silently."""
+    for key, _pos in doc.duplicates:
+        yield Hit(key, f"'{dotted(key)}' appears twice in one object: DeepSpeed refuses the file, json.load (HF "
+                  "Trainer, Accelerate) silently keeps the last value; delete one")
+
+
+def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """HfDeepSpeedConfig reads the file with json.load, so HJSON syntax works only with the deepspeed launcher."""
+    if doc.syntax == "hjson" and ctx.target in ("trainer", "accelerate"):
+        yield Hit((), f"not strict JSON ({doc.json_error}): DeepSpeed reads HJSON, but {TARGET_NAMES[ctx.target]} "
+                  "loads the file with json.load and fails; quote keys, drop comments and trailing commas, or lint "
+                  "with --target deepspeed")
+
+
+# ---------------------------------------------------------------- batch and precision
+
+
+def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedConfig._batch_assertion: train_batch_size == micro * accumulation * data-parallel world size."""
+    cfg = doc.data
+    tbs, mbs, gas = (cfg.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                          "gradient_accumulation_steps"))
+    if AUTO in (tbs, mbs, gas):
+        return
+    t, m, g = _int(tbs), _int(mbs), _int(gas)
+    if any(v is not None and v <= 0 for v in (t, m, g)):
+        return  # ZK105 reports it
+    w = ctx.world_size
+    key = ("train_batch_size",)
+    if t is not None and m is not None and g is not None:
+        if w is not None and t != m * g * w:
+            yield Hit(key, f"train_batch_size {t} != micro batch {m} x gradient_accumulation_steps {g} x world size "
+                      f"{w} = {m * g * w}; DeepSpeed asserts this at initialize; set train_batch_size to {m * g * w}",
+                      str(m * g * w))
+        elif w is None and t % (m * g):
+            yield Hit(key, f"train_batch_size {t} is not a multiple of micro batch {m} x gradient_accumulation_steps "
+                      f"{g} = {m * g}, so no world size satisfies DeepSpeed's batch assertion; fix one of the three")
+        return
+    if w is None:
+        return
+    if t is not None and m is not None and t % (m * w):
+        yield Hit(key, f"train_batch_size {t} is not divisible by micro batch {m} x world size {w}: DeepSpeed derives "
+                  f"gradient_accumulation_steps = {t // m // w} and its batch assertion fails")
+    elif t is not None and g is not None and t % (g * w):
+        yield Hit(key, f"train_batch_size {t} is not divisible by gradient_accumulation_steps {g} x world size {w}: "
+                  "DeepSpeed's derived micro batch fails its batch assertion")
+    elif t is not None and m is None and g is None and t % w:
+        yield Hit(key, f"train_batch_size {t} is not divisible by world size {w}: DeepSpeed's derived micro batch "
+                  f"{t // w} fails its batch assertion")
+
+
+def batch_size_missing(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedConfig._set_batch_related_parameters asserts one of the two is given; HF fills them otherwise."""
+    cfg = doc.data
+    if ctx.target == "deepspeed" and "train_batch_size" not in cfg and "train_micro_batch_size_per_gpu" not in cfg:
+        yield Hit((), "neither train_batch_size nor train_micro_batch_size_per_gpu is set: DeepSpeed stops at "
+                  "initialize; set train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu")
+
+
+def fp16_and_bf16(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedConfig asserts 'bfloat16 and fp16 modes cannot be simultaneously enabled'."""
+    cfg = doc.data
+    bkey = _bf16_key(cfg)
+    if _is_true(_section(cfg, "fp16").get("enabled")) and _is_true(_section(cfg, bkey).get("enabled")):
+        yield Hit((bkey, "enabled"), "fp16 and bf16 are both enabled; DeepSpeed refuses this at initialize; keep bf16 "
+                  "on GPUs that have it (A100, H100) and set fp16.enabled to false", "false")
+
+
+def fp16_loss_scale(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedFP16Config: with dynamic scaling (loss_scale 0) a window or floor <= 0 fails at initialize."""
+    fp16 = _section(doc.data, "fp16")
+    if not _is_true(fp16.get("enabled")) or fp16.get("loss_scale", 0) != 0:
+        return
+    for key in ("loss_scale_window", "min_loss_scale"):
+        v = _int(fp16.get(key))
+        if v is not None and v <= 0:
+            yield Hit(("fp16", key), f"fp16.{key} is {v}, but dynamic loss scaling (loss_scale 0) needs it > 0: "
+                      "DeepSpeed refuses it at initialize (a window of 0 would divide by zero)", "1")
+
+
+def master_weights_need_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedConfig._do_error_check: *_master_weights_and_grads and bf16_optimizer_states need ZeRO 1-3."""
+    cfg = doc.data
+    stage = _stage(cfg)
+    bkey = _bf16_key(cfg)
+    checks = [(("fp16", "fp16_master_weights_and_grads"), _section(cfg, "fp16")),
+              ((bkey, "bf16_master_weights_and_grads"), _section(cfg, bkey)),
+              ((bkey, "bf16_optimizer_states"), _section(cfg, bkey))]
+    for key, sec in checks:
+        if _is_true(sec.get(key[1])) and stage == 0:
+            yield Hit(key, f"{dotted(key)} needs ZeRO stage 1, 2 or 3; DeepSpeed asserts at initialize; set "
+                      "zero_optimization.stage or drop the key")
+    b = _section(cfg, bkey)
+    if _is_true(b.get("bf16_optimizer_states")) and b.get("bf16_master_weights_and_grads") is not True:
+        yield Hit((bkey, "bf16_optimizer_states"), "bf16_optimizer_states requires bf16_master_weights_and_grads: "
+                  "true; DeepSpeed asserts at initialize")
+
+
+# ---------------------------------------------------------------- ZeRO and offload
+
+
+def offload_param_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """Only ZeRO-3 partitions (and so offloads) parameters; stage 1/2 parse offload_param and never use it."""
+    stage = _stage(doc.data)
+    dev, key = _offload(doc.data, "param")
+    if stage is not None and stage < 3 and dev in ("cpu", "nvme"):
+        yield Hit(key, f"parameter offload to {dev} only works with ZeRO stage 3; at stage {stage} DeepSpeed ignores "
+                  "it and keeps parameters on the GPU; set zero_optimization.stage to 3 or remove offload_param", "3")
+
+
+def stage3_keys_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroConfig parses the stage-3 knobs at any stage; only DeepSpeedZeroOptimizer_Stage3 reads them."""
+    stage = _stage(doc.data)
+    if stage is None or stage == 3:
+        return
+    zero = _zero(doc.data)
+    for name in STAGE3_KEYS:
+        for key in (name, "stage3_" + name):
+            if key in zero:
+                yield Hit(("zero_optimization", key), f"zero_optimization.{key} only applies to ZeRO stage 3; at "
+                          f"stage {stage} DeepSpeed ignores it; remove it or use stage 3")
+    if "stage3_gather_fp16_weights_on_model_save" in zero:
+        yield Hit(("zero_optimization", "stage3_gather_fp16_weights_on_model_save"),
+                  f"zero_optimization.stage3_gather_fp16_weights_on_model_save only applies to ZeRO stage 3; at stage "
+                  f"{stage} DeepSpeed ignores it")
+
+
+def nvme_without_path(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """offload device 'nvme' with nvme_path null: the swapper joins None into a path at initialize."""
+    for which in ("param", "optimizer"):
+        sec = _zero(doc.data).get(f"offload_{which}")
+        if not isinstance(sec, dict) or sec.get("device") != "nvme":
+            continue
+        path = sec.get("nvme_path")
+        if path == AUTO and ctx.target == "accelerate":
+            continue  # Accelerate fills it from offload_*_nvme_path
+        if path in (None, "", "none"):
+            got = "is missing" if path is None else f"is {json.dumps(path)}"
+            yield Hit(("zero_optimization", f"offload_{which}", "device"),
+                      f"offload_{which} goes to NVMe but nvme_path {got}: DeepSpeed accepts the config and fails "
+                      f"at initialize; set zero_optimization.offload_{which}.nvme_path to a directory on a local NVMe "
+                      "drive", f"zero_optimization.offload_{which}.nvme_path")
+
+
+def partial_offload_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroConfig.offload_ratio_check: 'Partial offloading only supported for ZeRO Stage 3'."""
+    sec = _zero(doc.data).get("offload_optimizer")
+    stage = _stage(doc.data)
+    if isinstance(sec, dict) and stage is not None and stage < 3:
+        ratio = sec.get("ratio", 1.0)
+        if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and ratio < 1:
+            yield Hit(("zero_optimization", "offload_optimizer", "ratio"),
+                      f"offload_optimizer.ratio {ratio} (partial offload) needs ZeRO stage 3; DeepSpeed asserts at "
+                      f"initialize; use stage 3 or ratio 1.0", "1.0")
+
+
+def offload_optimizer_stage0(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """Offload lives in the ZeRO optimizers; at stage 0 no ZeRO optimizer is built and offload_optimizer is unused."""
+    dev, key = _offload(doc.data, "optimizer")
+    if _stage(doc.data) == 0 and dev in ("cpu", "nvme"):
+        yield Hit(key, f"optimizer offload to {dev} needs ZeRO stage 1, 2 or 3; at stage 0 DeepSpeed ignores it; set "
+                  "zero_optimization.stage", "zero_optimization.stage")
+
+
+def odd_allgather_bucket(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroOptimizer asserts allgather_bucket_size % nccl_start_alignment_factor (2) == 0 (stage 1/2)."""
+    v = _int(_zero(doc.data).get("allgather_bucket_size"))
+    if _stage(doc.data) in (1, 2) and v is not None and v % 2:
+        yield Hit(("zero_optimization", "allgather_bucket_size"), f"allgather_bucket_size {v} is odd; ZeRO stage 1/2 "
+                  "asserts it is a multiple of 2 at initialize", str(v + 1))
+
+
+def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """With overlap_comm the buckets take about 4.5 x (reduce + allgather/prefetch bucket) elements x dtype bytes."""
+    if ctx.gpu_memory is None:
+        return
+    cfg = doc.data
+    stage = _stage(cfg)
+    zero = _zero(cfg)
+    if stage in (None, 0):
+        return
+    overlap = zero.get("overlap_comm", stage == 3)  # DeepSpeedZeroConfig.overlap_comm_valid: default True at stage 3
+    if overlap is not True:
+        return
+    reduce = _int(zero.get("reduce_bucket_size", 500_000_000))
+    other_key = "allgather_bucket_size" if stage < 3 else (
+        "stage3_prefetch_bucket_size" if "stage3_prefetch_bucket_size" in zero else "prefetch_bucket_size")
+    other = _int(zero.get(other_key, 500_000_000 if stage < 3 else 50_000_000))
+    if reduce is None or other is None:
+        return  # "auto": the Trainer sizes them from hidden_size
+    nbytes = bucket_bytes(reduce, other, _dtype_bytes(cfg))
+    share = nbytes / ctx.gpu_memory
+    if share > BUCKET_SHARE_WARN:
+        yield Hit(("zero_optimization", "overlap_comm"),
+                  f"overlap_comm with reduce_bucket_size {reduce:.3g} and {other_key} {other:.3g} needs about "
+                  f"{nbytes / 1e9:.1f} GB of buckets (4.5 x ({reduce:.3g} + {other:.3g}) x {_dtype_bytes(cfg)} bytes), "
+                  f"{share:.0%} of the {ctx.gpu_memory / 1e9:.0f} GB GPU; lower both bucket sizes (e.g. 5e7) or set "
+                  "overlap_comm to false", "5e7")
+
+
+def bucket_bytes(reduce_bucket: int, other_bucket: int, dtype_bytes: int) -> int:
+    """The 4.5x rule of thumb from the DeepSpeed/transformers docs: double-buffered ipg and allgather buckets."""
+    return int(4.5 * (reduce_bucket + other_bucket) * dtype_bytes)
+
+
+def sum_allreduce_zero3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedConfig._do_error_check: gradient_allreduce_op='sum' is not supported with ZeRO stage 3."""
+    op = doc.data.get("gradient_allreduce_op")
+    if isinstance(op, str) and op.lower() == "sum" and _stage(doc.data) == 3:
+        yield Hit(("gradient_allreduce_op",), "gradient_allreduce_op 'sum' is not supported with ZeRO stage 3; "
+                  "DeepSpeed refuses it at initialize; use 'mean' (scale the loss instead)", "mean")
+
+
+def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """ZeRO-3 partitions weights: without gather_16bit_weights_on_model_save, save_16bit_model writes no weights."""
+    zero = _zero(doc.data)
+    if _stage(doc.data) != 3:
+        return
+    keys = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+            "stage3_gather_fp16_weights_on_model_save")
+    if not any(zero.get(k) is True or zero.get(k) == AUTO for k in keys):
+        yield Hit(("zero_optimization", "stage"), "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: "
+                  "save_16bit_model() (HF save_model) writes no usable weights, only the sharded checkpoint; set "
+                  "zero_optimization.stage3_gather_16bit_weights_on_model_save to true",
+                  "zero_optimization.stage3_gather_16bit_weights_on_model_save")
+
+
+# ---------------------------------------------------------------- optimizer and scheduler
+
+
+def unknown_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeed lower-cases its own names; anything else goes to getattr(torch.optim, name) at initialize."""
+    name = _section(doc.data, "optimizer").get("type")
+    if not isinstance(name, str) or name == AUTO:
+        return
+    if name.lower() in DEEPSPEED_OPTIMIZERS or name in TORCH_OPTIMIZERS:
+        return
+    known = list(DEEPSPEED_OPTIMIZERS) + list(TORCH_OPTIMIZERS)
+    guess = schema_mod._did_you_mean(name, known)
+    yield Hit(("optimizer", "type"), f"optimizer type '{name}' is neither a DeepSpeed optimizer ("
+              + ", ".join(DEEPSPEED_OPTIMIZERS) + ") nor a torch.optim class (case-sensitive): initialize fails"
+              + (f" (did you mean '{guess}'?)" if guess else ""), guess)
+
+
+def untested_zero_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._do_optimizer_sanity_check asserts zero_allow_untested_optimizer for optimizers ZeRO has not tested."""
+    cfg = doc.data
+    name = _section(cfg, "optimizer").get("type")
+    stage = _stage(cfg)
+    if not isinstance(name, str) or not stage or cfg.get("zero_allow_untested_optimizer") is True:
+        return
+    if name in TORCH_OPTIMIZERS and name not in ZERO_TESTED or name.lower() in ("lamb", "muadam", "muadamw", "musgd"):
+        yield Hit(("optimizer", "type"), f"ZeRO has not been tested with optimizer '{name}': initialize stops with "
+                  "'You are using an untested ZeRO Optimizer'; set \"zero_allow_untested_optimizer\": true or use "
+                  "AdamW", "zero_allow_untested_optimizer")
+
+
+def offload_client_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """With optimizer offload and no optimizer section, DeepSpeed raises on a plain torch optimizer at initialize."""
+    cfg = doc.data
+    dev, key = _offload(cfg, "optimizer")
+    if ctx.target != "deepspeed" or dev not in ("cpu", "nvme") or "optimizer" in cfg:
+        return
+    if cfg.get("zero_force_ds_cpu_optimizer", True) is not False:
+        yield Hit(key, "optimizer offload without an 'optimizer' section: the optimizer you pass to "
+                  "deepspeed.initialize must be DeepSpeedCPUAdam (a torch optimizer raises ZeRORuntimeException); add "
+                  "an optimizer section, or set zero_force_ds_cpu_optimizer to false", "optimizer")
+
+
+def max_grad_norm_param(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._configure_basic_optimizer raises on optimizer.params.max_grad_norm; clipping is gradient_clipping."""
+    params = _section(doc.data, "optimizer").get("params")
+    if isinstance(params, dict) and "max_grad_norm" in params:
+        yield Hit(("optimizer", "params", "max_grad_norm"), "'max_grad_norm' is not an optimizer parameter in "
+                  "DeepSpeed: initialize raises ValueError; move the value to top-level gradient_clipping",
+                  "gradient_clipping")
+
+
+def unknown_scheduler(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._scheduler_from_config: lr_schedules by name, else torch.optim.lr_scheduler, else an assertion."""
+    name = _section(doc.data, "scheduler").get("type")
+    if not isinstance(name, str) or name == AUTO or name in DEEPSPEED_SCHEDULERS or name in TORCH_SCHEDULERS:
+        return
+    guess = schema_mod._did_you_mean(name, list(DEEPSPEED_SCHEDULERS) + list(TORCH_SCHEDULERS))
+    yield Hit(("scheduler", "type"), f"scheduler type '{name}' is unknown: initialize fails with 'DeepSpeed does not "
+              f"recognize LR scheduler'; use one of {', '.join(DEEPSPEED_SCHEDULERS)} or a torch.optim.lr_scheduler "
+              "class" + (f" (did you mean '{guess}'?)" if guess else ""), guess)
+
+
+def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroConfig.compute_grad_norm_valid: false is supported only with ZeRO stage 1 or 2."""
+    zero = _zero(doc.data)
+    stage = _stage(doc.data)
+    if zero.get("compute_grad_norm") is False and stage in (0, 3):
+        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false is supported only with ZeRO "
+                  f"stage 1 or 2 (this is stage {stage}); DeepSpeed refuses the config; remove it", "true")
+
+
+# ---------------------------------------------------------------- "auto"
+
+
+def _auto_leaves(node: Any, path: tuple) -> Iterator[tuple]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _auto_leaves(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _auto_leaves(v, path + (i,))
+    elif node == AUTO:
+        yield path
+
+
+def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """'auto' is a placeholder for HF Trainer / Accelerate (zerokit.autofill); DeepSpeed itself never fills it."""
+    for key in _auto_leaves(doc.data, ()):
+        name = dotted(key)
+        node = schema_mod.node_at(key)
+        if node is not None and node.get("default") == AUTO:
+            continue  # a value DeepSpeed itself understands (data_types.keep_in_fp32_modules, pipeline.stages, ...)
+        if fills(ctx.target, name):
+            continue
+        parent = schema_mod.node_at(key[:1]) or {}
+        effect = ("DeepSpeed drops it and silently uses its default" if parent.get("x-pydantic")
+                  else "DeepSpeed reads the string 'auto' as the value and fails or misbehaves")
+        who = TARGET_NAMES[ctx.target]
+        if ctx.target == "deepspeed":
+            msg = f"'{name}' is \"auto\", which only HF Trainer / Accelerate replace: {effect}; write a value"
+        else:
+            other = "accelerate" if ctx.target == "trainer" else "trainer"
+            also = (f" ({TARGET_NAMES[other]} does fill it)" if fills(other, name) else "")
+            msg = f"'{name}' is \"auto\" but {who} does not fill it{also}: {effect}; write a value"
+            if key[:1] == ("zero_optimization",) and fills(ctx.target, "zero_optimization.stage3_" + str(key[-1])):
+                msg += f", or use the name 'stage3_{key[-1]}' that {who} fills"
+        yield Hit(key, msg)
+
+
+def accelerate_needs_zero_section(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedPlugin: 'Please specify the ZeRO optimization config in the DeepSpeed config.'"""
+    if ctx.target == "accelerate" and doc.syntax != "yaml" and "zero_optimization" not in doc.data:
+        yield Hit((), "Accelerate refuses a deepspeed_config_file without a zero_optimization section; add "
+                  "\"zero_optimization\": {\"stage\": ...}", "zero_optimization")
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("ZK100", ERROR, "schema", schema_checks),  # also reports ZK101-ZK105 with their own severities
+    Rule("ZK106", ERROR, "duplicate-key", duplicate_keys),
+    Rule("ZK107", ERROR, "hjson-behind-hf", hjson_behind_hf),
+    Rule("ZK201", ERROR, "batch-size-mismatch", batch_size_mismatch),
+    Rule("ZK202", ERROR, "batch-size-missing", batch_size_missing),
+    Rule("ZK203", ERROR, "fp16-and-bf16", fp16_and_bf16),
+    Rule("ZK204", ERROR, "fp16-dynamic-loss-scale", fp16_loss_scale),
+    Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
+    Rule("ZK301", ERROR, "offload-param-below-stage3", offload_param_below_stage3),
+    Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
+    Rule("ZK303", ERROR, "nvme-without-path", nvme_without_path),
+    Rule("ZK304", ERROR, "partial-offload-below-stage3", partial_offload_below_stage3),
+    Rule("ZK305", ERROR, "offload-optimizer-stage0", offload_optimizer_stage0),
+    Rule("ZK306", ERROR, "odd-allgather-bucket", odd_allgather_bucket),
+    Rule("ZK307", WARNING, "bucket-memory", bucket_memory),
+    Rule("ZK308", ERROR, "sum-allreduce-zero3", sum_allreduce_zero3),
+    Rule("ZK309", WARNING, "zero3-no-16bit-save", zero3_no_16bit_save),
+    Rule("ZK310", ERROR, "compute-grad-norm-stage", compute_grad_norm_stage),
+    Rule("ZK401", ERROR, "unknown-optimizer", unknown_optimizer),
+    Rule("ZK402", ERROR, "untested-zero-optimizer", untested_zero_optimizer),
+    Rule("ZK403", WARNING, "offload-needs-ds-optimizer", offload_client_optimizer),
+    Rule("ZK404", ERROR, "max-grad-norm-param", max_grad_norm_param),
+    Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
+    Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
+    Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
+)
+
+
+def run_rules(doc: Document, ctx: Context, key_names: dict[str, str] | None = None,
+              skip: tuple[str, ...] = ()) -> list[Finding]:
+    """Every rule over one document, in table order; `key_names` renames synthetic keys (Accelerate YAML)."""
+    out: list[Finding] = []
+    for rule in RULES:
+        if rule.code in skip:
+            continue
+        for hit in rule.check(doc, ctx):
+            line, col = doc.where(hit.key)
+            key = dotted(hit.key)
+            if key_names:
+                key = key_names.get(key, key)
+            out.append(Finding(doc.path, line, col, hit.severity or rule.severity, hit.code or rule.code, key,
+                               hit.message, hit.suggestion))
+    return out

@@ -1,0 +1,226 @@
+"""The shipped JSON Schema of a ds_config and the structural checks drawn from it.
+
+A small walker instead of `jsonschema`: it needs only the keywords the schema uses (properties,
+additionalProperties, type, enum, ranges), reports every problem with its key path, adds did-you-mean,
+and keeps `zerokit lint` fast to start. `jsonschema` validates the schema itself, in the tests.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from zerokit.lint.findings import ERROR, WARNING, dotted
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "ds_config.schema.json"
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a check found: the key path, the message, the fix; severity None means the rule's default."""
+
+    key: tuple
+    message: str
+    suggestion: str | None = None
+    severity: str | None = None
+    code: str | None = None  # schema checks report several codes from one walk
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict:
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def schema_text() -> str:
+    return SCHEMA_PATH.read_text(encoding="utf-8")
+
+
+def node_at(keypath: tuple, schema: dict | None = None) -> dict | None:
+    """The schema node describing `keypath`, or None where the schema does not describe it."""
+    node = schema or load_schema()
+    for key in keypath:
+        props = node.get("properties")
+        if not props or key not in props:
+            return None
+        node = props[key]
+    return node
+
+
+@lru_cache(maxsize=1)
+def _leaf_index() -> dict[str, list[str]]:
+    """key name -> dotted paths where the schema has it; for 'did you mean zero_optimization.X'."""
+    index: dict[str, list[str]] = {}
+    stack = [((), load_schema())]
+    while stack:
+        path, node = stack.pop()
+        for key, sub in (node.get("properties") or {}).items():
+            if sub.get("x-removed") or sub.get("deprecated"):
+                continue
+            index.setdefault(key, []).append(".".join(path + (key,)))
+            stack.append((path + (key,), sub))
+    return index
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if math.isfinite(value) and value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+_ARTICLE = {"integer": "an integer", "number": "a number", "boolean": "true or false", "string": "a string",
+            "array": "a list", "object": "an object {...}", "null": "null"}
+
+
+def _type_ok(value: Any, types: list[str], auto_only: bool) -> bool:
+    t = _json_type(value)
+    if t == "string" and auto_only:
+        return False  # "auto" never reaches here; any other string is the wrong type
+    return t in types or (t == "integer" and "number" in types)
+
+
+def _pydantic_coerces(value: Any, types: list[str]) -> Any:
+    """The value pydantic's lax mode would turn this into, or None when it rejects it."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if "boolean" in types and v in ("true", "false", "yes", "no", "on", "off", "1", "0", "t", "f", "y", "n"):
+            return v in ("true", "yes", "on", "1", "t", "y")
+        if "integer" in types or "number" in types:
+            try:
+                num = float(v)
+            except ValueError:
+                return None
+            if "integer" in types and num.is_integer() and "e" not in v and "." not in v:
+                return int(num)
+            if "number" in types and math.isfinite(num):
+                return num
+    if "boolean" in types and isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return None
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _did_you_mean(key: str, candidates: list[str]) -> str | None:
+    lowered = {c.lower(): c for c in candidates}
+    if key.lower() in lowered:
+        return lowered[key.lower()]
+    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Iterator[Hit]:
+    """Type, enum and range of one value."""
+    types = node.get("type")
+    if isinstance(types, str):
+        types = [types]
+    name = dotted(keypath)
+    if types and not _type_ok(value, types, node.get("x-auto-only", False)):
+        want = " or ".join(_ARTICLE.get(t, t) for t in types if t != "string" or not node.get("x-auto-only"))
+        fixed = _pydantic_coerces(value, types)
+        fix = json.dumps(fixed) if fixed is not None else None
+        if pydantic and fixed is not None:
+            yield Hit(keypath, f"'{name}' should be {want}, not {_show(value)}: DeepSpeed converts it, but HF's "
+                      f"'auto' filling and other tools compare it as written; write {fix}",
+                      fix, WARNING, "ZK103")
+        else:
+            extra = (" DeepSpeed reads this section as a plain dict, so the string is used as is (a non-empty "
+                     "string counts as true)." if not pydantic and "boolean" in types and isinstance(value, str)
+                     else "")
+            yield Hit(keypath, f"'{name}' must be {want}, not {_show(value)}.{extra}"
+                      + (f" Write {fix}." if fix else ""), fix, ERROR, "ZK103")
+        return
+    enum = node.get("enum")
+    if enum is not None:
+        ok = value in enum
+        if not ok and node.get("x-ignore-case") and isinstance(value, str):
+            ok = value.lower() in [e.lower() for e in enum if isinstance(e, str)]
+        if not ok:
+            options = [e for e in enum if e != AUTO]
+            guess = _did_you_mean(str(value), [str(e) for e in options]) if isinstance(value, str) else None
+            yield Hit(keypath, f"'{name}' is {_show(value)}; DeepSpeed accepts "
+                      + ", ".join(_show(e) for e in options), guess, ERROR, "ZK104")
+            return
+    if _json_type(value) in ("integer", "number") and not isinstance(value, bool):
+        for kw, bad, words in (("minimum", lambda v, b: v < b, ">="), ("exclusiveMinimum", lambda v, b: v <= b, ">"),
+                               ("maximum", lambda v, b: v > b, "<="), ("exclusiveMaximum", lambda v, b: v >= b, "<")):
+            if kw in node and (math.isnan(value) or bad(value, node[kw])):
+                yield Hit(keypath, f"'{name}' is {_show(value)}; it must be {words} {node[kw]}", None, ERROR, "ZK105")
+                return
+
+
+def walk(data: dict) -> Iterator[Hit]:
+    """Unknown (ZK100), removed (ZK101), deprecated (ZK102) keys and bad values (ZK103-ZK105), at every level."""
+    stack: list[tuple[Any, dict, tuple, bool]] = [(data, load_schema(), (), False)]
+    while stack:
+        obj, node, path, pydantic = stack.pop()
+        props = node.get("properties") or {}
+        pydantic = pydantic or bool(node.get("x-pydantic"))
+        for key, value in obj.items():
+            keypath = path + (key,)
+            sub = props.get(key)
+            if sub is None:
+                if node.get("additionalProperties", True) is not False:
+                    continue
+                yield _unknown(key, keypath, props, pydantic)
+                continue
+            if sub.get("x-removed"):
+                yield Hit(keypath, f"'{dotted(keypath)}' was removed from DeepSpeed, which now refuses the config: "
+                          + sub["description"].strip() + " Delete it.", None, ERROR, "ZK101")
+                continue
+            if sub.get("deprecated"):
+                new = sub.get("x-replaced-by")
+                yield Hit(keypath, f"'{dotted(keypath)}' is deprecated" + (f"; use '{new}' instead" if new else ""),
+                          new, WARNING, "ZK102")
+            if value == AUTO:
+                continue  # ZK207 decides whether the consumer fills it
+            if isinstance(value, dict) and "properties" in sub:
+                stack.append((value, sub, keypath, pydantic))
+                continue
+            if key == "zero_optimization" and isinstance(value, bool):
+                continue  # the deprecated boolean form; ZK102 above covers it via rules
+            yield from check_value(value, sub, keypath, pydantic)
+            items = sub.get("items")
+            if isinstance(value, list) and items and "type" in items:
+                for i, item in enumerate(value):
+                    yield from check_value(item, items, keypath + (i,), pydantic)
+
+
+def _unknown(key: str, keypath: tuple, props: dict, pydantic: bool) -> Hit:
+    where = "in " + dotted(keypath[:-1]) if keypath[:-1] else "at the top level"
+    known = [k for k, v in props.items() if not v.get("x-removed")]
+    guess = _did_you_mean(key, known)
+    suggestion = None
+    if guess:
+        suggestion = ".".join(str(k) for k in keypath[:-1] + (guess,))
+        hint = f" (did you mean '{guess}'?)"
+    else:
+        elsewhere = _leaf_index().get(key, [])
+        if elsewhere:
+            suggestion = elsewhere[0]
+            hint = f" (did you mean '{suggestion}'? it belongs there)"
+        else:
+            hint = ""
+    effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
+              else "DeepSpeed silently ignores it")
+    return Hit(keypath, f"unknown key '{key}' {where}: {effect}{hint}", suggestion, ERROR, "ZK100")
