@@ -1,0 +1,99 @@
+"""GPU memory beyond model states and activations: DeepSpeed's communication buffers, and the fixed overhead.
+
+What DeepSpeed 0.19 allocates (read from `runtime/zero/stage_1_and_2.py`, `runtime/zero/stage3.py`,
+`runtime/engine.py`):
+
+* ZeRO-1/2: the gradient ("ipg") bucket of `reduce_bucket_size` elements, a second one when `overlap_comm` is on
+  (`setup_buckets`: "double buffers to avoid data access conflict"), plus the reduction temporaries and the
+  all-gather of updated parameters in chunks of `allgather_bucket_size`. DeepSpeed's documentation sums this up as
+  "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size values" (5e8 each -> 9 GB in 16-bit);
+  we use that 4.5x with overlap and 2x (one bucket + one temporary) without.
+* ZeRO-3: one ipg bucket of `reduce_bucket_size` (same 4.5x / 2x rule for the reduce-scatter temporaries), and
+  gathered parameters beyond the largest layer (which `states.py` counts as the working set): up to
+  `stage3_max_live_parameters` elements stay gathered, and `stage3_prefetch_bucket_size` are fetched ahead.
+  Persistent small parameters (`stage3_param_persistence_threshold`, norms and biases) are ignored: a few MB.
+* Stage 0: the engine all-reduces gradients flattened into buffers of up to 5e8 elements
+  (`buffered_allreduce_fallback`).
+
+Element counts are multiplied by the training dtype's bytes (2 for bf16/fp16, 4 for fp32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OVERLAP_FACTOR = 4.5
+NO_OVERLAP_FACTOR = 2.0
+STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
+DEFAULT_MAX_LIVE_PARAMETERS = 1_000_000_000  # DeepSpeed's default stage3_max_live_parameters
+
+# Overhead: the CUDA context (300-600 MiB with cuBLAS/cuDNN handles), NCCL's communicators and channel buffers
+# (a few hundred MiB per process group) and the caching allocator's fragmentation, which grows with the pool.
+OVERHEAD_FIXED = 2**30  # 1 GiB: context + NCCL
+OVERHEAD_FRACTION = 0.05  # 5% of the GPU: fragmentation
+
+
+@dataclass(frozen=True)
+class BufferSettings:
+    """The DeepSpeed knobs that set buffer sizes (elements, as the ds_config takes them)."""
+
+    overlap_comm: bool
+    reduce_bucket_size: int
+    allgather_bucket_size: int
+    prefetch_bucket_size: int
+    param_persistence_threshold: int
+    max_live_parameters: int
+    hf_auto: bool
+    """True when the sizes are exactly what HF Trainer / Accelerate fill for "auto" (reduce = hidden^2,
+    prefetch = 0.9 hidden^2, persistence = 10 hidden), so a trainer/accelerate config can leave them "auto"."""
+
+
+def hf_auto_settings(hidden_size: int, overlap_comm: bool = True,
+                     max_live_parameters: int = DEFAULT_MAX_LIVE_PARAMETERS) -> BufferSettings:
+    """The sizes transformers' `HfTrainerDeepSpeedConfig` and Accelerate fill for "auto" from `hidden_size`."""
+    h2 = hidden_size * hidden_size
+    return BufferSettings(overlap_comm, h2, h2, int(0.9 * h2), 10 * hidden_size, max_live_parameters, True)
+
+
+def buffer_ladder(hidden_size: int, zero_stage: int) -> tuple[BufferSettings, ...]:
+    """Settings from fastest to most frugal; the planner keeps the first that does as well as the last.
+
+    HF's "auto" sizes with overlap_comm come first, so a trainer config can leave them "auto"; then fewer live
+    ZeRO-3 parameters; then no overlap; then quarter-size buckets (explicit values).
+    """
+    h2 = hidden_size * hidden_size
+    small = max(h2 // 4, 1_000_000)
+    frugal = BufferSettings(False, small, small, small, 10 * hidden_size, max(small, 10_000_000), False)
+    if zero_stage == 3:
+        return (
+            hf_auto_settings(hidden_size),
+            hf_auto_settings(hidden_size, max_live_parameters=100_000_000),
+            hf_auto_settings(hidden_size, overlap_comm=False, max_live_parameters=100_000_000),
+            frugal,
+        )
+    if zero_stage == 0:
+        return (hf_auto_settings(hidden_size),)  # no ZeRO buckets to tune
+    return (hf_auto_settings(hidden_size), hf_auto_settings(hidden_size, overlap_comm=False), frugal)
+
+
+def comm_buffers(
+    settings: BufferSettings,
+    zero_stage: int,
+    parameters: int,
+    largest_layer_parameters: int,
+    dtype_bytes: int = 2,
+) -> int:
+    """Bytes of communication buffers and gathered parameters beyond the working set, per GPU."""
+    if zero_stage == 0:
+        return dtype_bytes * min(parameters, STAGE0_ALLREDUCE_ELEMENTS)
+    factor = OVERLAP_FACTOR if settings.overlap_comm else NO_OVERLAP_FACTOR
+    if zero_stage in (1, 2):
+        return int(factor * dtype_bytes * (settings.reduce_bucket_size + settings.allgather_bucket_size))
+    live = min(settings.max_live_parameters, parameters) - largest_layer_parameters
+    gathered = max(settings.prefetch_bucket_size, live, 0)
+    return int(factor * dtype_bytes * settings.reduce_bucket_size) + dtype_bytes * gathered
+
+
+def default_overhead(gpu_memory_bytes: int) -> int:
+    """CUDA context + NCCL + fragmentation reserve: 1 GiB plus 5% of the GPU (5.1 GB on an 80 GB GPU)."""
+    return OVERHEAD_FIXED + int(OVERHEAD_FRACTION * gpu_memory_bytes)

@@ -1,0 +1,478 @@
+"""The rules engine: an ordered table of small named rules.
+
+Each rule reads the planning context, returns `(decision, reason)`, and `plan()` stores the decision on the
+context under the rule's name before the next rule runs. A reason is one sentence (or None when the rule has
+nothing to say for this plan, e.g. the NVMe rule without --nvme-path); `Plan.reasons` keeps them in order.
+
+How the search works (the README's "How the planner decides" says the same in prose):
+
+1. Precision: bf16 where the GPU has it, else fp16 with dynamic loss scaling; fp32 only when asked.
+2. Batch: the micro-batches to try. `auto` tries powers of two 1..64; a global batch (or global batch tokens)
+   fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried).
+3. Candidates, fastest to most frugal: ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
+   offload; ZeRO-3 + CPU optimizer and parameter offload; then, only with --nvme-path, ZeRO-3 with the optimizer
+   on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
+4. For each candidate and buffer setting (HF "auto" bucket sizes with overlap_comm first, then smaller), the
+   largest micro-batch that fits without gradient checkpointing; checkpointing only when that micro-batch is
+   below the comfortable minimum (4096 tokens per micro-batch, or the largest allowed micro-batch if smaller)
+   and checkpointing allows a larger one. Smaller buffers are used only when they change that outcome.
+5. Choose: among the no-offload stages, the first that fits comfortably without checkpointing; otherwise the
+   first candidate that fits at all (checkpointing beats offload: recomputation costs ~1/3 more compute, CPU Adam
+   and PCIe traffic cost more). A candidate fits when GPU, CPU RAM per node and NVMe all hold it.
+6. Nothing fits: the candidate with the smallest shortfall is shown, with what is missing (more GPUs for ZeRO-3
+   without offload, or CPU RAM for full offload, or NVMe).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from zerokit.errors import BadInput
+from zerokit.memory.activations import estimate_activations
+from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
+from zerokit.memory.host import HostMemory, host_memory
+from zerokit.memory.states import DTYPE_BYTES, model_states
+from zerokit.models.spec import ModelSpec
+from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
+from zerokit.units import format_bytes, format_count
+
+MAX_AUTO_MICRO_BATCH = 64
+COMFORTABLE_TOKENS = 4096
+"""Tokens per micro-batch above which a larger micro-batch without checkpointing is not worth recomputation."""
+TOKENS_PER_STEP_NOTE = 1_000_000
+
+NO_OFFLOAD = ((0, "none", "none"), (1, "none", "none"), (2, "none", "none"), (3, "none", "none"))
+CPU_OFFLOAD = ((2, "cpu", "none"), (3, "cpu", "none"), (3, "cpu", "cpu"))
+NVME_OFFLOAD = ((3, "nvme", "none"), (3, "nvme", "cpu"), (3, "nvme", "nvme"))
+FORCED_ORDER = NO_OFFLOAD + ((1, "cpu", "none"),) + CPU_OFFLOAD[:2] + ((3, "none", "cpu"),) + CPU_OFFLOAD[2:] \
+    + NVME_OFFLOAD
+"""Every setup DeepSpeed runs, for when options are forced."""
+
+
+@dataclass
+class Evaluation:
+    """One candidate at its best micro-batch: what `Plan.candidates` lists, plus what the decision needs."""
+
+    candidate: Candidate
+    buffers: BufferSettings
+    comfortable: bool
+    shortfall: float
+    """max(need / have) over GPU, CPU RAM and NVMe; <= 1 when it fits."""
+
+
+@dataclass
+class Context:
+    """What the rules read and fill, in table order."""
+
+    model: ModelSpec
+    hardware: Hardware
+    training: Training
+    precision: str = ""
+    batch: BatchChoice | None = None
+    candidates: tuple = ()
+    evaluations: tuple = ()
+    chosen: Evaluation | None = None
+    warnings: list = field(default_factory=list)
+    _activations: dict = field(default_factory=dict)
+    _ladders: dict = field(default_factory=dict)
+    _buffers: dict = field(default_factory=dict)
+    overhead: int = 0
+
+    def __post_init__(self) -> None:
+        t, hw = self.training, self.hardware
+        self.overhead = t.overhead_bytes if t.overhead_bytes is not None else default_overhead(hw.gpu_memory_bytes)
+
+    def ladder(self, stage: int) -> tuple[BufferSettings, ...]:
+        if stage not in self._ladders:
+            self._ladders[stage] = buffer_ladder(self.model.hidden_size, stage)
+        return self._ladders[stage]
+
+    def buffers(self, stage: int, level: int) -> int:
+        key = (stage, level)
+        if key not in self._buffers:
+            m = self.model
+            self._buffers[key] = comm_buffers(self.ladder(stage)[level], stage, m.parameters, m.largest_layer_parameters,
+                                              DTYPE_BYTES[self.precision])
+        return self._buffers[key]
+
+    def needs(self, checkpointing: bool) -> list[int]:
+        """activations + transient for every allowed micro-batch, ascending: the planner bisects this list.
+
+        Computed once per plan (a few microseconds per estimate) instead of per candidate.
+        """
+        key = ("needs", checkpointing)
+        if key not in self._activations:
+            self._activations[key] = [sum(self.activations(mb, checkpointing)) for mb in self.batch.micro_batches]
+        return self._activations[key]
+
+    def activations(self, micro_batch: int, checkpointing: bool) -> tuple[int, int]:
+        """(activations, transient) bytes for one micro-batch; cached: every candidate asks the same questions."""
+        key = (micro_batch, checkpointing)
+        if key not in self._activations:
+            est = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
+                                       attention=self.training.attention, dtype=self.precision,
+                                       gradient_checkpointing=checkpointing)
+            self._activations[key] = (int(est.activations), int(est.transient))
+        return self._activations[key]
+
+    @property
+    def gpu_label(self) -> str:
+        hw = self.hardware
+        return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    micro_batches: tuple[int, ...]
+    """Micro-batches allowed, ascending."""
+    per_gpu_samples: int | None
+    """Samples per GPU per optimizer step when a global batch is given; None = accumulation 1."""
+    comfortable: int
+    """The micro-batch from which checkpointing is not worth it."""
+
+
+Rule = Callable[[Context], tuple[Any, Optional[str]]]
+
+
+# ---------------------------------------------------------------------------------------------------------- rules
+
+def rule_forced(ctx: Context) -> tuple[None, str | None]:
+    """Refuse combinations DeepSpeed itself rejects, before searching."""
+    t, hw = ctx.training, ctx.hardware
+    stage, opt, param = t.zero_stage, t.offload_optimizer, t.offload_param
+    if param not in (None, "none") and stage is not None and stage < 3:
+        raise BadInput(f"--offload-param {param} needs ZeRO stage 3 (DeepSpeed partitions parameters only at "
+                       f"stage 3); drop --zero-stage {stage} or --offload-param")
+    if opt not in (None, "none") and stage == 0:
+        raise BadInput(f"--offload-optimizer {opt} needs ZeRO stage 1 or higher; use --zero-stage auto")
+    if "nvme" in (opt, param) and stage is not None and stage < 3:
+        raise BadInput(f"NVMe offload needs ZeRO stage 3 (ZeRO-Infinity); drop --zero-stage {stage}")
+    if "nvme" in (opt, param) and not hw.nvme_path:
+        raise BadInput("NVMe offload needs --nvme-path (the local NVMe mount to swap to)")
+    if param == "nvme" and opt not in (None, "nvme"):
+        raise BadInput(f"--offload-param nvme with --offload-optimizer {opt} is not a DeepSpeed setup; "
+                       "use --offload-optimizer nvme (or auto)")
+    if t.micro_batch is not None and t.micro_batch < 1:
+        raise BadInput(f"--micro-batch must be at least 1, got {t.micro_batch}")
+    if t.global_batch is not None and t.global_batch_tokens is not None:
+        raise BadInput("give --global-batch or --global-batch-tokens, not both")
+    forced = [f"ZeRO-{stage}" if stage is not None else "",
+              f"optimizer offload {opt}" if opt is not None else "",
+              f"parameter offload {param}" if param is not None else "",
+              f"micro-batch {t.micro_batch}" if t.micro_batch is not None else "",
+              ("checkpointing " + ("on" if t.gradient_checkpointing else "off"))
+              if t.gradient_checkpointing is not None else ""]
+    forced = [f for f in forced if f]
+    if not forced:
+        return None, None
+    return None, f"Forced by you: {', '.join(forced)}; the search only considers setups that keep them."
+
+
+def rule_precision(ctx: Context) -> tuple[str, str]:
+    """bf16 where the GPU computes in it (same range as fp32: no loss scaling), else fp16 with dynamic scaling."""
+    asked, hw = ctx.training.precision, ctx.hardware
+    if asked == "bf16" and not hw.bf16:
+        raise BadInput(f"{hw.gpu_name} has no bf16 support; use --precision fp16 (or auto)")
+    if asked is not None:
+        return asked, f"{asked} because you asked for it."
+    if hw.bf16:
+        return "bf16", f"bf16 because {ctx.gpu_label} supports it: fp32's range, no loss scaling needed."
+    return "fp16", f"fp16 with dynamic loss scaling because {ctx.gpu_label} has no bf16."
+
+
+def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
+    """Which micro-batches to try, and how a global batch splits into micro-batch x accumulation x GPUs."""
+    t, dp = ctx.training, ctx.hardware.world_size
+    target = t.global_batch
+    reason_prefix = ""
+    if t.global_batch_tokens is not None:
+        target = max(1, round(t.global_batch_tokens / t.seq_len))
+        reason_prefix = f"{format_count(t.global_batch_tokens)} tokens per step at {t.seq_len} tokens per sample is " \
+                        f"{target} samples; "
+    if target is None:
+        if t.micro_batch is not None:
+            mbs = (t.micro_batch,)
+            why = f"micro-batch {t.micro_batch} as asked, no gradient accumulation (no global batch given)."
+        else:
+            mbs = tuple(2**i for i in range(int(math.log2(MAX_AUTO_MICRO_BATCH)) + 1))
+            why = (f"micro-batch: the largest power of two up to {MAX_AUTO_MICRO_BATCH} that fits, no gradient "
+                   "accumulation (no global batch given).")
+        return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len)), "Batch: " + why
+    unit = dp * (t.micro_batch or 1)
+    rounded = max(unit, round(target / unit) * unit)
+    if rounded != target:
+        ctx.warnings.append(f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch); "
+                            f"using {rounded}")
+        reason_prefix += f"rounded to {rounded}, a multiple of {unit}; "
+    per_gpu = rounded // dp
+    if t.micro_batch is not None:
+        mbs = (t.micro_batch,)
+    else:
+        mbs = tuple(m for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
+    why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the largest "
+           f"divisor of {per_gpu} that fits and accumulation makes up the rest.")
+    return BatchChoice(mbs, per_gpu, _comfortable(mbs, t.seq_len)), "Batch: " + reason_prefix + why
+
+
+def rule_candidates(ctx: Context) -> tuple[tuple, str]:
+    """Setups to evaluate, fastest first, filtered by what the user forced; NVMe only with --nvme-path."""
+    t, hw = ctx.training, ctx.hardware
+    forced = (t.zero_stage, t.offload_optimizer, t.offload_param)
+    if forced == (None, None, None):
+        pool = NO_OFFLOAD + CPU_OFFLOAD + (NVME_OFFLOAD if hw.nvme_path else ())
+    else:  # forced options may name setups outside the default list, e.g. ZeRO-1 + CPU optimizer offload
+        pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
+                     and all(f is None or f == v for f, v in zip(forced, c)))
+    nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
+    return pool, f"Candidates, fastest to most frugal: {', '.join(_label(*c) for c in pool)}{nvme}."
+
+
+def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
+    """Every candidate at its best micro-batch, checkpointing and buffer setting."""
+    evaluations = tuple(_evaluate(ctx, *c) for c in ctx.candidates)
+    n_fit = sum(e.candidate.fits for e in evaluations)
+    return evaluations, (f"Evaluated {len(evaluations)} setups; {n_fit} fit on {ctx.gpu_label} " \
+                        f"({format_bytes(ctx.hardware.gpu_memory_bytes)} per GPU).")
+
+
+def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
+    """The fastest fitting setup (comfortable no-offload stages first), else the closest miss."""
+    evs = ctx.evaluations
+    if not evs:
+        raise BadInput("the forced options leave no setup to evaluate; relax --zero-stage/--offload-*")
+    comfortable = [e for e in evs if e.candidate.fits and e.comfortable and e.candidate.setup.offload_optimizer ==
+                   "none" and e.candidate.setup.offload_param == "none"]
+    fitting = [e for e in evs if e.candidate.fits]
+    if comfortable:
+        chosen = comfortable[0]
+    elif fitting:
+        chosen = fitting[0]
+    else:
+        chosen = evs[-1]  # the most frugal: what remains is host memory or more GPUs, which `missing` spells out
+        return chosen, (f"Nothing fits; the closest is the most frugal setup, {_label_of(chosen)}, which "
+                        f"{chosen.candidate.why_not}.")
+    s = chosen.candidate.setup
+    skipped = [e for e in evs[:evs.index(chosen)]]
+    why = f"{_label_of(chosen)} is the fastest setup that fits"
+    if skipped:
+        worst = skipped[-1]
+        why += f"; {_label_of(worst)} " + (worst.candidate.why_not or
+                                          f"fits only at micro-batch {worst.candidate.setup.micro_batch_size}" +
+                                          (" with checkpointing" if worst.candidate.setup.gradient_checkpointing
+                                           else ""))
+    if s.zero_stage in (1, 2) and s.offload_optimizer == "none":
+        why += f" (ZeRO-{s.zero_stage} moves the same bytes as plain data parallel)"
+    return chosen, why + "."
+
+
+def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
+    s = ctx.chosen.candidate.setup
+    if s.offload_optimizer == "none" and s.offload_param == "none":
+        return ("none", "none"), "No offload: model states fit on the GPUs, and offload would slow every step."
+    parts = []
+    if s.offload_optimizer != "none":
+        parts.append(f"the optimizer (fp32 master weights, Adam moments, fp32 gradients) to {s.offload_optimizer}")
+    if s.offload_param != "none":
+        parts.append(f"the 16-bit parameters to {s.offload_param}")
+    return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
+        " because the GPU cannot hold them otherwise."
+
+
+def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
+    e, b = ctx.chosen, ctx.batch
+    s = e.candidate.setup
+    largest = b.micro_batches[-1]
+    if ctx.training.gradient_checkpointing is not None:
+        ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
+    elif s.gradient_checkpointing:
+        ck = "gradient checkpointing on because without it only a smaller micro-batch fits (or none)"
+    else:
+        ck = "no gradient checkpointing: the activations fit without recomputation"
+    cap = "the largest allowed" if s.micro_batch_size == largest else f"the largest that fits (up to {largest})"
+    tokens = s.micro_batch_size * ctx.training.seq_len
+    return (s.micro_batch_size, s.gradient_checkpointing), \
+        f"Micro-batch {s.micro_batch_size} ({tokens:,} tokens), {cap}; {ck}."
+
+
+def rule_accumulation(ctx: Context) -> tuple[int, str]:
+    b, mb, t = ctx.batch, ctx.chosen.candidate.setup.micro_batch_size, ctx.training
+    gas = 1 if b.per_gpu_samples is None else b.per_gpu_samples // mb
+    dp = ctx.hardware.world_size
+    tokens = mb * gas * dp * t.seq_len
+    why = (f"Gradient accumulation {gas}: {mb} x {gas} x {dp} GPUs = {mb * gas * dp} sample{'s' if mb * gas * dp > 1 else ''}, "
+           f"{tokens:,} tokens per optimizer step")
+    if b.per_gpu_samples is None and tokens < TOKENS_PER_STEP_NOTE:
+        why += (" (pre-training usually wants >= 1M tokens per step: set --global-batch-tokens 1M; "
+                "for fine-tuning fewer is normal)")
+    return gas, why + "."
+
+
+def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
+    e = ctx.chosen
+    b, s = e.buffers, e.candidate.setup
+    if s.zero_stage == 0:
+        return b, None
+    size = format_bytes(e.candidate.memory.buffers)
+    what = ("HF's auto bucket sizes (reduce = hidden^2)" if b.hf_auto
+            else f"buckets of {format_count(b.reduce_bucket_size)} elements")
+    overlap = "overlap_comm on" if b.overlap_comm else "overlap_comm off (its ~4.5x bucket memory does not fit)"
+    live = f", {format_count(b.max_live_parameters)} live parameters" if s.zero_stage == 3 else ""
+    return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU."
+
+
+def rule_host(ctx: Context) -> tuple[int, str | None]:
+    c, hw = ctx.chosen.candidate, ctx.hardware
+    if c.cpu_bytes_per_node == 0 and c.nvme_bytes_per_node == 0:
+        return 0, None
+    have = f" of {format_bytes(hw.cpu_memory_bytes)}" if hw.cpu_memory_bytes else " (give --cpu-memory to check it)"
+    why = f"CPU RAM per node: {format_bytes(c.cpu_bytes_per_node)}{have}"
+    s = c.setup
+    if s.offload_optimizer == "none" and s.offload_param == "none":
+        why += ", the peak while every rank loads the model"
+    if c.nvme_bytes_per_node:
+        why += f"; NVMe per node: {format_bytes(c.nvme_bytes_per_node)}"
+        if hw.nvme_bytes:
+            why += f" of {format_bytes(hw.nvme_bytes)}"
+    return c.cpu_bytes_per_node, why + "."
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("forced", rule_forced),
+    ("precision", rule_precision),
+    ("batch", rule_batch),
+    ("candidates", rule_candidates),
+    ("evaluations", rule_evaluate),
+    ("chosen", rule_choose),
+    ("offload", rule_offload),
+    ("micro_batch", rule_micro_batch),
+    ("accumulation", rule_accumulation),
+    ("buffer_settings", rule_buffers),
+    ("host", rule_host),
+)
+
+
+# ------------------------------------------------------------------------------------------- evaluation helpers
+
+def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
+    """The candidate at the first buffer setting that does as well as the most frugal one."""
+    model, hw = ctx.model, ctx.hardware
+    w = DTYPE_BYTES[ctx.precision]
+    states = model_states(model.parameters, model.largest_layer_parameters, hw.world_size, stage, opt, param,
+                          ctx.precision)
+    host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
+                       param, w)
+    overhead = ctx.overhead
+    base = states.total + overhead
+    ladder = ctx.ladder(stage)
+    results = [_try(ctx, stage, 0, base)]
+    if len(ladder) > 1 and (not results[0][2] or not results[0][2][2]):  # not comfortable: do smaller buffers help?
+        last = _try(ctx, stage, len(ladder) - 1, base)
+        key0, key_last = (_outcome_key(r[2], ctx.batch.comfortable) for r in (results[0], last))
+        if key_last > key0:  # something between may already do as well as the most frugal setting
+            results += [_try(ctx, stage, i, base) for i in range(1, len(ladder) - 1)]
+        results.append(last)
+    keys = [_outcome_key(r[2], ctx.batch.comfortable) for r in results]
+    settings, buffers, found = results[keys.index(max(keys))]
+    if found is None:  # report the smallest configuration that was tried
+        settings, buffers, _ = results[-1]
+        ck = ctx.training.gradient_checkpointing if ctx.training.gradient_checkpointing is not None else True
+        mb = ctx.batch.micro_batches[0]
+        comfortable = False
+    else:
+        mb, ck, comfortable = found
+    act, transient = ctx.activations(mb, ck)
+    memory = GpuMemory(states.parameters, states.gradients, states.optimizer_states, act, transient, buffers, overhead)
+    total = base + buffers + act + transient
+    ratios = (total / hw.gpu_memory_bytes,
+              host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0,
+              host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0)
+    why_not = _why_not(ctx, total, host, ratios) if max(ratios) > 1 else None
+    candidate = Candidate(Setup(stage, opt, param, mb, ck), memory, host.cpu_bytes, host.nvme_bytes, why_not is None,
+                          why_not)
+    return Evaluation(candidate, settings, comfortable, max(ratios))
+
+
+def _try(ctx: Context, stage: int, level: int, base: int) -> tuple:
+    settings = ctx.ladder(stage)[level]
+    buffers = ctx.buffers(stage, level)
+    return settings, buffers, _best_micro_batch(ctx, ctx.hardware.gpu_memory_bytes - base - buffers)
+
+
+def _best_micro_batch(ctx: Context, available: int) -> tuple[int, bool, bool] | None:
+    """(micro_batch, checkpointing, comfortable) for `available` bytes, or None when nothing fits.
+
+    Without checkpointing first; with it only when that gives a larger micro-batch and the one without is below
+    the comfortable minimum.
+    """
+    forced = ctx.training.gradient_checkpointing
+    comfortable = ctx.batch.comfortable
+    plain = _largest_fitting(ctx, available, False) if forced is not True else None
+    if plain is not None and plain >= comfortable:
+        return plain, False, True
+    recomputed = _largest_fitting(ctx, available, True) if forced is not False else None
+    if recomputed is not None and (plain is None or recomputed > plain):
+        return recomputed, True, forced is True and recomputed >= comfortable
+    if plain is not None:
+        return plain, False, False
+    return None
+
+
+def _largest_fitting(ctx: Context, available: int, checkpointing: bool) -> int | None:
+    if available <= 0:
+        return None
+    i = bisect_right(ctx.needs(checkpointing), available)
+    return ctx.batch.micro_batches[i - 1] if i else None
+
+
+def _outcome_key(found: tuple[int, bool, bool] | None, comfortable: int) -> tuple:
+    if found is None:
+        return (False, False, False, 0)
+    mb, ck, comf = found
+    return (True, comf, not ck, min(mb, comfortable))
+
+
+def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
+    hw, problems = ctx.hardware, []
+    if ratios[0] > 1:
+        problems.append(f"needs {format_bytes(total)} per GPU, over the {format_bytes(hw.gpu_memory_bytes)} of the GPU")
+    if ratios[1] > 1:
+        problems.append(f"needs {format_bytes(host.cpu_bytes)} of CPU RAM per node, over the "
+                        f"{format_bytes(hw.cpu_memory_bytes)} given")
+    if ratios[2] > 1:
+        problems.append(f"needs {format_bytes(host.nvme_bytes)} of NVMe per node, over the "
+                        f"{format_bytes(hw.nvme_bytes)} given")
+    return " and ".join(problems)
+
+
+def _comfortable(micro_batches: tuple[int, ...], seq_len: int) -> int:
+    want = -(-COMFORTABLE_TOKENS // seq_len)
+    return min(micro_batches[-1], next((m for m in micro_batches if m >= want), micro_batches[-1]))
+
+
+def _valid(stage: int, opt: str, param: str, hw: Hardware) -> bool:
+    if param != "none" and stage < 3:
+        return False
+    if opt != "none" and stage == 0:
+        return False
+    if "nvme" in (opt, param) and (stage < 3 or not hw.nvme_path):
+        return False
+    return not (param == "nvme" and opt != "nvme")
+
+
+def _label(stage: int, opt: str, param: str) -> str:
+    text = f"ZeRO-{stage}"
+    if opt != "none" and param != "none" and opt == param:
+        return text + f" + {opt} offload (optimizer and parameters)"
+    if opt != "none":
+        text += f" + {opt} optimizer offload"
+    if param != "none":
+        text += f" + {param} parameter offload"
+    return text
+
+
+def _label_of(e: Evaluation) -> str:
+    s = e.candidate.setup
+    return _label(s.zero_stage, s.offload_optimizer, s.offload_param)
