@@ -1,0 +1,450 @@
+"""Exact parameter counts from a transformers config dict, by arithmetic: no torch, no transformers.
+
+Each family is a small function that lists the modules of `AutoModelForCausalLM.from_config(cfg)` that own parameters
+(`recurse=False`), with their sizes and how many copies the model has. From that list:
+
+- the total is what `sum(p.numel() for p in model.parameters())` gives, tied weights counted once;
+- the largest layer is the module with the most parameters of its own, the way DeepSpeed's
+  `model_to_params` (deepspeed/runtime/zero/stage3.py) walks `model.modules()`. A tied `lm_head` still owns its
+  (shared) weight there, so it is a candidate for the largest layer even though the total counts it once.
+
+Family defaults are those of the transformers 5.x config classes, so a config.json that leaves a key out counts the
+same as transformers would build it. tests/test_models.py holds every family against a meta-device instantiation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from zerokit.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Part:
+    """One module that owns parameters."""
+
+    name: str
+    params: int
+    """Parameters of its own (`module.parameters(recurse=False)`)."""
+    copies: int = 1
+    """How many such modules the model has (one per layer, usually)."""
+    tied: bool = False
+    """Its weight is another module's (tied lm_head): counted once in the total, still a layer for DeepSpeed."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one `model_type` is built: its config defaults, derived keys and modules."""
+
+    defaults: Mapping[str, Any]
+    parts: Callable[[dict], list[Part]]
+    derive: Callable[[dict], None] = lambda c: None
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    """Canonical key -> the key this family's config class stores it under (transformers' `attribute_map`)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Building blocks
+
+
+def _linear(n_in: int, n_out: int, bias: bool) -> int:
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def _head_dim_or_split(c: dict) -> None:
+    """`head_dim` missing or null means hidden_size // num_attention_heads (llama, mistral, mixtral, qwen2, phi3)."""
+    if c.get("head_dim") is None:
+        c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+
+
+def _kv_or_all_heads(c: dict) -> None:
+    """`num_key_value_heads: null` means plain multi-head attention."""
+    if c.get("num_key_value_heads") is None:
+        c["num_key_value_heads"] = c["num_attention_heads"]
+
+
+def _derive_decoder(c: dict) -> None:
+    _kv_or_all_heads(c)
+    _head_dim_or_split(c)
+
+
+def _attention(c: dict, *, qkv_bias: bool = False, o_bias: bool = False, qk_norm: bool = False,
+               fused_qkv: bool = False) -> list[Part]:
+    h, hd = c["hidden_size"], c["head_dim"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    if fused_qkv:
+        parts = [Part("self_attn.qkv_proj", _linear(h, q + 2 * kv, qkv_bias))]
+    else:
+        parts = [Part("self_attn.q_proj", _linear(h, q, qkv_bias)),
+                 Part("self_attn.k_proj", _linear(h, kv, qkv_bias)),
+                 Part("self_attn.v_proj", _linear(h, kv, qkv_bias))]
+    parts.append(Part("self_attn.o_proj", _linear(q, h, o_bias)))
+    if qk_norm:
+        parts += [Part("self_attn.q_norm", hd), Part("self_attn.k_norm", hd)]
+    return parts
+
+
+def _gated_mlp(h: int, inter: int, *, bias: bool = False, fused: bool = False, prefix: str = "mlp") -> list[Part]:
+    """SwiGLU / GeGLU: gate and up projections, then down."""
+    if fused:
+        return [Part(f"{prefix}.gate_up_proj", _linear(h, 2 * inter, bias)), Part(f"{prefix}.down_proj",
+                                                                                  _linear(inter, h, bias))]
+    return [Part(f"{prefix}.gate_proj", _linear(h, inter, bias)), Part(f"{prefix}.up_proj", _linear(h, inter, bias)),
+            Part(f"{prefix}.down_proj", _linear(inter, h, bias))]
+
+
+def _experts(h: int, inter: int, n: int) -> list[Part]:
+    """transformers 5 fuses all experts of a layer into one module: gate_up_proj (n, 2i, h) and down_proj (n, h, i)."""
+    return [Part("mlp.gate", n * h), Part("mlp.experts", n * 3 * h * inter)]
+
+
+def _times(parts: list[Part], copies: int) -> list[Part]:
+    return [Part(p.name, p.params, p.copies * copies, p.tied) for p in parts if copies > 0]
+
+
+def _embed_and_head(c: dict, layers: list[Part], final_norm: int) -> list[Part]:
+    v, h = c["vocab_size"], c["hidden_size"]
+    return [Part("embed_tokens", v * h), *layers, Part("norm", final_norm),
+            Part("lm_head", v * h, tied=bool(c["tie_word_embeddings"]))]
+
+
+def _sparse_layers(c: dict) -> int:
+    """Qwen-MoE: layer i is sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
+    only = set(c.get("mlp_only_layers") or ())
+    step = c["decoder_sparse_step"]
+    n_exp = c["num_experts"]
+    return sum(1 for i in range(c["num_hidden_layers"]) if i not in only and n_exp > 0 and (i + 1) % step == 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Families
+
+
+def _llama(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    layer = [*_attention(c, qkv_bias=c["attention_bias"], o_bias=c["attention_bias"]),
+             *_gated_mlp(h, c["intermediate_size"], bias=c["mlp_bias"]),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _mistral(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    layer = [*_attention(c), *_gated_mlp(h, c["intermediate_size"]),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _mixtral(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    layer = [*_attention(c), *_experts(h, c["intermediate_size"], c["num_local_experts"]),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _qwen2(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    layer = [*_attention(c, qkv_bias=True), *_gated_mlp(h, c["intermediate_size"]),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _qwen2_moe(c: dict) -> list[Part]:
+    h, n_layers = c["hidden_size"], c["num_hidden_layers"]
+    sparse = _sparse_layers(c)
+    common = [*_attention(c, qkv_bias=c["qkv_bias"]), Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    moe = [*_experts(h, c["moe_intermediate_size"], c["num_experts"]),
+           *_gated_mlp(h, c["shared_expert_intermediate_size"], prefix="mlp.shared_expert"),
+           Part("mlp.shared_expert_gate", h)]
+    layers = _times(common, n_layers) + _times(moe, sparse) + _times(_gated_mlp(h, c["intermediate_size"]),
+                                                                     n_layers - sparse)
+    return _embed_and_head(c, layers, h)
+
+
+def _qwen3(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    bias = c["attention_bias"]
+    layer = [*_attention(c, qkv_bias=bias, o_bias=bias, qk_norm=True), *_gated_mlp(h, c["intermediate_size"]),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _qwen3_moe(c: dict) -> list[Part]:
+    h, n_layers = c["hidden_size"], c["num_hidden_layers"]
+    sparse = _sparse_layers(c)
+    bias = c["attention_bias"]
+    common = [*_attention(c, qkv_bias=bias, o_bias=bias, qk_norm=True),
+              Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    layers = (_times(common, n_layers) + _times(_experts(h, c["moe_intermediate_size"], c["num_experts"]), sparse)
+              + _times(_gated_mlp(h, c["intermediate_size"]), n_layers - sparse))
+    return _embed_and_head(c, layers, h)
+
+
+def _gemma_family(n_norms: int, qk_norm: bool) -> Callable[[dict], list[Part]]:
+    """Gemma: 2 RMSNorms per layer; Gemma 2 and 3 add pre/post feed-forward norms; Gemma 3 adds q/k norms."""
+    names = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
+
+    def parts(c: dict) -> list[Part]:
+        h, bias = c["hidden_size"], c["attention_bias"]
+        layer = [*_attention(c, qkv_bias=bias, o_bias=bias, qk_norm=qk_norm), *_gated_mlp(h, c["intermediate_size"]),
+                 *(Part(n, h) for n in names[:n_norms])]
+        return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+    return parts
+
+
+def _phi3(c: dict) -> list[Part]:
+    h = c["hidden_size"]
+    layer = [*_attention(c, fused_qkv=True), *_gated_mlp(h, c["intermediate_size"], fused=True),
+             Part("input_layernorm", h), Part("post_attention_layernorm", h)]
+    return _embed_and_head(c, _times(layer, c["num_hidden_layers"]), h)
+
+
+def _gpt2(c: dict) -> list[Part]:
+    h, inter = c["n_embd"], c["intermediate_size"]
+    layer = [Part("ln_1", 2 * h), Part("attn.c_attn", _linear(h, 3 * h, True)),
+             Part("attn.c_proj", _linear(h, h, True)), Part("ln_2", 2 * h),
+             Part("mlp.c_fc", _linear(h, inter, True)), Part("mlp.c_proj", _linear(inter, h, True))]
+    if c.get("add_cross_attention"):
+        layer += [Part("crossattention.c_attn", _linear(h, 2 * h, True)),
+                  Part("crossattention.q_attn", _linear(h, h, True)),
+                  Part("crossattention.c_proj", _linear(h, h, True)), Part("ln_cross_attn", 2 * h)]
+    return [Part("wte", c["vocab_size"] * h), Part("wpe", c["n_positions"] * h),
+            *_times(layer, c["n_layer"]), Part("ln_f", 2 * h),
+            Part("lm_head", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+
+
+def _gpt_neox(c: dict) -> list[Part]:
+    h, inter, bias = c["hidden_size"], c["intermediate_size"], c["attention_bias"]
+    layer = [Part("input_layernorm", 2 * h), Part("post_attention_layernorm", 2 * h),
+             Part("attention.query_key_value", _linear(h, 3 * h, bias)), Part("attention.dense", _linear(h, h, bias)),
+             Part("mlp.dense_h_to_4h", _linear(h, inter, True)), Part("mlp.dense_4h_to_h", _linear(inter, h, True))]
+    return [Part("embed_in", c["vocab_size"] * h), *_times(layer, c["num_hidden_layers"]),
+            Part("final_layer_norm", 2 * h),
+            Part("embed_out", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+
+
+def _opt(c: dict) -> list[Part]:
+    h, ffn, bias = c["hidden_size"], c["ffn_dim"], c["enable_bias"]
+    proj, v = c["word_embed_proj_dim"], c["vocab_size"]
+    ln = 2 * h if c["layer_norm_elementwise_affine"] else 0
+    layer = [*(Part(f"self_attn.{n}", _linear(h, h, bias)) for n in ("k_proj", "v_proj", "q_proj", "out_proj")),
+             Part("self_attn_layer_norm", ln), Part("fc1", _linear(h, ffn, bias)), Part("fc2", _linear(ffn, h, bias)),
+             Part("final_layer_norm", ln)]
+    parts = [Part("embed_tokens", v * proj), Part("embed_positions", (c["max_position_embeddings"] + 2) * h)]
+    if proj != h:
+        parts += [Part("project_out", h * proj), Part("project_in", proj * h)]
+    if c["do_layer_norm_before"] and not c["_remove_final_layer_norm"]:
+        parts.append(Part("decoder.final_layer_norm", ln))
+    return [*parts, *_times(layer, c["num_hidden_layers"]),
+            Part("lm_head", v * proj, tied=bool(c["tie_word_embeddings"]))]
+
+
+def _falcon(c: dict) -> list[Part]:
+    h, bias, heads = c["hidden_size"], c["bias"], c["num_attention_heads"]
+    hd = h // heads
+    if c["new_decoder_architecture"]:
+        qkv = (2 * c["num_kv_heads"] + heads) * hd
+    elif c["multi_query"]:
+        qkv = h + 2 * hd
+    else:
+        qkv = 3 * h
+    ffn = c["ffn_hidden_size"]
+    layer = [Part("self_attention.query_key_value", _linear(h, qkv, bias)),
+             Part("self_attention.dense", _linear(h, h, bias)),
+             Part("mlp.dense_h_to_4h", _linear(h, ffn, bias)), Part("mlp.dense_4h_to_h", _linear(ffn, h, bias))]
+    n_ln = c.get("num_ln_in_parallel_attn")
+    if n_ln is None and c["new_decoder_architecture"]:
+        n_ln = 2
+    if not c["parallel_attn"]:
+        layer += [Part("post_attention_layernorm", 2 * h), Part("input_layernorm", 2 * h)]
+    elif n_ln == 2:
+        layer += [Part("ln_attn", 2 * h), Part("ln_mlp", 2 * h)]
+    else:
+        layer.append(Part("input_layernorm", 2 * h))
+    return [Part("word_embeddings", c["vocab_size"] * h), *_times(layer, c["num_hidden_layers"]), Part("ln_f", 2 * h),
+            Part("lm_head", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Derived keys: the canonical names the activation model reads (num_key_value_heads, head_dim, intermediate_size, ...)
+
+
+def _derive_gpt2(c: dict) -> None:
+    c["intermediate_size"] = c.get("n_inner") or 4 * c["n_embd"]
+    c.update(hidden_size=c["n_embd"], num_hidden_layers=c["n_layer"], num_attention_heads=c["n_head"],
+             num_key_value_heads=c["n_head"], head_dim=c["n_embd"] // c["n_head"],
+             max_position_embeddings=c["n_positions"])
+
+
+def _derive_mha(c: dict) -> None:
+    c["num_key_value_heads"] = c["num_attention_heads"]
+    c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+
+
+def _derive_opt(c: dict) -> None:
+    _derive_mha(c)
+    c["intermediate_size"] = c["ffn_dim"]
+    if c.get("word_embed_proj_dim") is None:
+        c["word_embed_proj_dim"] = c["hidden_size"]
+
+
+def _derive_falcon(c: dict) -> None:
+    if c.get("n_embed") is not None:
+        c["hidden_size"] = c["n_embed"]
+    if c.get("num_kv_heads") is None:
+        c["num_kv_heads"] = c["num_attention_heads"]
+    if c.get("ffn_hidden_size") is None:
+        c["ffn_hidden_size"] = 4 * c["hidden_size"]
+    c["intermediate_size"] = c["ffn_hidden_size"]
+    c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
+    multi_query_only = c["multi_query"] and not c["new_decoder_architecture"]
+    c["num_key_value_heads"] = 1 if multi_query_only else c["num_kv_heads"]
+
+
+def _derive_qwen_moe(c: dict) -> None:
+    _derive_decoder(c)
+    if c.get("mlp_only_layers") is None:
+        c["mlp_only_layers"] = []
+
+
+# Defaults of the transformers 5.x config classes (configuration_<family>.py), for the keys that change the count.
+_LLAMA = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "tie_word_embeddings": False,
+    "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 2048,
+}
+_MISTRAL = {
+    "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+}
+_MIXTRAL = {**_MISTRAL, "num_local_experts": 8, "num_experts_per_tok": 2}
+_QWEN2 = {
+    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False,
+    "max_position_embeddings": 32768,
+}
+_QWEN2_MOE = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "tie_word_embeddings": False,
+    "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
+    "mlp_only_layers": None, "qkv_bias": True,
+}
+_QWEN3 = {**_QWEN2, "head_dim": 128, "attention_bias": False}
+_QWEN3_MOE = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": None, "tie_word_embeddings": False,
+    "attention_bias": False, "max_position_embeddings": 32768, "decoder_sparse_step": 1,
+    "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "mlp_only_layers": None,
+}
+_GEMMA = {
+    "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "tie_word_embeddings": True,
+    "attention_bias": False, "max_position_embeddings": 8192,
+}
+_GEMMA2 = {**_GEMMA, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+           "num_attention_heads": 8, "num_key_value_heads": 4}
+_GEMMA3 = {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072}
+_PHI3 = {
+    "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": None, "tie_word_embeddings": False,
+    "max_position_embeddings": 4096,
+}
+_GPT2 = {
+    "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None, "n_positions": 1024,
+    "tie_word_embeddings": True, "add_cross_attention": False,
+}
+_GPT_NEOX = {
+    "vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
+    "num_attention_heads": 64, "tie_word_embeddings": False, "attention_bias": True, "max_position_embeddings": 2048,
+}
+_OPT = {
+    "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072, "num_attention_heads": 12,
+    "max_position_embeddings": 2048, "word_embed_proj_dim": 768, "do_layer_norm_before": True, "enable_bias": True,
+    "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False, "tie_word_embeddings": True,
+}
+_FALCON = {
+    "vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+    "num_ln_in_parallel_attn": None, "num_kv_heads": None, "new_decoder_architecture": False, "multi_query": True,
+    "parallel_attn": True, "bias": False, "ffn_hidden_size": None, "tie_word_embeddings": True,
+    "max_position_embeddings": 2048,
+}
+
+_GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+                 "num_hidden_layers": "n_layer"}
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family(_LLAMA, _llama, _derive_decoder),
+    "mistral": Family(_MISTRAL, _mistral, _derive_decoder),
+    "mixtral": Family(_MIXTRAL, _mixtral, _derive_decoder, {"num_experts": "num_local_experts"}),
+    "qwen2": Family(_QWEN2, _qwen2, _derive_decoder),
+    "qwen2_moe": Family(_QWEN2_MOE, _qwen2_moe, _derive_qwen_moe),
+    "qwen3": Family(_QWEN3, _qwen3, _derive_decoder),
+    "qwen3_moe": Family(_QWEN3_MOE, _qwen3_moe, _derive_qwen_moe, {"num_local_experts": "num_experts"}),
+    "gemma": Family(_GEMMA, _gemma_family(2, qk_norm=False), _derive_decoder),
+    "gemma2": Family(_GEMMA2, _gemma_family(4, qk_norm=False), _derive_decoder),
+    "gemma3_text": Family(_GEMMA3, _gemma_family(4, qk_norm=True), _derive_decoder),
+    "phi3": Family(_PHI3, _phi3, _derive_decoder),
+    "gpt2": Family(_GPT2, _gpt2, _derive_gpt2, _GPT2_ALIASES),
+    "gpt_neox": Family(_GPT_NEOX, _gpt_neox, _derive_mha),
+    "opt": Family(_OPT, _opt, _derive_opt),
+    "falcon": Family(_FALCON, _falcon, _derive_falcon),
+}
+"""model_type -> how to count it. Anything else goes through a meta-device instantiation (see resolve.py)."""
+
+KNOWN_FAMILIES: tuple[str, ...] = tuple(sorted(FAMILIES))
+
+
+def complete_config(config: Mapping[str, Any]) -> dict:
+    """The config with this family's defaults filled in and the canonical keys the planner reads set.
+
+    Canonical keys: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+    intermediate_size, vocab_size, tie_word_embeddings.
+    """
+    model_type = config.get("model_type")
+    family = FAMILIES.get(str(model_type))
+    if family is None:
+        raise BadInput(f"zerokit cannot count model_type {model_type!r} by arithmetic; "
+                       f"it knows: {', '.join(KNOWN_FAMILIES)}")
+    given = dict(config)
+    for canonical, actual in family.aliases.items():
+        if canonical in given and actual not in given:
+            given[actual] = given[canonical]
+    c = {**family.defaults, **given}
+    for key in (*family.aliases.values(), *_SIZE_KEYS):
+        if key in c and c[key] is not None:
+            _check_size(str(model_type), key, c[key])
+    family.derive(c)
+    for key in _SIZE_KEYS:
+        _check_size(str(model_type), key, c.get(key))
+    return c
+
+
+_SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "vocab_size")
+
+
+def _check_size(model_type: str, key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"{model_type} config: {key} must be a whole number >= 1, got {value!r}; fix the config.json")
+
+
+def model_parts(config: Mapping[str, Any]) -> list[Part]:
+    """The parameter-owning modules of the model this config builds (see `Part`)."""
+    c = complete_config(config)
+    try:
+        return FAMILIES[c["model_type"]].parts(c)
+    except TypeError as e:
+        raise BadInput(f"{c['model_type']} config has a value of the wrong type ({e}); fix the config.json") from None
+
+
+def count_parameters(config: Mapping[str, Any]) -> tuple[int, int]:
+    """(total parameters, largest-layer parameters) of `AutoModelForCausalLM.from_config(config)`, tied weights once."""
+    parts = model_parts(config)
+    total = sum(p.params * p.copies for p in parts if not p.tied)
+    largest = max(p.params for p in parts if p.copies > 0)
+    return int(total), int(largest)

@@ -1,0 +1,185 @@
+"""`--model` as people write it: a parameter count, a transformers config.json (file or folder), or a preset name.
+
+Interpretation order, so that no input means two things: an existing path wins; then anything that starts like a
+number is a count (`7B`, `6.7e9`, `125M`); then a preset name or alias (`llama-2-7b`, `meta-llama/Llama-2-7b-hf`).
+Known families are counted by arithmetic (params.py); any other model_type is instantiated on the meta device when
+transformers and torch are installed. Importing this module imports neither.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from zerokit.errors import BadInput
+from zerokit.models.params import FAMILIES, KNOWN_FAMILIES, complete_config, count_parameters
+from zerokit.models.presets import PRESET_NAMES, find_preset, load_preset
+from zerokit.models.spec import ModelSpec
+from zerokit.units import closest, format_count, parse_count
+
+_ZEROKIT_KEYS = ("_source", "_aliases")
+_HOW = "give a preset name (e.g. llama-2-7b), a transformers config.json or its folder, or a count like 7B"
+
+# Shapes a bare count borrows: llama-family presets from 1B to 405B, smallest first.
+_COUNT_SHAPES = ("llama-3.2-1b", "llama-3.2-3b", "llama-2-7b", "llama-3-8b", "llama-2-13b", "llama-2-70b",
+                 "llama-3.1-70b", "llama-3.1-405b")
+# Below ~1B the embeddings of those presets alone are too big: a GPT-2-small-sized llama instead.
+_SMALL_SHAPE = {
+    "model_type": "llama", "hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
+    "num_attention_heads": 12, "num_key_value_heads": 12, "vocab_size": 32000, "tie_word_embeddings": False,
+    "max_position_embeddings": 2048,
+}
+
+
+def resolve_model(text: str) -> ModelSpec:
+    """The ModelSpec for `--model TEXT`; BadInput (one line, with the fix) for anything unusable."""
+    s = str(text).strip()
+    if not s:
+        raise BadInput(f"--model is empty; {_HOW}")
+    path = os.path.expanduser(s)
+    if os.path.exists(path):
+        return spec_from_path(path)
+    if re.match(r"[+-]?\.?[0-9]", s):
+        if s.startswith("-"):
+            raise BadInput(f"model parameter count {s!r} is negative; give a positive count like 7B or 6.7e9")
+        return spec_from_count(parse_count(s, "model parameter count"), name=s)
+    preset = find_preset(s)
+    if preset is not None:
+        return spec_from_preset(preset)
+    if s.endswith(".json") or s.startswith((".", "~", os.sep)):
+        raise BadInput(f"model config {s!r} does not exist; check the path, or {_HOW}")
+    if "/" in s:
+        hint = closest(s.rsplit("/", 1)[-1], PRESET_NAMES, "model preset").split("; ", 1)[1]
+        hint = f"; or the preset: {hint}" if hint.startswith("did you mean") else ""
+        raise BadInput(f"{s!r} is neither a file nor a known preset alias, and zerokit does not download from the hub: "
+                       f"save the model's config.json and pass its path{hint}")
+    raise BadInput(closest(s, PRESET_NAMES, "model preset") + " (other forms: a config.json path or a count like 7B)")
+
+
+def spec_from_preset(name: str) -> ModelSpec:
+    raw = load_preset(name)
+    canonical = find_preset(name) or name
+    config = {k: v for k, v in raw.items() if k not in _ZEROKIT_KEYS}
+    return spec_from_config(config, canonical, source="preset")
+
+
+def spec_from_path(path: str) -> ModelSpec:
+    """A config.json, or a folder holding one (a checkpoint directory)."""
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise BadInput(f"folder {path!r} has no config.json; point --model at the model's transformers config.json")
+    try:
+        with open(file, encoding="utf-8") as f:
+            config = json.load(f)
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{file}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"cannot read {file}: {e}") from None
+    if not isinstance(config, dict):
+        raise BadInput(f"{file} is not a transformers config.json (expected a JSON object with model_type)")
+    if "model_type" not in config:
+        raise BadInput(f"{file} has no model_type, so it is not a transformers config.json; add \"model_type\" "
+                       f"(e.g. \"llama\") or use a preset")
+    model_type = str(config["model_type"])
+    family = FAMILIES.get(model_type)
+    if family is not None:
+        for key in ("hidden_size", "num_hidden_layers", "vocab_size"):
+            alias = family.aliases.get(key, key)
+            if key not in config and alias not in config:
+                raise BadInput(f"{file} ({model_type}) lacks {alias}; copy the model's full config.json, "
+                               "or use a preset")
+    return spec_from_config(config, path, source="config")
+
+
+def spec_from_config(config: Mapping[str, Any], name: str, source: str = "config") -> ModelSpec:
+    """Exact counts for a transformers config dict: arithmetic for known families, else the meta device."""
+    model_type = str(config.get("model_type", ""))
+    if model_type not in FAMILIES:
+        return _spec_from_meta(config, name)
+    total, largest = count_parameters(config)
+    full = complete_config(config)
+    return ModelSpec(name=name, parameters=total, largest_layer_parameters=largest,
+                     hidden_size=full["hidden_size"], num_layers=full["num_hidden_layers"],
+                     vocab_size=full["vocab_size"], source=source, config=full)
+
+
+def spec_from_count(n: int, name: str | None = None) -> ModelSpec:
+    """A bare count: parameters are exactly `n`; the shape (for activations) is a llama-family one, layers scaled."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise BadInput(f"model parameter count must be a whole number >= 1, got {n!r}")
+    base, shape = _inferred_shape(n)
+    _, largest = count_parameters(shape)
+    full = complete_config(shape)
+    note = (f"model shape inferred from {format_count(n)} parameters ({base}-like, {full['num_hidden_layers']} layers, "
+            f"hidden {full['hidden_size']}); a preset or config.json gives exact figures")
+    return ModelSpec(name=name or str(n), parameters=n, largest_layer_parameters=largest,
+                     hidden_size=full["hidden_size"], num_layers=full["num_hidden_layers"],
+                     vocab_size=full["vocab_size"], source="count", config={**full, "_inferred_from": base},
+                     notes=(note,))
+
+
+def _inferred_shape(n: int) -> tuple[str, dict]:
+    """The llama-family preset nearest to `n` in log scale, with its layer count scaled so the total is near `n`."""
+    candidates = [(name, {k: v for k, v in load_preset(name).items() if k not in _ZEROKIT_KEYS})
+                  for name in _COUNT_SHAPES]
+    candidates.insert(0, ("small llama", dict(_SMALL_SHAPE)))
+    sized = [(name, cfg, count_parameters(cfg)[0]) for name, cfg in candidates]
+    name, cfg, total = min(sized, key=lambda t: abs(math.log(n / t[2])))
+    layers = cfg["num_hidden_layers"]
+    one_layer_less = count_parameters({**cfg, "num_hidden_layers": layers - 1})[0]
+    per_layer, fixed = total - one_layer_less, one_layer_less - (layers - 1) * (total - one_layer_less)
+    scaled = max(1, round((n - fixed) / per_layer))
+    return name, {**cfg, "num_hidden_layers": scaled}
+
+
+def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
+    """Any architecture transformers knows: instantiate on the meta device (no memory) and count like DeepSpeed."""
+    model_type = str(config.get("model_type", ""))
+    try:
+        import torch
+        import transformers
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        raise BadInput(f"zerokit counts these model families by itself: {', '.join(KNOWN_FAMILIES)}; "
+                       f"for model_type {model_type!r} run pip install 'zerokit[deepspeed]' (transformers counts "
+                       "any architecture), or use a preset or a count like 7B") from None
+    rest = {k: v for k, v in config.items() if k != "model_type"}
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        try:
+            hf_config = AutoConfig.for_model(model_type, **rest)
+        except (ValueError, KeyError):
+            raise BadInput(f"transformers {transformers.__version__} does not know model_type {model_type!r}; "
+                           f"check the config.json, or use a preset or a count like 7B") from None
+        try:
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(hf_config)
+        except Exception as e:  # noqa: BLE001 - transformers raises many kinds for configs it cannot build
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BadInput(f"transformers cannot build a causal LM from {name} (model_type {model_type!r}): {first}") \
+                from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    total = sum(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    full = {**text.to_dict(), "model_type": model_type}
+    hidden = int(getattr(text, "hidden_size", 0) or 0)
+    heads = getattr(text, "num_attention_heads", None)
+    full.setdefault("num_key_value_heads", heads)
+    if full.get("num_key_value_heads") is None:
+        full["num_key_value_heads"] = heads
+    if full.get("head_dim") is None and heads:
+        full["head_dim"] = hidden // heads
+    if full.get("intermediate_size") is None and hidden:
+        full["intermediate_size"] = 4 * hidden
+    note = (f"counted by instantiating {type(model).__name__} on the meta device "
+            f"(transformers {transformers.__version__})")
+    return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
+                     num_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
+                     vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta", config=full, notes=(note,))
