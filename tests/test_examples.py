@@ -1,0 +1,153 @@
+"""Every model config shipped under examples/ plans, and what it emits is accepted downstream.
+
+ds_configs (`*ds_config*.json`) and other non-model JSON under examples/ are linted elsewhere; a model config is a
+JSON object with a `model_type`, as transformers writes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import os
+import socket
+
+import pytest
+
+from zerokit.cli import main
+
+pytest.importorskip("zerokit.models.resolve")
+pytest.importorskip("zerokit.planner.plan")
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def model_configs() -> list[str]:
+    found = []
+    for root, _, files in os.walk(EXAMPLES):
+        for name in sorted(files):
+            if not name.endswith(".json") or fnmatch.fnmatch(name, "*ds_config*.json"):
+                continue
+            path = os.path.join(root, name)
+            with open(path, encoding="utf-8") as f:
+                try:
+                    doc = json.load(f)
+                except json.JSONDecodeError:
+                    continue  # not a model config; lint tests own malformed examples
+            if isinstance(doc, dict) and "model_type" in doc:
+                found.append(path)
+    return sorted(found)
+
+
+MODEL_CONFIGS = model_configs()
+IDS = [os.path.relpath(p, EXAMPLES) for p in MODEL_CONFIGS]
+
+
+def test_examples_hold_at_least_one_model_config():
+    assert MODEL_CONFIGS, f"no model config.json under {EXAMPLES}"
+
+
+def plan_json(capsys, config_path: str, *extra: str) -> tuple[int, dict]:
+    code = main(["plan", "--model", config_path, "--gpu", "a100-80gb", "--gpus-per-node", "2", "--seq-len", "256",
+                 "--format", "json", *extra])
+    out, err = capsys.readouterr()
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("config_path", MODEL_CONFIGS, ids=IDS)
+@pytest.mark.parametrize("target", ["trainer", "accelerate", "deepspeed"])
+def test_example_model_plans(capsys, config_path, target):
+    code, doc = plan_json(capsys, config_path, "--target", target)
+    assert code == 0 and doc["decision"]["fits"] is True
+    assert doc["model"]["source"] == "config"
+    with open(config_path, encoding="utf-8") as f:
+        assert doc["model"]["hidden_size"] == json.load(f)["hidden_size"]
+    assert doc["ds_config"]["zero_optimization"]["stage"] == doc["decision"]["zero_stage"]
+
+
+def test_example_folder_is_accepted_like_its_config_json(capsys):
+    folders = sorted({os.path.dirname(p) for p in MODEL_CONFIGS if os.path.basename(p) == "config.json"})
+    assert folders
+    _, by_file = plan_json(capsys, os.path.join(folders[0], "config.json"))
+    _, by_folder = plan_json(capsys, folders[0])
+    assert by_folder["model"]["parameters"] == by_file["model"]["parameters"]
+
+
+@pytest.fixture(scope="module")
+def deepspeed_dist():
+    deepspeed = pytest.importorskip("deepspeed")
+    torch = pytest.importorskip("torch")
+    started = not torch.distributed.is_initialized()
+    if started:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
+               "LOCAL_RANK": "0"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    yield
+    if started:
+        torch.distributed.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class DataParallelMpu:
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.world_size
+
+
+@pytest.mark.parametrize("config_path", MODEL_CONFIGS, ids=IDS)
+@pytest.mark.parametrize("forced", [[], ["--zero-stage", "3", "--offload-optimizer", "cpu", "--offload-param", "cpu"]],
+                         ids=["auto", "zero3-offload"])
+def test_example_deepspeed_config_parses_at_the_plan_world_size(capsys, deepspeed_dist, config_path, forced):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    _, doc = plan_json(capsys, config_path, "--target", "deepspeed", *forced)
+    parsed = DeepSpeedConfig(copy.deepcopy(doc["ds_config"]), mpu=DataParallelMpu(doc["hardware"]["world_size"]))
+    assert parsed.world_size == 2
+    assert parsed.zero_optimization_stage == doc["decision"]["zero_stage"]
+    assert parsed.train_micro_batch_size_per_gpu == doc["decision"]["micro_batch_size"]
+
+
+@pytest.mark.parametrize("config_path", MODEL_CONFIGS, ids=IDS)
+def test_example_trainer_config_fills_from_training_arguments(capsys, tmp_path, config_path):
+    """The whole trainer path on the example's own model: TrainingArguments from the plan fill every "auto"."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    code = main(["plan", "--model", config_path, "--gpu", "a100-80gb", "--gpus-per-node", "1", "--seq-len", "256",
+                 "--format", "json", "--zero-stage", "3"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    if doc["model"]["parameters"] > 50_000_000:
+        pytest.skip("instantiating the model on CPU would be too slow for this test")
+    with open(config_path, encoding="utf-8") as f:
+        values = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    config = transformers.AutoConfig.for_model(**values)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == doc["model"]["parameters"]
+
+    targs = doc["training_arguments"]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to=[],
+        per_device_train_batch_size=targs["per_device_train_batch_size"],
+        gradient_accumulation_steps=targs["gradient_accumulation_steps"],
+        bf16=targs.get("bf16", False), fp16=targs.get("fp16", False),
+        gradient_checkpointing=targs["gradient_checkpointing"])
+    hf = HfTrainerDeepSpeedConfig(copy.deepcopy(doc["ds_config"]))
+    hf.trainer_config_process(args)
+    hf.trainer_config_finalize(args, model, num_training_steps=10)
+    assert hf.mismatches == []
+    leaves = json.dumps(hf.config)
+    assert '"auto"' not in leaves
+    assert hf.config["train_micro_batch_size_per_gpu"] == doc["decision"]["micro_batch_size"]

@@ -1,0 +1,294 @@
+"""`zerokit plan` end to end: exit codes, CONTRACT.md's JSON fields, -o atomic with --force, one-line bad input.
+
+Most runs are in-process through `zerokit.cli.main([...])` (fast); a few go through a real subprocess, the way a CI
+script would call it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zerokit.cli import main
+
+pytest.importorskip("zerokit.models.resolve")
+pytest.importorskip("zerokit.planner.plan")
+
+LLAMA_7B_8xH100 = ["plan", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--seq-len", "4096"]
+# The issue's "nothing fits" scenario: 70B on one 24 GB GPU, 64 GB of RAM and no NVMe.
+LLAMA_70B_ON_4090 = ["plan", "--model", "llama-2-70b", "--gpu", "rtx4090", "--cpu-memory", "64GB", "--seq-len", "4096"]
+EXAMPLE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "models",
+                             "tiny-llama")
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *args: str) -> tuple[int, dict]:
+    code, out, _ = run(capsys, *args, "--format", "json")
+    return code, json.loads(out)
+
+
+def subprocess_plan(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zerokit", "plan", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, check=False)
+
+
+# ---------------------------------------------------------------- JSON per CONTRACT.md
+
+CONTRACT_FIELDS = {
+    "model": {"parameters", "largest_layer_parameters", "hidden_size", "num_layers", "source"},
+    "hardware": {"gpu_memory_bytes", "gpus_per_node", "nodes", "world_size", "cpu_memory_bytes", "nvme_bytes", "bf16"},
+    "decision": {"zero_stage", "offload_optimizer", "offload_param", "micro_batch_size",
+                 "gradient_accumulation_steps", "gradient_checkpointing", "precision", "overlap_comm", "fits"},
+}
+PER_GPU = {"parameters", "gradients", "optimizer_states", "activations", "transient", "buffers", "overhead", "total"}
+CANDIDATE = {"zero_stage", "offload_optimizer", "offload_param", "micro_batch_size", "gradient_checkpointing", "fits",
+             "per_gpu_total"}
+
+
+def test_json_has_every_contract_field_with_bytes_as_integers(capsys):
+    code, doc = run_json(capsys, *LLAMA_7B_8xH100)
+    assert code == 0
+    assert {"model", "hardware", "decision", "memory", "candidates", "reasons", "ds_config"} <= set(doc)
+    for section, fields in CONTRACT_FIELDS.items():
+        assert fields <= set(doc[section]), (section, fields - set(doc[section]))
+    memory = doc["memory"]
+    assert set(memory["per_gpu"]) >= PER_GPU
+    assert all(isinstance(v, int) for v in memory["per_gpu"].values())
+    assert memory["per_gpu"]["total"] == sum(v for k, v in memory["per_gpu"].items() if k != "total")
+    assert memory["gpu_capacity"] == doc["hardware"]["gpu_memory_bytes"]
+    assert isinstance(memory["per_node_cpu"]["total"], int) and isinstance(memory["nvme"]["total"], int)
+    assert doc["candidates"] and all(CANDIDATE <= set(c) for c in doc["candidates"])
+    assert all(isinstance(c["per_gpu_total"], int) for c in doc["candidates"])
+    assert doc["reasons"] and all(isinstance(r, str) for r in doc["reasons"])
+    assert doc["hardware"]["world_size"] == 8 and doc["hardware"]["bf16"] is True
+    assert doc["model"]["parameters"] == 6_738_415_616  # LlamaForCausalLM(llama-2-7b config), counted by transformers
+
+
+def test_seed_scenario_7b_on_8x80gb_needs_no_offload(capsys):
+    code, doc = run_json(capsys, *LLAMA_7B_8xH100)
+    decision = doc["decision"]
+    assert code == 0 and decision["fits"] is True
+    assert decision["zero_stage"] in (1, 2)
+    assert (decision["offload_optimizer"], decision["offload_param"]) == ("none", "none")
+    assert decision["precision"] == "bf16"
+    assert doc["training_arguments"]["per_device_train_batch_size"] == decision["micro_batch_size"]
+    assert doc["ds_config"]["train_micro_batch_size_per_gpu"] == "auto"
+    assert doc["ds_config"]["zero_optimization"]["stage"] == decision["zero_stage"]
+
+
+def test_json_ds_config_is_exactly_what_o_writes(capsys, tmp_path):
+    out = tmp_path / "ds_config.json"
+    code, doc = run_json(capsys, *LLAMA_7B_8xH100, "--target", "deepspeed", "-o", str(out))
+    assert code == 0
+    assert json.loads(out.read_text()) == doc["ds_config"]
+    assert doc["ds_config"]["train_batch_size"] == (doc["decision"]["micro_batch_size"]
+                                                    * doc["decision"]["gradient_accumulation_steps"] * 8)
+
+
+def test_target_deepspeed_resolves_everything_and_takes_optimizer_options(capsys):
+    code, doc = run_json(capsys, *LLAMA_7B_8xH100, "--target", "deepspeed", "--lr", "3e-5", "--weight-decay", "0.1",
+                         "--warmup-steps", "50", "--total-steps", "2000")
+    assert code == 0
+    leaves = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        else:
+            leaves.append(node)
+
+    walk(doc["ds_config"])
+    assert "auto" not in leaves
+    assert doc["ds_config"]["optimizer"]["params"]["lr"] == 3e-5
+    assert doc["ds_config"]["optimizer"]["params"]["weight_decay"] == 0.1
+    assert doc["ds_config"]["scheduler"] == {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 0, "warmup_max_lr": 3e-5, "warmup_num_steps": 50, "total_num_steps": 2000}}
+
+
+def test_v100_plans_fp16_with_dynamic_loss_scaling(capsys):
+    code, doc = run_json(capsys, "plan", "--model", "llama-2-7b", "--gpu", "v100-32gb", "--gpus-per-node", "8",
+                         "--seq-len", "2048")
+    assert code == 0
+    assert doc["decision"]["precision"] == "fp16"
+    assert doc["ds_config"]["fp16"]["loss_scale"] == 0
+    assert doc["ds_config"]["fp16"]["enabled"] == "auto"
+    assert doc["training_arguments"]["fp16"] is True and "bf16" not in doc["training_arguments"]
+
+
+def test_global_batch_sets_accumulation(capsys):
+    code, doc = run_json(capsys, *LLAMA_7B_8xH100, "--micro-batch", "2", "--global-batch", "256")
+    assert code == 0
+    assert doc["decision"]["micro_batch_size"] == 2
+    assert doc["decision"]["gradient_accumulation_steps"] == 256 // (2 * 8)
+
+
+# ---------------------------------------------------------------- exit codes and output formats
+
+def test_nothing_fits_exits_1_shows_the_closest_plan_and_what_is_missing(capsys, tmp_path):
+    out = tmp_path / "ds_config.json"
+    code, stdout, stderr = run(capsys, *LLAMA_70B_ON_4090, "-o", str(out))
+    assert code == 1
+    assert "DOES NOT FIT" in stdout and "Missing:" in stdout
+    assert "Candidates" in stdout
+    assert not out.exists() and "was not written" in stderr
+    code, doc = run_json(capsys, *LLAMA_70B_ON_4090)
+    assert code == 1 and doc["decision"]["fits"] is False and doc["missing"]
+
+
+def test_table_shows_decision_bars_legend_and_training_arguments(capsys):
+    code, stdout, _ = run(capsys, *LLAMA_7B_8xH100)
+    assert code == 0
+    assert "Decision (FITS)" in stdout
+    assert "legend: P parameters  G gradients  O optimizer states" in stdout
+    assert "* ZeRO-" in stdout  # the chosen candidate is marked
+    assert "pass the HF Trainer --per_device_train_batch_size" in stdout
+    bars = [line for line in stdout.splitlines() if line.strip().endswith("]") and "[" in line]
+    assert len(bars) >= 2 and all("|" in b for b in bars)
+
+
+def test_markdown_report_renders_from_the_template(capsys):
+    code, stdout, _ = run(capsys, *LLAMA_7B_8xH100, "--format", "markdown")
+    assert code == 0
+    assert stdout.startswith("# zerokit plan\n")
+    assert "## Decision: fits" in stdout and "| component | bytes | share of GPU |" in stdout
+    assert "```json\n{" in stdout and '"zero_optimization"' in stdout
+
+
+def test_markdown_template_is_strict():
+    jinja2 = pytest.importorskip("jinja2")
+    env = jinja2.Environment(loader=jinja2.PackageLoader("zerokit.templates", "."), undefined=jinja2.StrictUndefined)
+    with pytest.raises(jinja2.UndefinedError, match="headline"):
+        env.get_template("plan_report.md.j2").render()
+
+
+# ---------------------------------------------------------------- -o: atomic, refuses to overwrite without --force
+
+def test_output_refuses_to_overwrite_without_force_and_replaces_with_it(capsys, tmp_path):
+    out = tmp_path / "ds_config.json"
+    out.write_text("keep me\n")
+    code, stdout, stderr = run(capsys, *LLAMA_7B_8xH100, "-o", str(out))
+    assert code == 2 and stdout == ""
+    assert stderr.count("\n") == 1 and "exists; pass --force" in stderr
+    assert out.read_text() == "keep me\n"
+
+    inode_before = out.stat().st_ino
+    code, _, _ = run(capsys, *LLAMA_7B_8xH100, "-o", str(out), "--force")
+    assert code == 0
+    assert json.loads(out.read_text())["zero_optimization"]["stage"] in (1, 2)
+    assert out.stat().st_ino != inode_before  # os.replace of a new file, not a rewrite in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds_config.json"]  # no temp file left behind
+
+
+def test_output_into_a_missing_directory_is_bad_input(capsys, tmp_path):
+    code, _, stderr = run(capsys, *LLAMA_7B_8xH100, "-o", str(tmp_path / "nope" / "ds.json"))
+    assert code == 2 and "does not exist" in stderr
+
+
+# ---------------------------------------------------------------- bad input: exit 2, one line, no traceback
+
+def _malformed(tmp_path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 64,')
+    return str(path)
+
+
+BAD_INPUT = [
+    ("wrong-unit", ["--model", "7B", "--gpu-memory", "80G", "--seq-len", "512"], r"80GB"),
+    ("zero-gpus", ["--model", "7B", "--gpu", "h100-80gb", "--gpus-per-node", "0", "--seq-len", "512"],
+     r"--gpus-per-node must be at least 1"),
+    ("negative-nodes", ["--model", "7B", "--gpu", "h100-80gb", "--nodes", "-2", "--seq-len", "512"], r"--nodes"),
+    ("zero-seq-len", ["--model", "7B", "--gpu", "h100-80gb", "--seq-len", "0"], r"--seq-len must be at least 1"),
+    ("micro-batch", ["--model", "7B", "--gpu", "h100-80gb", "--seq-len", "512", "--micro-batch", "lots"],
+     r"--micro-batch"),
+    ("both-global", ["--model", "7B", "--gpu", "h100-80gb", "--seq-len", "512", "--global-batch", "64",
+                     "--global-batch-tokens", "1M"], r"not both"),
+    ("missing-config", ["--model", "does/not/exist/config.json", "--gpu", "h100-80gb", "--seq-len", "512"],
+     r"does/not/exist"),
+    ("unknown-preset", ["--model", "llama-2-7c", "--gpu", "h100-80gb", "--seq-len", "512"], r"llama-2-7b"),
+    ("unknown-gpu", ["--model", "7B", "--gpu", "h100-81gb", "--seq-len", "512"], r"h100-80gb"),
+    ("no-gpu", ["--model", "7B", "--seq-len", "512"], r"--gpu"),
+    ("bad-choice", ["--model", "7B", "--gpu", "h100-80gb", "--seq-len", "512", "--zero-stage", "4"],
+     r"--zero-stage"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [b[1:] for b in BAD_INPUT], ids=[b[0] for b in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2(capsys, args, message):
+    code, stdout, stderr = run(capsys, "plan", *args)
+    assert code == 2
+    assert stdout == ""
+    assert stderr.count("\n") == 1 and stderr.startswith("zerokit plan: error: ")
+    assert "Traceback" not in stderr
+    assert message in stderr
+
+
+def test_malformed_config_json_is_one_line_exit_2(capsys, tmp_path):
+    code, stdout, stderr = run(capsys, "plan", "--model", _malformed(tmp_path), "--gpu", "h100-80gb",
+                               "--seq-len", "512")
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    assert "config.json" in stderr
+
+
+# ---------------------------------------------------------------- real subprocesses, as a script sees them
+
+def test_subprocess_exit_0_writes_config_and_json(tmp_path):
+    out = tmp_path / "ds_config.json"
+    proc = subprocess_plan("--model", EXAMPLE_MODEL, "--gpu-memory", "16GB", "--gpus-per-node", "2", "--seq-len", "64",
+                           "--format", "json", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["model"]["source"] == "config" and doc["model"]["hidden_size"] == 64
+    assert json.loads(out.read_text()) == doc["ds_config"]
+
+
+def test_subprocess_exit_1_when_nothing_fits():
+    proc = subprocess_plan(*LLAMA_70B_ON_4090[1:])
+    assert proc.returncode == 1
+    assert "Missing:" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--model", "7B", "--gpu-memory", "80G", "--seq-len", "512"],
+                                  ["--model", "nonexistent-model-xyz", "--gpu", "h100-80gb", "--seq-len", "512"]])
+def test_subprocess_bad_input_is_one_line_without_traceback(args):
+    proc = subprocess_plan(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_plan_imports_no_heavy_module():
+    """Startup speed: the plan path must not import torch, deepspeed, transformers, jsonschema or jinja2."""
+    code = ("import sys, io, contextlib\n"
+            "from zerokit.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = main({LLAMA_7B_8xH100 + ['--format', 'json']!r})\n"
+            "heavy = {'torch', 'deepspeed', 'transformers', 'jsonschema', 'jinja2', 'numpy'}\n"
+            "print(rc, sorted({m.split('.')[0] for m in sys.modules} & heavy))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.stdout.strip() == "0 []", proc.stderr
+
+
+# ---------------------------------------------------------------- --help draws on the dataclass docstrings
+
+def test_help_text_comes_from_the_dataclass_docstrings(capsys):
+    code, stdout, _ = run(capsys, "plan", "--help")
+    assert code == 0
+    flat = " ".join(stdout.split())
+    assert "Tokens per sample." in flat  # Training.seq_len
+    assert "Host RAM per node available for offload; auto = unknown" in flat  # Hardware.cpu_memory_bytes
+    for option in ("--model", "--gpu", "--gpu-memory", "--gpus-per-node", "--nodes", "--seq-len", "--micro-batch",
+                   "--global-batch", "--global-batch-tokens", "--zero-stage", "--offload-optimizer",
+                   "--offload-param", "--gradient-checkpointing", "--attention", "--precision", "--cpu-memory",
+                   "--nvme-path", "--nvme-size", "--target", "--format", "--output", "--lr", "--weight-decay",
+                   "--warmup-steps", "--total-steps", "--force"):
+        assert option in stdout
