@@ -318,3 +318,77 @@ def test_trainer_reports_a_mismatch_when_the_config_is_not_auto(tiny_model, tmp_
     hf = HfTrainerDeepSpeedConfig(config)
     hf.trainer_config_process(args)
     assert any("train_micro_batch_size_per_gpu" in m for m in hf.mismatches)
+
+
+# ---------------------------------------------------------------- zerokit lint, strict, for the config's own target
+
+@pytest.mark.parametrize("target", ["trainer", "accelerate", "deepspeed"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(("stage", "opt", "param"), SETUPS, ids=SETUP_IDS)
+def test_every_emitted_config_lints_clean_for_its_target(stage, opt, param, precision, target):
+    import json
+
+    lint = pytest.importorskip("zerokit.lint.engine")
+    from zerokit.lint.rules import Context
+
+    plan = make_plan(stage, opt, param, precision, target=target, gpus_per_node=8, nodes=2, nvme_path="/local_nvme")
+    findings = lint.lint_text(json.dumps(build_ds_config(plan), indent=2), Context(target=target, world_size=16))
+    assert [(f.severity, f.code, f.key, f.message) for f in findings] == []
+
+
+def test_lint_would_catch_a_broken_emitted_config():
+    """The counter-check: the same lint call does flag an "auto" the deepspeed target cannot fill."""
+    import json
+
+    lint = pytest.importorskip("zerokit.lint.engine")
+    from zerokit.lint.rules import Context
+
+    config = build_ds_config(make_plan(2))
+    config["gradient_accumulation_steps"] = AUTO
+    assert lint.lint_text(json.dumps(config), Context(target="deepspeed", world_size=8))
+
+
+# ---------------------------------------------------------------- the planner's own plans, end to end
+
+SCENARIOS = {
+    "7b-1x80gb": ("llama-2-7b", {"gpu": "h100-80gb"}, {}),
+    "7b-8x80gb": ("llama-2-7b", {"gpu": "h100-80gb", "gpus_per_node": 8}, {}),
+    "70b-2x8x80gb": ("llama-2-70b", {"gpu": "a100-80gb", "gpus_per_node": 8, "nodes": 2}, {}),
+    "7b-v100": ("llama-2-7b", {"gpu": "v100-32gb", "gpus_per_node": 8}, {}),
+    "70b-nvme": ("llama-2-70b", {"gpu": "a100-80gb", "gpus_per_node": 4, "nvme_path": "/local_nvme"},
+                 {"zero_stage": 3, "offload_optimizer": "nvme", "offload_param": "nvme"}),
+    "mixtral-global-batch": ("mixtral-8x7b", {"gpu": "h100-80gb", "gpus_per_node": 8, "nodes": 4},
+                             {"global_batch_tokens": 1_000_000}),
+}
+
+
+def planned(name: str, target: str) -> Plan:
+    plan_mod = pytest.importorskip("zerokit.planner.plan")
+    resolve = pytest.importorskip("zerokit.models.resolve")
+    from zerokit.hardware import resolve_hardware
+
+    model, hardware, training = SCENARIOS[name]
+    return plan_mod.plan(resolve.resolve_model(model), resolve_hardware(**hardware),
+                         Training(seq_len=4096, target=target, **training))
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_planner_configs_parse_in_deepspeed_and_lint_clean(deepspeed_dist, name):
+    import json
+
+    from zerokit.lint.engine import lint_text
+    from zerokit.lint.rules import Context
+
+    plan = planned(name, "deepspeed")
+    assert plan.ds_config == build_ds_config(plan)
+    assert autos(plan.ds_config) == []
+    parsed = parse_with_deepspeed(plan.ds_config, plan.hardware.world_size)
+    d = plan.decision
+    assert parsed.world_size == plan.hardware.world_size
+    assert parsed.train_batch_size == d.micro_batch_size * d.gradient_accumulation_steps * plan.hardware.world_size
+    assert parsed.zero_optimization_stage == d.zero_stage
+    assert parsed.float16_config.enabled is (d.precision == "fp16")
+    for target in ("trainer", "accelerate", "deepspeed"):
+        config = planned(name, target).ds_config
+        findings = lint_text(json.dumps(config), Context(target=target, world_size=plan.hardware.world_size))
+        assert [(f.code, f.key, f.message) for f in findings] == []
