@@ -8,6 +8,7 @@ planner's own scenarios are covered at the end when zerokit.planner.plan is impo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import socket
 
@@ -144,9 +145,16 @@ def test_nvme_offload_writes_paths_buffers_and_aio():
     config = build_ds_config(make_plan(3, "nvme", "nvme", nvme_path="/mnt/nvme0"))
     param = config["zero_optimization"]["offload_param"]
     assert param["nvme_path"] == "/mnt/nvme0" and param["buffer_count"] == 5
-    assert param["buffer_size"] >= LARGEST_LAYER
+    assert param["buffer_size"] == 100_000_000  # DeepSpeed's default already holds the tiny model's largest layer
     assert config["aio"]["block_size"] == 1048576
     assert "aio" not in build_ds_config(make_plan(3, "cpu", "cpu"))
+
+
+def test_nvme_param_buffer_holds_the_largest_layers_partition():
+    # A 1.2e9-parameter embedding on 8 GPUs: each rank swaps 150M elements, more than the 1e8 default buffer.
+    plan = make_plan(3, "nvme", "nvme", nvme_path="/nvme", gpus_per_node=8)
+    plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, largest_layer_parameters=1_200_000_001))
+    assert build_ds_config(plan)["zero_optimization"]["offload_param"]["buffer_size"] == 150_000_001
 
 
 def test_no_activation_checkpointing_section_for_any_target():

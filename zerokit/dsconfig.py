@@ -34,7 +34,10 @@ GRADIENT_CLIPPING = 1.0
 AIO = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
        "overlap_events": True}
 NVME_PARAM_BUFFER_COUNT = 5
-NVME_PARAM_BUFFER_SIZE = 100_000_000  # elements; raised to the largest layer so any one tensor fits a buffer
+# Elements per parameter swap buffer (DeepSpeed's default). Each rank swaps its 1/world_size partition of a tensor
+# and asserts it fits one buffer (partitioned_param_swapper.get_buffer), so it is raised to the largest layer's
+# partition when that is bigger.
+NVME_PARAM_BUFFER_SIZE = 100_000_000
 NVME_OPTIMIZER_BUFFER_COUNT = 4
 DEFAULT_NVME_PATH = "/local_nvme"
 
@@ -191,7 +194,8 @@ def _offload(plan: Plan, device: str, param: bool) -> dict[str, Any]:
     section["nvme_path"] = plan.hardware.nvme_path or DEFAULT_NVME_PATH
     if param:
         section["buffer_count"] = NVME_PARAM_BUFFER_COUNT
-        section["buffer_size"] = max(NVME_PARAM_BUFFER_SIZE, plan.model.largest_layer_parameters)
+        partition = -(-plan.model.largest_layer_parameters // plan.hardware.world_size)
+        section["buffer_size"] = max(NVME_PARAM_BUFFER_SIZE, partition)
     else:
         section["buffer_count"] = NVME_OPTIMIZER_BUFFER_COUNT
     return section

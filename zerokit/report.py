@@ -146,7 +146,7 @@ def host_lines(plan: Plan) -> list[str]:
     lines = []
     if plan.cpu_bytes_per_node or hw.cpu_memory_bytes:
         cap = f" of {format_bytes(hw.cpu_memory_bytes)}" if hw.cpu_memory_bytes else ""
-        lines.append(f"CPU RAM per node for offload: {format_bytes(plan.cpu_bytes_per_node)}{cap}")
+        lines.append(f"CPU RAM per node (peak): {format_bytes(plan.cpu_bytes_per_node)}{cap}")
     if plan.nvme_bytes_per_node or hw.nvme_path:
         cap = f" of {format_bytes(hw.nvme_bytes)}" if hw.nvme_bytes else ""
         where = f" at {hw.nvme_path}" if hw.nvme_path else ""
