@@ -5,7 +5,7 @@ The CPU figure follows DeepSpeed's estimators (see `states.deepspeed_estimate`):
 
 * the load peak is every rank on the node materialising the model in fp32 before DeepSpeed partitions it
   (4 bytes x parameters x ranks per node); ZeRO-3 loads under `zero.Init` (HF Trainer does so when the config
-  is ZeRO-3), so only the largest layer is ever whole;
+  is ZeRO-3), so only the largest layer is ever whole, and DeepSpeed counts that only when nothing is offloaded;
 * offloaded states, summed over the node's ranks (each holds 1/N, so a node holds 1/nodes): fp32 master weights,
   Adam moments and fp32 gradients (16 bytes per parameter) when the optimizer is offloaded to CPU, and the 16-bit
   parameters when they are;
@@ -70,5 +70,7 @@ def host_memory(
         nvme += dtype_bytes * per_node
         buffer = max(NVME_PARAM_BUFFER_SIZE, largest_layer_parameters)  # DeepSpeed asserts it holds the largest param
         pinned += gpus_per_node * NVME_PARAM_BUFFER_COUNT * buffer * dtype_bytes
-    cpu = int(ADDITIONAL_BUFFER_FACTOR * max(load, cpu_states)) + pinned
+    # ZeRO-3 under zero.Init: DeepSpeed counts the per-rank layer load only when nothing is offloaded to CPU.
+    peak = (cpu_states or load) if zero_stage == 3 else max(load, cpu_states)
+    cpu = int(ADDITIONAL_BUFFER_FACTOR * peak) + pinned
     return HostMemory(cpu, nvme, load, cpu_states, pinned)

@@ -155,6 +155,8 @@ def rule_forced(ctx: Context) -> tuple[None, str | None]:
     if param == "nvme" and opt not in (None, "nvme"):
         raise BadInput(f"--offload-param nvme with --offload-optimizer {opt} is not a DeepSpeed setup; "
                        "use --offload-optimizer nvme (or auto)")
+    if t.seq_len < 1:
+        raise BadInput(f"--seq-len must be at least 1, got {t.seq_len}")
     if t.micro_batch is not None and t.micro_batch < 1:
         raise BadInput(f"--micro-batch must be at least 1, got {t.micro_batch}")
     if t.global_batch is not None and t.global_batch_tokens is not None:
@@ -189,7 +191,7 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     target = t.global_batch
     reason_prefix = ""
     if t.global_batch_tokens is not None:
-        target = max(1, round(t.global_batch_tokens / t.seq_len))
+        target = max(1, _round_half_up(t.global_batch_tokens / t.seq_len))
         reason_prefix = f"{format_count(t.global_batch_tokens)} tokens per step at {t.seq_len} tokens per sample is " \
                         f"{target} samples; "
     if target is None:
@@ -202,7 +204,7 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
                    "accumulation (no global batch given).")
         return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len)), "Batch: " + why
     unit = dp * (t.micro_batch or 1)
-    rounded = max(unit, round(target / unit) * unit)
+    rounded = max(unit, _round_half_up(target / unit) * unit)
     if rounded != target:
         ctx.warnings.append(f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch); "
                             f"using {rounded}")
@@ -445,6 +447,10 @@ def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, fl
         problems.append(f"needs {format_bytes(host.nvme_bytes)} of NVMe per node, over the "
                         f"{format_bytes(hw.nvme_bytes)} given")
     return " and ".join(problems)
+
+
+def _round_half_up(x: float) -> int:
+    return math.floor(x + 0.5)
 
 
 def _comfortable(micro_batches: tuple[int, ...], seq_len: int) -> int:
