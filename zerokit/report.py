@@ -23,8 +23,10 @@ SEGMENTS = (
     ("overhead", "o", "overhead"),
 )
 CAPACITY_MARK = "|"
-BAR_WIDTH = 40
-LEGEND = "  ".join(f"{ch} {label}" for _, ch, label in SEGMENTS) + f"  {CAPACITY_MARK} GPU capacity"
+OVERFLOW_MARK = ">"
+BAR_WIDTH = 45  # the capacity mark at column 30 of 45: bars run to 1.5x the GPU, beyond that they end in `>`
+LEGEND = ("  ".join(f"{ch} {label}" for _, ch, label in SEGMENTS)
+          + f"  {CAPACITY_MARK} GPU capacity  {OVERFLOW_MARK} beyond 1.5x capacity")
 
 
 # ---------------------------------------------------------------- JSON (CONTRACT.md `zerokit plan --format json`)
@@ -97,22 +99,22 @@ def setup_label(stage: int, optimizer: str, param: str) -> str:
 
 
 def bar_scale(plan: Plan) -> int:
-    """Bytes per full bar: every bar in one plan shares it, so bars compare at a glance."""
-    totals = [plan.memory.total] + [c.memory.total for c in plan.candidates]
-    return max([plan.hardware.gpu_memory_bytes, *totals])
+    """Bytes per full bar: 1.5x the GPU, so the capacity mark sits at the same column in every bar and every run."""
+    return plan.hardware.gpu_memory_bytes * 3 // 2
 
 
 def stacked_bar(memory: GpuMemory, capacity: int, scale: int, width: int = BAR_WIDTH) -> str:
-    """`PPPGGOOOOAAT.|....`: one character per segment share, `|` at the GPU's capacity, padded to a fixed width."""
+    """`PPPGGOOOOAAT.|....`: one character per share of `scale`, `|` at the GPU's capacity, `>` where it runs off."""
     cells: list[str] = []
     running = 0
     for field_name, ch, _ in SEGMENTS:
         start = round(running / scale * width)
         running += getattr(memory, field_name)
         cells += [ch] * (round(running / scale * width) - start)
+    if len(cells) > width:
+        cells = cells[:width - 1] + [OVERFLOW_MARK]
     cells += [" "] * (width - len(cells))
-    mark = min(width, round(capacity / scale * width))
-    cells.insert(mark, CAPACITY_MARK)
+    cells.insert(min(width, round(capacity / scale * width)), CAPACITY_MARK)
     return "".join(cells).rstrip()
 
 
