@@ -292,3 +292,36 @@ def test_help_text_comes_from_the_dataclass_docstrings(capsys):
                    "--nvme-path", "--nvme-size", "--target", "--format", "--output", "--lr", "--weight-decay",
                    "--warmup-steps", "--total-steps", "--force"):
         assert option in stdout
+
+
+def test_attribute_docs_match_the_dataclass_source():
+    """The cheap regex reader agrees with a real parse of types.py, for every documented field."""
+    import ast
+    import dataclasses
+
+    from zerokit.commands.plan import _attribute_docs
+    from zerokit.planner import types
+
+    with open(types.__file__, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for cls in (types.Hardware, types.Training):
+        node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        expected = {a.target.id: " ".join(b.value.value.split()) for a, b in zip(node.body, node.body[1:])
+                    if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+        assert _attribute_docs(cls.__name__) == expected
+        assert set(expected) == {f.name for f in dataclasses.fields(cls)}  # every option has its meaning written
+
+
+def test_stacked_bar_by_hand():
+    from zerokit.planner.types import GpuMemory
+    from zerokit.report import stacked_bar
+
+    # capacity 90, scale 135 (1.5x), 45 columns: one column per 3 bytes, the capacity mark after column 30.
+    fits = GpuMemory(parameters=30, gradients=15, optimizer_states=0, activations=30, transient=6, buffers=3,
+                     overhead=6)
+    assert stacked_bar(fits, 90, 135) == "P" * 10 + "G" * 5 + "A" * 10 + "TT" + "B" + "oo" + "|"
+    over = GpuMemory(parameters=150, gradients=0, optimizer_states=0, activations=0, transient=0, buffers=0,
+                     overhead=0)
+    assert stacked_bar(over, 90, 135) == "P" * 30 + "|" + "P" * 14 + ">"
+    small = GpuMemory(parameters=9, gradients=0, optimizer_states=0, activations=0, transient=0, buffers=0, overhead=0)
+    assert stacked_bar(small, 90, 135) == "PPP" + " " * 27 + "|"

@@ -6,10 +6,10 @@ is the attribute docstring of the dataclass field it fills (zerokit/planner/type
 
 from __future__ import annotations
 
-import ast
 import functools
 import json
 import os
+import re
 import sys
 import tempfile
 from typing import Any, Callable
@@ -20,22 +20,23 @@ from zerokit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from zerokit.planner import types
 from zerokit.units import parse_count, parse_positive_int
 
+_CLASS = re.compile(r"^class (\w+)\b", re.MULTILINE)
+_FIELD_DOC = re.compile(r'^    (\w+): [^\n]*\n    """(.*?)"""', re.MULTILINE | re.DOTALL)
+
 
 @functools.cache
 def _attribute_docs(class_name: str) -> dict[str, str]:
-    """Attribute docstrings of a class in zerokit/planner/types.py (the string literal after each field)."""
+    """Attribute docstrings of a class in zerokit/planner/types.py: the string literal under each field.
+
+    A regex rather than `ast`: this runs on every `zerokit plan` start, and the file is ours and regular.
+    """
     with open(types.__file__, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    docs: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            body = node.body
-            for field, doc in zip(body, body[1:]):
-                if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
-                        and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
-                        and isinstance(doc.value.value, str)):
-                    docs[field.target.id] = " ".join(doc.value.value.split())
-    return docs
+        source = f.read()
+    bounds = [(m.group(1), m.start()) for m in _CLASS.finditer(source)] + [("", len(source))]
+    for (name, begin), (_, finish) in zip(bounds, bounds[1:]):
+        if name == class_name:
+            return {m.group(1): " ".join(m.group(2).split()) for m in _FIELD_DOC.finditer(source, begin, finish)}
+    return {}
 
 
 def _doc(class_name: str, field: str, extra: str = "") -> str:
