@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zerokit.lint.findings import ERROR, WARNING, Finding
+from zerokit.lint.findings import ERROR, Finding
 from zerokit.lint.loader import Document
 from zerokit.lint.schema import _did_you_mean
 
@@ -32,7 +32,7 @@ def is_accelerate_yaml(doc: Document) -> bool:
 
 
 def yaml_findings(doc: Document) -> list[Finding]:
-    """Checks of the YAML's own deepspeed_config block (ZK601-ZK603)."""
+    """Checks of the YAML's own deepspeed_config block (unknown keys, bad values, ZK601 conflicts)."""
     out: list[Finding] = []
     ds = doc.data.get("deepspeed_config")
 
@@ -40,9 +40,6 @@ def yaml_findings(doc: Document) -> list[Finding]:
         line, col = doc.where(key)
         out.append(Finding(doc.path, line, col, severity, code, ".".join(map(str, key)), message, suggestion))
 
-    if doc.data.get("distributed_type") not in (None, "DEEPSPEED") and ds:
-        add(("distributed_type",), WARNING, "ZK603", f"distributed_type is {doc.data.get('distributed_type')!r}, so "
-            "Accelerate ignores the deepspeed_config block; set distributed_type: DEEPSPEED", "DEEPSPEED")
     if not isinstance(ds, dict):
         if ds is not None:
             add(("deepspeed_config",), ERROR, "ZK103", "deepspeed_config must be a mapping of Accelerate's DeepSpeed "

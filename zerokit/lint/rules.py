@@ -374,7 +374,8 @@ def unknown_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
     known = list(DEEPSPEED_OPTIMIZERS) + list(TORCH_OPTIMIZERS)
     guess = schema_mod._did_you_mean(name, known)
     yield Hit(("optimizer", "type"), f"optimizer type '{name}' is neither a DeepSpeed optimizer ("
-              + ", ".join(DEEPSPEED_OPTIMIZERS) + ") nor a torch.optim class (case-sensitive): initialize fails"
+              + ", ".join(DEEPSPEED_OPTIMIZERS) + ") nor a torch.optim class (case-sensitive): initialize fails with "
+              "'not a supported DeepSpeed Optimizer'"
               + (f" (did you mean '{guess}'?)" if guess else ""), guess)
 
 

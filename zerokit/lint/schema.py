@@ -125,8 +125,8 @@ def _did_you_mean(key: str, candidates: list[str]) -> str | None:
     lowered = {c.lower(): c for c in candidates}
     if key.lower() in lowered:
         return lowered[key.lower()]
-    match = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
-    return match[0] if match else None
+    match = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
 
 
 def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Iterator[Hit]:
@@ -209,18 +209,16 @@ def walk(data: dict) -> Iterator[Hit]:
 def _unknown(key: str, keypath: tuple, props: dict, pydantic: bool) -> Hit:
     where = "in " + dotted(keypath[:-1]) if keypath[:-1] else "at the top level"
     known = [k for k, v in props.items() if not v.get("x-removed")]
+    elsewhere = _leaf_index().get(key, [])
     guess = _did_you_mean(key, known)
     suggestion = None
-    if guess:
+    hint = ""
+    if elsewhere and (guess is None or guess.lower() != key.lower()):  # the right key in the wrong section
+        suggestion = elsewhere[0]
+        hint = f" (did you mean '{suggestion}'? it belongs there)"
+    elif guess:
         suggestion = ".".join(str(k) for k in keypath[:-1] + (guess,))
         hint = f" (did you mean '{guess}'?)"
-    else:
-        elsewhere = _leaf_index().get(key, [])
-        if elsewhere:
-            suggestion = elsewhere[0]
-            hint = f" (did you mean '{suggestion}'? it belongs there)"
-        else:
-            hint = ""
     effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
               else "DeepSpeed silently ignores it")
     return Hit(keypath, f"unknown key '{key}' {where}: {effect}{hint}", suggestion, ERROR, "ZK100")

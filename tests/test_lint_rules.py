@@ -1,0 +1,511 @@
+"""Every lint rule, and the installed DeepSpeed (transformers, Accelerate) showing that the fault it reports is real.
+
+Each test lints a config and then hands the same config to the real consumer: DeepSpeed ignores the setting,
+misreads it, or fails only at `deepspeed.initialize`. DeepSpeed runs on its CPU accelerator with a one-rank gloo
+group, on a tiny torch model.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import tempfile
+
+import pytest
+
+from zerokit.lint.engine import lint_document
+from zerokit.lint.loader import parse_json
+from zerokit.lint.rules import RULES, Context
+
+BASE = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
+ADAGRAD = {"optimizer": {"type": "Adagrad", "params": {"lr": 1e-3}}}  # a ZeRO-tested optimizer that needs no JIT build
+
+
+def lint(cfg: dict, target: str = "deepspeed", **ctx) -> list:
+    return lint_document(parse_json(json.dumps(cfg, indent=1), "cfg.json"), Context(target, **ctx))
+
+
+def codes(cfg: dict, target: str = "deepspeed", **ctx) -> set[str]:
+    return {f.code for f in lint(cfg, target, **ctx)}
+
+
+def with_(*parts: dict) -> dict:
+    out: dict = copy.deepcopy(BASE)
+    for p in parts:
+        out.update(copy.deepcopy(p))
+    return out
+
+
+@pytest.fixture(scope="module")
+def ds():
+    """deepspeed with a one-rank gloo process group (what deepspeed.initialize needs), torn down at the end."""
+    deepspeed = pytest.importorskip("deepspeed")
+    import torch
+
+    if not torch.distributed.is_initialized():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+        deepspeed.init_distributed(dist_backend="gloo")
+        yield deepspeed
+        torch.distributed.destroy_process_group()
+    else:
+        yield deepspeed
+
+
+def ds_config(cfg, mpu=None):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    return DeepSpeedConfig(copy.deepcopy(cfg), mpu=mpu)
+
+
+def initialize(deepspeed, cfg: dict, client_optimizer: bool = False):
+    import torch
+
+    model = torch.nn.Linear(8, 8)
+    kwargs = {"optimizer": torch.optim.AdamW(model.parameters())} if client_optimizer else {}
+    engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=copy.deepcopy(cfg),
+                                      **kwargs)
+    return engine
+
+
+class DataParallel:
+    """DeepSpeed's mpu interface: what DeepSpeedConfig asks for the data-parallel world size."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.n
+
+
+def test_rule_table_codes_are_unique_and_stable():
+    assert len({r.code for r in RULES}) == len(RULES)
+    assert [r.code for r in RULES][:4] == ["ZK100", "ZK106", "ZK107", "ZK201"]
+
+
+def test_clean_config_has_no_findings(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 2}, "bf16": {"enabled": True}})
+    assert lint(cfg) == []
+    assert initialize(ds, cfg).zero_optimization_stage() == 2
+
+
+# ---------------------------------------------------------------- schema: ZK100-ZK105
+
+
+def test_zk100_unknown_top_level_key_is_silently_ignored(ds):
+    cfg = with_({"wall_clock_breakdwon": True})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK100", "wall_clock_breakdwon", "wall_clock_breakdown")
+    assert "did you mean 'wall_clock_breakdown'" in f.message
+    assert ds_config(cfg).wall_clock_breakdown is False  # parsed without complaint, setting not applied
+
+
+def test_zk100_unknown_key_in_dict_section_is_silently_ignored(ds):
+    # DeepSpeed's own ACTIVATION_CHKPT_FORMAT docstring spells it "partitioned_activations"
+    cfg = with_({"activation_checkpointing": {"partitioned_activations": True}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK100", "activation_checkpointing.partitioned_activations",
+                                             "activation_checkpointing.partition_activations")
+    assert ds_config(cfg).activation_checkpointing_config.partition_activations is False
+
+
+def test_zk100_key_in_the_wrong_section_points_to_the_right_one(ds):
+    cfg = with_({"offload_optimizer": {"device": "cpu"}})
+    [f] = lint(cfg)
+    assert f.suggestion == "zero_optimization.offload_optimizer"
+    assert ds_config(cfg).zero_config.offload_optimizer is None
+
+
+def test_zk100_unknown_zero_key_fails_only_when_deepspeed_starts(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"zero_optimization": {"stage": 2, "contigous_gradients": True}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK100", "zero_optimization.contiguous_gradients")
+    with pytest.raises(ValidationError, match="contigous_gradients"):
+        ds_config(cfg)
+
+
+def test_zk101_removed_keys_are_refused(ds):
+    from deepspeed.runtime.config import DeepSpeedConfigError
+
+    for cfg in (with_({"amp": {"enabled": True}}), with_({"zero_optimization": {"stage": 3, "mics_shard_size": 8}})):
+        assert [f.code for f in lint(cfg) if f.code == "ZK101"] == ["ZK101"]
+        with pytest.raises(DeepSpeedConfigError, match="removed"):
+            ds_config(cfg)
+
+
+def test_zk102_deprecated_alias_is_accepted_with_a_warning(ds):
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    cfg = with_({"zero_optimization": {"stage": 2, "cpu_offload": True}})
+    found = [f for f in lint(cfg) if f.code == "ZK102"]
+    assert [(f.severity, f.suggestion) for f in found] == [("warning", "offload_optimizer")]
+    assert DeepSpeedZeroConfig.model_fields["cpu_offload"].json_schema_extra["deprecated"] is True
+    assert ds_config(cfg).zero_config.offload_optimizer.device == "cpu"
+
+
+def test_zk103_string_boolean_in_dict_section_is_read_as_true(ds):
+    cfg = with_({"activation_checkpointing": {"cpu_checkpointing": "false"}})
+    [f] = lint(cfg)
+    assert (f.code, f.severity, f.suggestion) == ("ZK103", "error", "false")
+    assert ds_config(cfg).activation_checkpointing_config.cpu_checkpointing == "false"  # truthy
+
+
+def test_zk103_wrong_type_in_pydantic_section(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"zero_optimization": {"stage": "two"}})
+    assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK103", "error")]
+    with pytest.raises(ValidationError):
+        ds_config(cfg)
+    coerced = with_({"zero_optimization": {"stage": "2"}})  # pydantic converts it: only a warning
+    assert [(f.code, f.severity, f.suggestion) for f in lint(coerced)] == [("ZK103", "warning", "2")]
+    assert ds_config(coerced).zero_optimization_stage == 2
+
+
+def test_zk104_value_outside_enum(ds):
+    from deepspeed.runtime.config import DeepSpeedConfigError
+
+    cfg = with_({"checkpoint": {"tag_validation": "Warning"}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK104", "WARN")
+    with pytest.raises(DeepSpeedConfigError, match="tag_validation"):
+        ds_config(cfg)
+    assert lint(with_({"checkpoint": {"tag_validation": "fail"}})) == []  # DeepSpeed upper-cases it
+
+
+def test_zk105_out_of_range(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}})
+    assert [f.code for f in lint(cfg)] == ["ZK105"]
+    with pytest.raises(ValidationError, match="greater than 0"):
+        ds_config(cfg)
+
+
+def test_zk106_duplicate_key(ds, tmp_path):
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    path = tmp_path / "dup.json"
+    path.write_text('{"train_micro_batch_size_per_gpu": 1,\n "zero_optimization": {"stage": 3, "stage": 2}}\n')
+    found = lint_document(__import__("zerokit.lint.loader", fromlist=["x"]).load_file(str(path)), Context())
+    [f] = [f for f in found if f.code == "ZK106"]
+    assert (f.line, f.key) == (2, "zero_optimization.stage")
+    with pytest.raises(ValueError, match="Duplicate keys"):
+        ds_config(str(path))
+    assert HfDeepSpeedConfig(str(path)).get_value("zero_optimization.stage") == 2  # json.load: last one wins
+
+
+def test_zk107_hjson_works_for_deepspeed_but_not_behind_hf(ds, tmp_path):
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    path = tmp_path / "ds.hjson"
+    path.write_text("{\n  // HJSON\n  train_micro_batch_size_per_gpu: 1\n  gradient_accumulation_steps: 1\n}\n")
+    from zerokit.lint.loader import load_file
+
+    doc = load_file(str(path))
+    assert [f.code for f in lint_document(doc, Context("trainer"))] == ["ZK107"]
+    assert lint_document(doc, Context("deepspeed")) == []
+    assert ds_config(str(path)).train_micro_batch_size_per_gpu == 1
+    with pytest.raises(json.JSONDecodeError):
+        HfDeepSpeedConfig(str(path))
+
+
+# ---------------------------------------------------------------- batch and precision
+
+
+def test_zk201_batch_mismatch_with_world_size(ds):
+    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}
+    [f] = lint(cfg, world_size=8)
+    assert (f.code, f.suggestion) == ("ZK201", "128")
+    assert lint(cfg, world_size=4) == []
+    with pytest.raises(AssertionError, match="Check batch related parameters"):
+        ds_config(cfg, mpu=DataParallel(8))
+    assert ds_config(cfg, mpu=DataParallel(4)).train_batch_size == 64
+
+
+def test_zk201_batch_not_divisible(ds):
+    cfg = {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4}
+    assert codes(cfg, world_size=2) == {"ZK201"}
+    with pytest.raises(AssertionError, match="Check batch related parameters"):
+        ds_config(cfg, mpu=DataParallel(2))
+    assert codes({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}) \
+        == {"ZK201"}  # 30 is no multiple of 16: no world size works
+
+
+def test_zk202_no_batch_size_for_deepspeed(ds):
+    cfg = {"gradient_accumulation_steps": 1}
+    assert codes(cfg) == {"ZK202"}
+    assert codes(cfg, target="trainer") == set()  # the Trainer writes both
+    with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
+        ds_config(cfg)
+
+
+def test_zk203_fp16_and_bf16(ds):
+    cfg = with_({"fp16": {"enabled": True}, "bf16": {"enabled": True}})
+    assert codes(cfg) == {"ZK203"}
+    assert codes(with_({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}), target="trainer") == set()
+    with pytest.raises(AssertionError, match="cannot be simultaneously enabled"):
+        ds_config(cfg)
+
+
+def test_zk204_dynamic_loss_scale_window_zero(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"fp16": {"enabled": True, "loss_scale_window": 0}})
+    assert codes(cfg) == {"ZK204"}
+    assert codes(with_({"fp16": {"enabled": True, "loss_scale": 128, "loss_scale_window": 0}})) == set()
+    with pytest.raises(ValidationError, match="loss_scale_window must be > 0"):
+        ds_config(cfg)
+
+
+def test_zk205_master_weights_need_zero(ds):
+    cfg = with_({"bf16": {"enabled": True, "bf16_master_weights_and_grads": True}})
+    assert codes(cfg) == {"ZK205"}
+    with pytest.raises(AssertionError, match="only supported with ZeRO Stage 1, 2, or 3"):
+        ds_config(cfg)
+
+
+# ---------------------------------------------------------------- ZeRO and offload
+
+
+def test_zk301_offload_param_below_stage3_is_ignored(ds):
+    import inspect
+
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK301", "zero_optimization.offload_param.device", "3")
+    engine = initialize(ds, cfg)  # accepted without a word...
+    assert type(engine.optimizer) is DeepSpeedZeroOptimizer
+    params = inspect.signature(DeepSpeedZeroOptimizer).parameters  # ...by an optimizer that cannot offload params
+    assert "offload_optimizer_config" in params and not any("offload_param" in p for p in params)
+
+
+def test_zk302_stage3_keys_below_stage3_are_ignored(ds):
+    import inspect
+
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    cfg = with_({"zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e8}})
+    assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK302", "warning")]
+    assert ds_config(cfg).zero_config.max_live_parameters == 1e8
+    assert "max_live_parameters" in inspect.signature(DeepSpeedZeroOptimizer_Stage3).parameters
+    assert "max_live_parameters" not in inspect.signature(DeepSpeedZeroOptimizer).parameters
+
+
+def test_zk303_nvme_without_path_fails_at_initialize(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"},
+                                                "stage3_gather_16bit_weights_on_model_save": True}})
+    assert codes(cfg) == {"ZK303"}
+    assert ds_config(cfg).zero_config.offload_param.nvme_path is None  # the config parses
+    with pytest.raises(AssertionError, match="nvme_path.*cannot be None"):
+        initialize(ds, cfg)
+
+
+def test_zk304_partial_offload_below_stage3(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})
+    assert "ZK304" in codes(cfg)
+    with pytest.raises(ValidationError, match="Partial offloading only supported for ZeRO Stage 3"):
+        ds_config(cfg)
+
+
+def test_zk305_offload_optimizer_at_stage0_is_ignored(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})
+    assert codes(cfg) == {"ZK305"}
+    parsed = ds_config(cfg)
+    assert parsed.zero_config.offload_optimizer.device == "cpu" and parsed.zero_enabled is False
+
+
+def test_zk306_odd_allgather_bucket_fails_at_initialize(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 1, "allgather_bucket_size": 50001}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK306", "50002")
+    ds_config(cfg)  # parses
+    with pytest.raises(AssertionError, match="allgather_bucket_size must be a multiple"):
+        initialize(ds, cfg)
+
+
+def test_zk307_bucket_memory_follows_the_bucket_sizes(ds):
+    from zerokit.lint.rules import bucket_bytes
+
+    cfg = with_({"bf16": {"enabled": True},
+                 "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8,
+                                       "allgather_bucket_size": 5e8}})
+    assert bucket_bytes(500_000_000, 500_000_000, 2) == 9_000_000_000  # the docs' "9GB footprint"
+    [f] = lint(cfg, gpu_memory=24 * 10**9)
+    assert (f.code, f.severity) == ("ZK307", "warning") and "9.0 GB" in f.message and "38%" in f.message
+    assert lint(cfg, gpu_memory=80 * 10**9) == []  # 11%: fine
+    assert lint(cfg) == []  # no --gpu-memory, no check
+    # DeepSpeed allocates what the config asks, without a check: ZeRO-3's reduce bucket has exactly that many elements
+    engine = initialize(ds, with_(ADAGRAD, {"zero_optimization": {"stage": 3, "reduce_bucket_size": 12345,
+                                                                  "stage3_gather_16bit_weights_on_model_save": True}}))
+    assert {b.buffer.numel() for b in engine.optimizer.ipg_buckets.values()} == {12345}
+
+
+def test_zk308_sum_allreduce_with_zero3(ds):
+    cfg = with_({"gradient_allreduce_op": "sum", "zero_optimization": {"stage": 3,
+                 "stage3_gather_16bit_weights_on_model_save": True}})
+    assert codes(cfg) == {"ZK308"}
+    assert codes(with_({"gradient_allreduce_op": "sum", "zero_optimization": {"stage": 2}})) == set()
+    with pytest.raises(ValueError, match="'sum' is not supported with ZeRO stage 3"):
+        ds_config(cfg)
+
+
+def test_zk309_zero3_without_16bit_gather_saves_no_weights(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 3}})
+    assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK309", "warning")]
+    engine = initialize(ds, cfg)
+    with tempfile.TemporaryDirectory() as d:
+        assert engine.save_16bit_model(d) is False
+        assert os.listdir(d) == []
+
+
+def test_zk310_compute_grad_norm_off_at_stage3(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"zero_optimization": {"stage": 3, "compute_grad_norm": False,
+                                       "stage3_gather_16bit_weights_on_model_save": True}})
+    assert codes(cfg) == {"ZK310"}
+    with pytest.raises(ValidationError, match="compute_grad_norm=false is supported only"):
+        ds_config(cfg)
+
+
+# ---------------------------------------------------------------- optimizer and scheduler
+
+
+def test_zk401_unknown_optimizer(ds):
+    import torch
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    from zerokit.lint import rules
+
+    cfg = with_({"optimizer": {"type": "AdamWW", "params": {"lr": 1e-3}}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK401", "AdamW")
+    with pytest.raises(AssertionError, match="AdamWW is not a supported DeepSpeed Optimizer"):
+        initialize(ds, cfg)
+    assert codes(with_({"optimizer": {"type": "sgd", "params": {"lr": 1e-3}}})) == {"ZK401"}  # torch names: exact
+    assert set(rules.DEEPSPEED_OPTIMIZERS) == set(DEEPSPEED_OPTIMIZERS)
+    real = {n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+            and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"}
+    assert set(rules.TORCH_OPTIMIZERS) == real
+
+
+def test_zk402_untested_optimizer_with_zero(ds):
+    cfg = with_({"optimizer": {"type": "SGD", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}})
+    assert codes(cfg) == {"ZK402"}
+    with pytest.raises(AssertionError, match="untested ZeRO Optimizer"):
+        initialize(ds, cfg)
+    allowed = dict(cfg, zero_allow_untested_optimizer=True)
+    assert codes(allowed) == set()
+    assert type(initialize(ds, allowed).basic_optimizer).__name__ == "SGD"
+
+
+def test_zk403_offload_with_a_client_torch_optimizer(ds):
+    from deepspeed.runtime.zero.utils import ZeRORuntimeException
+
+    cfg = with_({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK403", "warning")]
+    assert codes(cfg, target="trainer") == set()  # Accelerate maps a torch optimizer to DeepSpeedCPUAdam
+    with pytest.raises(ZeRORuntimeException, match="zero_force_ds_cpu_optimizer"):
+        initialize(ds, cfg, client_optimizer=True)
+
+
+def test_zk404_max_grad_norm_in_optimizer_params(ds):
+    cfg = with_({"optimizer": {"type": "Adagrad", "params": {"lr": 1e-3, "max_grad_norm": 1.0}}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK404", "gradient_clipping")
+    with pytest.raises(ValueError, match="'max_grad_norm' is not supported"):
+        initialize(ds, cfg)
+
+
+def test_zk405_unknown_scheduler(ds):
+    import torch
+    from deepspeed.runtime.lr_schedules import VALID_LR_SCHEDULES
+
+    from zerokit.lint import rules
+
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLinear", "params": {}}})
+    [f] = lint(cfg)
+    assert (f.code, f.suggestion) == ("ZK405", "WarmupLR")
+    with pytest.raises(AssertionError, match="does not recognize LR scheduler WarmupLinear"):
+        initialize(ds, cfg)
+    assert set(rules.DEEPSPEED_SCHEDULERS) == set(VALID_LR_SCHEDULES)
+    sched = torch.optim.lr_scheduler
+    real = {n for n in dir(sched) if isinstance(getattr(sched, n), type) and n[0] != "_"
+            and (issubclass(getattr(sched, n), sched.LRScheduler) or n == "ReduceLROnPlateau")
+            and n != "LRScheduler"}
+    assert set(rules.TORCH_SCHEDULERS) == real
+
+
+# ---------------------------------------------------------------- "auto"
+
+
+def test_zk501_auto_for_deepspeed_crashes_or_is_dropped(ds):
+    cfg = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK501", "train_batch_size")
+    with pytest.raises(TypeError):
+        ds_config(cfg)
+    dropped = with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}})
+    assert codes(dropped) == {"ZK501"}
+    assert "drops it" in lint(dropped)[0].message
+    assert ds_config(dropped).zero_config.reduce_bucket_size == 500_000_000  # silently DeepSpeed's default
+
+
+def test_zk501_auto_the_trainer_does_not_fill(ds):
+    pytest.importorskip("transformers")
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    cfg = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "train_batch_size": "auto", "zero_optimization": {"stage": "auto", "reduce_bucket_size": "auto"}}
+    [f] = lint(cfg, target="trainer")
+    assert (f.code, f.key) == ("ZK501", "zero_optimization.stage")
+    assert "Accelerate" in f.message  # Accelerate does fill it
+    assert codes(cfg, target="accelerate") == set()
+    with tempfile.TemporaryDirectory() as d:
+        args = TrainingArguments(output_dir=d, use_cpu=True, per_device_train_batch_size=2, report_to=[])
+        hf = HfTrainerDeepSpeedConfig(copy.deepcopy(cfg))
+        hf.trainer_config_process(args)
+    assert hf.config["train_micro_batch_size_per_gpu"] == 2
+    assert hf.config["zero_optimization"]["stage"] == "auto"  # left for DeepSpeed...
+    assert ds_config(hf.config).zero_optimization_stage == 0  # ...which drops it: no ZeRO at all
+
+
+def test_zk501_stage3_short_alias_is_not_filled(ds):
+    cfg = with_({"zero_optimization": {"stage": 3, "prefetch_bucket_size": "auto",
+                                       "stage3_gather_16bit_weights_on_model_save": True}})
+    [f] = lint(cfg, target="trainer")
+    assert f.code == "ZK501" and "stage3_prefetch_bucket_size" in f.message
+    ok = with_({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto",
+                                      "stage3_gather_16bit_weights_on_model_save": True}})
+    assert codes(ok, target="trainer") == set()
+
+
+def test_auto_where_deepspeed_itself_takes_auto_is_fine(ds):
+    cfg = with_({"data_types": {"keep_in_fp32_modules": "auto"}})
+    assert lint(cfg) == []
+    assert ds_config(cfg).keep_in_fp32_modules == "auto"
+
+
+def test_zk502_accelerate_needs_a_zero_section(ds):
+    pytest.importorskip("accelerate")
+    from accelerate.utils import DeepSpeedPlugin
+
+    cfg = {"train_micro_batch_size_per_gpu": "auto"}
+    assert codes(cfg, target="accelerate") == {"ZK502"}
+    with pytest.raises(ValueError, match="Please specify the ZeRO optimization config"):
+        DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg))
