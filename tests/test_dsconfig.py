@@ -400,3 +400,13 @@ def test_planner_configs_parse_in_deepspeed_and_lint_clean(deepspeed_dist, name)
         config = planned(name, target).ds_config
         findings = lint_text(json.dumps(config), Context(target=target, world_size=plan.hardware.world_size))
         assert [(f.code, f.key, f.message) for f in findings] == []
+
+
+def test_given_lr_reaches_the_consumer_that_fills_it():
+    trainer = make_plan(2, target="trainer", lr=3e-5, weight_decay=0.01)
+    assert training_arguments(trainer)["learning_rate"] == 3e-5
+    assert training_arguments(trainer)["weight_decay"] == 0.01
+    assert "--learning_rate 3e-05 --weight_decay 0.01" in training_arguments_hint(trainer)
+    assert "learning_rate" not in training_arguments(make_plan(2, target="trainer"))  # the default stays HF's
+    accelerate = make_plan(2, target="accelerate", lr=3e-5)
+    assert "DummyOptim(params, lr=3e-05, weight_decay=0.0)" in training_arguments_hint(accelerate)

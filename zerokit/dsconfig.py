@@ -16,10 +16,11 @@ Deliberate differences from the fill tables:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from zerokit.autofill import FILLED_BY
-from zerokit.planner.types import Plan
+from zerokit.planner.types import Plan, Training
 
 AUTO = "auto"
 
@@ -40,6 +41,7 @@ NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_BUFFER_SIZE = 100_000_000
 NVME_OPTIMIZER_BUFFER_COUNT = 4
 DEFAULT_NVME_PATH = "/local_nvme"
+_TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Training)}
 
 _KEPT_EXPLICIT = {
     "trainer": frozenset(),
@@ -103,8 +105,14 @@ def auto_keys(plan: Plan) -> list[str]:
 
 
 def training_arguments(plan: Plan) -> dict[str, Any]:
-    """What the consumer must be told so its "auto" fills match the plan (TrainingArguments for the trainer)."""
+    """What the consumer must be told so its "auto" fills match the plan.
+
+    trainer: TrainingArguments fields (`--lr`/`--weight-decay` only when given, as the config leaves them "auto").
+    accelerate: the DataLoader batch size, the Accelerator arguments, and DummyOptim/DummyScheduler values, which
+    Accelerate requires when the config defines the optimizer and reads lr/weight decay/warmup from.
+    """
     d, t = plan.decision, plan.training
+    given = {f: getattr(t, f) for f in ("lr", "weight_decay") if getattr(t, f) != _TRAINING_DEFAULTS[f]}
     if t.target == "trainer":
         args: dict[str, Any] = {
             "per_device_train_batch_size": d.micro_batch_size,
@@ -113,6 +121,10 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
         if d.precision in ("bf16", "fp16"):
             args[d.precision] = True
         args["gradient_checkpointing"] = d.gradient_checkpointing
+        if "lr" in given:
+            args["learning_rate"] = given["lr"]
+        if "weight_decay" in given:
+            args["weight_decay"] = given["weight_decay"]
         if t.warmup_steps:
             args["warmup_steps"] = t.warmup_steps
         if t.total_steps is not None:
@@ -124,6 +136,9 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
             "gradient_accumulation_steps": d.gradient_accumulation_steps,
             "mixed_precision": d.precision if d.precision in ("bf16", "fp16") else "no",
             "gradient_checkpointing": d.gradient_checkpointing,
+            "lr": t.lr,
+            "weight_decay": t.weight_decay,
+            "warmup_num_steps": max(1, t.warmup_steps),
         }
     return {"gradient_checkpointing": d.gradient_checkpointing}
 
@@ -137,14 +152,17 @@ def training_arguments_hint(plan: Plan) -> str:
         flags += [f"--{p}" for p in ("bf16", "fp16") if args.get(p)]
         if args["gradient_checkpointing"]:
             flags.append("--gradient_checkpointing")
-        flags += [f"--{k} {args[k]}" for k in ("warmup_steps", "max_steps") if k in args]
+        keys = ("learning_rate", "weight_decay", "warmup_steps", "max_steps")
+        flags += [f"--{k} {args[k]}" for k in keys if k in args]
         return "pass the HF Trainer " + " ".join(flags)
-    gc = " and call model.gradient_checkpointing_enable()" if args["gradient_checkpointing"] else ""
+    gc = "; call model.gradient_checkpointing_enable()" if args["gradient_checkpointing"] else ""
     if target == "accelerate":
-        return (f"use DataLoader(batch_size={args['dataloader_batch_size']}) and Accelerator(gradient_accumulation_steps="
-                f"{args['gradient_accumulation_steps']}, mixed_precision={args['mixed_precision']!r}){gc}")
-    return ("the config is complete; pass it to deepspeed.initialize" + gc if gc
-            else "the config is complete; pass it to deepspeed.initialize")
+        return (f"use DataLoader(batch_size={args['dataloader_batch_size']}), "
+                f"Accelerator(gradient_accumulation_steps={args['gradient_accumulation_steps']}, "
+                f"mixed_precision={args['mixed_precision']!r}), DummyOptim(params, lr={args['lr']}, "
+                f"weight_decay={args['weight_decay']}) and DummyScheduler(optimizer, "
+                f"warmup_num_steps={args['warmup_num_steps']}){gc}")
+    return "the config is complete; pass it to deepspeed.initialize(config=...)" + gc
 
 
 def _precision(plan: Plan) -> dict[str, Any]:
