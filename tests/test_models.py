@@ -1,0 +1,378 @@
+"""Model input: exact counts against real transformers (meta device), presets, --model resolution, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from zerokit.errors import BadInput
+from zerokit.models import PRESET_NAMES, count_parameters, load_preset, resolve_model, spec_from_count
+from zerokit.models.params import FAMILIES, model_parts
+from zerokit.models.resolve import spec_from_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE_MODELS = os.path.join(REPO, "examples", "models")
+
+
+def _model_config(name: str) -> dict:
+    return {k: v for k, v in load_preset(name).items() if k not in ("_source", "_aliases")}
+
+
+@pytest.fixture(scope="module")
+def meta_count():
+    """(total, largest layer) of AutoModelForCausalLM.from_config on the meta device, largest counted as DeepSpeed does.
+
+    DeepSpeed's model_to_params (runtime/zero/stage3.py) takes, over model.modules(), the most parameters any one
+    module has of its own (recurse=False). Its total dedups by data_ptr, which is 0 for every meta tensor, so the total
+    here is model.parameters(), which dedups tied weights by identity, as the brief asks.
+    """
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+
+    def count(config: dict) -> tuple[int, int]:
+        rest = {k: v for k, v in config.items() if k != "model_type"}
+        hf_config = transformers.AutoConfig.for_model(config["model_type"], **rest)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(hf_config)
+        total = sum(p.numel() for p in model.parameters())
+        largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+        return total, largest
+
+    return count
+
+
+# --- every preset equals what transformers instantiates ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_preset_count_equals_transformers(name, meta_count):
+    config = _model_config(name)
+    assert count_parameters(config) == meta_count(config)
+
+
+def test_presets_cover_every_family_in_the_table():
+    families = {load_preset(n)["model_type"] for n in PRESET_NAMES}
+    assert families >= set(FAMILIES) - {"gemma3_text"}
+
+
+def test_every_preset_cites_a_public_source_and_has_its_hub_id_as_alias():
+    for name in PRESET_NAMES:
+        raw = load_preset(name)
+        assert raw["_source"].startswith("https://huggingface.co/"), name
+        assert raw["_source"].endswith("/config.json"), name
+        repo = raw["_source"].split("huggingface.co/")[1].split("/blob/")[0]
+        assert repo in raw["_aliases"], name
+        assert name == name.lower() and " " not in name and "_" not in name
+
+
+# Published totals, hand-checked: model cards and the papers. Llama-2-7b e.g.
+# 32000*4096*2 (embed, untied head) + 32*(4*4096^2 + 3*4096*11008 + 2*4096) + 4096 = 6,738,415,616.
+KNOWN_TOTALS = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-13b": 13_015_864_320,
+    "llama-2-70b": 68_976_648_192,
+    "llama-3-8b": 8_030_261_248,
+    "llama-3.1-70b": 70_553_706_496,
+    "llama-3.1-405b": 405_853_388_800,
+    "llama-3.2-1b": 1_235_814_400,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+    "gemma-2-9b": 9_241_705_984,
+    "gemma-7b": 8_537_680_896,
+    "phi-3-mini": 3_821_079_552,
+    "gpt2": 124_439_808,
+    "gpt2-xl": 1_557_611_200,
+    "opt-125m": 125_239_296,
+    "falcon-7b": 6_921_720_704,
+    "qwen1.5-moe-a2.7b": 14_315_784_192,
+}
+
+
+@pytest.mark.parametrize("name,total", sorted(KNOWN_TOTALS.items()))
+def test_known_public_totals(name, total):
+    assert count_parameters(_model_config(name))[0] == total
+
+
+def test_largest_layer_hand_checked():
+    # Untied llama: embedding and lm_head are both 32000 x 4096.
+    assert count_parameters(_model_config("llama-2-7b"))[1] == 32000 * 4096
+    # Mixtral: transformers 5 fuses a layer's 8 experts into one module with (8, 2*14336, 4096) + (8, 4096, 14336).
+    assert count_parameters(_model_config("mixtral-8x7b"))[1] == 8 * 3 * 4096 * 14336
+    # gpt2's tied lm_head is still a module that owns (the shared) 50257 x 768 weight.
+    assert count_parameters(_model_config("gpt2"))[1] == 50257 * 768
+
+
+def test_tied_head_counted_once_untied_twice():
+    tied = {**_model_config("qwen2.5-0.5b")}
+    untied = {**tied, "tie_word_embeddings": False}
+    assert count_parameters(untied)[0] - count_parameters(tied)[0] == 151936 * 896
+    assert any(p.tied for p in model_parts(tied)) and not any(p.tied for p in model_parts(untied))
+
+
+# --- family formulas on small configs: every structural switch, and the families' defaults ----------------------
+
+S = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100, "num_attention_heads": 4, "intermediate_size": 96}
+OPT_S = {"hidden_size": 64, "num_hidden_layers": 2, "ffn_dim": 96, "vocab_size": 100, "num_attention_heads": 4,
+         "max_position_embeddings": 50, "pad_token_id": 1}
+FALCON_S = {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100, "num_attention_heads": 4}
+MOE_S = {"num_experts": 4, "moe_intermediate_size": 32}
+SMALL_CASES = {
+    "llama": {**S},
+    "llama-gqa-bias-headdim-tied": {**S, "num_key_value_heads": 2, "attention_bias": True, "mlp_bias": True,
+                                    "head_dim": 8, "tie_word_embeddings": True},
+    "llama-kv-null": {**S, "num_key_value_heads": None},
+    "mistral-default-kv": {**S},
+    "mistral-gqa": {**S, "num_key_value_heads": 2},
+    "mixtral": {**S, "num_key_value_heads": 2},
+    "mixtral-3-experts-headdim": {**S, "num_local_experts": 3, "head_dim": 32},
+    "mixtral-num-experts-alias": {**S, "num_experts": 5},
+    "qwen2-default-kv-32": {**S},
+    "qwen2-kv-null-tied": {**S, "num_key_value_heads": None, "tie_word_embeddings": True},
+    "qwen2_moe": {**S, **MOE_S, "num_key_value_heads": 2, "shared_expert_intermediate_size": 48},
+    "qwen2_moe-mlp-only-no-bias": {**S, **MOE_S, "mlp_only_layers": [0], "qkv_bias": False},
+    "qwen2_moe-sparse-step": {**S, **MOE_S, "num_hidden_layers": 4, "decoder_sparse_step": 2},
+    "qwen3": {**S, "num_key_value_heads": 2, "head_dim": 8},
+    "qwen3-bias-default-headdim": {**S, "attention_bias": True},
+    "qwen3_moe": {**S, **MOE_S, "num_key_value_heads": 2, "mlp_only_layers": [1]},
+    "qwen3_moe-local-experts-alias": {**S, "num_local_experts": 4, "moe_intermediate_size": 32},
+    "gemma-mqa": {**S, "pad_token_id": 0, "num_key_value_heads": 1, "head_dim": 8},
+    "gemma-default-headdim": {**S, "pad_token_id": 0},
+    "gemma2": {**S, "pad_token_id": 0, "head_dim": 8},
+    "gemma3_text": {**S, "pad_token_id": 0, "head_dim": 8},
+    "phi3": {**S, "pad_token_id": None},
+    "phi3-gqa": {**S, "pad_token_id": None, "num_key_value_heads": 2},
+    "gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 50, "vocab_size": 100},
+    "gpt2-canonical-names-n_inner-untied": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                            "n_inner": 40, "vocab_size": 100, "tie_word_embeddings": False},
+    "gpt_neox": {**S, "max_position_embeddings": 50},
+    "gpt_neox-no-attn-bias-tied": {**S, "attention_bias": False, "tie_word_embeddings": True},
+    "opt": {**OPT_S, "word_embed_proj_dim": 64},
+    "opt-projection-postnorm-nobias": {**OPT_S, "word_embed_proj_dim": 32, "do_layer_norm_before": False,
+                                       "enable_bias": False},
+    "opt-no-affine-norm": {**OPT_S, "word_embed_proj_dim": 64, "layer_norm_elementwise_affine": False},
+    "falcon-multi-query": {**FALCON_S},
+    "falcon-new-arch-bias": {**FALCON_S, "new_decoder_architecture": True, "num_kv_heads": 2, "bias": True},
+    "falcon-mha-sequential": {**FALCON_S, "multi_query": False, "parallel_attn": False, "ffn_hidden_size": 40},
+    "falcon-new-arch-one-norm": {**FALCON_S, "new_decoder_architecture": True, "num_kv_heads": 2,
+                                 "num_ln_in_parallel_attn": 1},
+}
+
+
+def _family(case: str) -> str:
+    return case.split("-")[0]
+
+
+@pytest.mark.parametrize("case", sorted(SMALL_CASES))
+def test_family_formula_equals_transformers(case, meta_count):
+    config = {"model_type": _family(case), **SMALL_CASES[case]}
+    assert count_parameters(config) == meta_count(config)
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+def test_family_defaults_equal_transformers_defaults(model_type, meta_count):
+    """A config.json that leaves keys out counts like transformers fills them: the bare default model."""
+    assert count_parameters({"model_type": model_type}) == meta_count({"model_type": model_type})
+
+
+# --- resolve_model ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,expected", [("7B", 7_000_000_000), ("6.7e9", 6_700_000_000), ("125M", 125_000_000),
+                                           ("1_000_000", 1_000_000), ("70b", 70_000_000_000)])
+def test_counts(text, expected):
+    spec = resolve_model(text)
+    assert spec.parameters == expected
+    assert spec.source == "count"
+    assert spec.name == text
+    assert "inferred" in spec.notes[0] and "config.json" in spec.notes[0]
+
+
+def test_count_shape_is_llama_like_with_layers_scaled():
+    spec = spec_from_count(7_000_000_000)
+    assert spec.config["_inferred_from"] == "llama-2-7b"
+    assert (spec.hidden_size, spec.vocab_size) == (4096, 32000)
+    assert spec.num_layers == 33  # 6.74B has 32 layers of 202.4M; 7B - 262M of embeddings -> 33.3
+    assert spec.largest_layer_parameters == 32000 * 4096
+    for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size", "head_dim"):
+        assert spec.config[key] >= 1
+    assert spec_from_count(70_000_000_000).config["_inferred_from"] == "llama-3.1-70b"
+    assert spec_from_count(125_000_000).hidden_size == 768
+    assert spec_from_count(1).parameters == 1
+
+
+@pytest.mark.parametrize("text,name", [("llama-2-7b", "llama-2-7b"), ("LLAMA-2-7B", "llama-2-7b"),
+                                       ("meta-llama/Llama-2-7b-hf", "llama-2-7b"), ("Llama-2-7b-hf", "llama-2-7b"),
+                                       ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+                                       ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), (" gpt2 ", "gpt2")])
+def test_presets_and_aliases(text, name):
+    spec = resolve_model(text)
+    assert spec.name == name
+    assert spec.source == "preset"
+    assert spec.parameters == count_parameters(_model_config(name))[0]
+
+
+def test_preset_spec_carries_the_keys_the_activation_model_reads():
+    spec = resolve_model("qwen2.5-7b")
+    assert (spec.hidden_size, spec.num_layers, spec.vocab_size) == (3584, 28, 152064)
+    assert spec.model_type == "qwen2"
+    c = spec.config
+    assert (c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["intermediate_size"]) == \
+           (28, 4, 128, 18944)
+    gpt2 = resolve_model("gpt2").config
+    assert (gpt2["hidden_size"], gpt2["num_hidden_layers"], gpt2["intermediate_size"], gpt2["head_dim"]) == \
+           (768, 12, 3072, 64)
+    falcon = resolve_model("falcon-7b").config
+    assert (falcon["num_key_value_heads"], falcon["intermediate_size"]) == (1, 4 * 4544)
+
+
+@pytest.mark.parametrize("name", sorted(os.listdir(EXAMPLE_MODELS)) if os.path.isdir(EXAMPLE_MODELS) else [])
+def test_example_configs_resolve_exactly(name):
+    folder = os.path.join(EXAMPLE_MODELS, name)
+    by_folder = resolve_model(folder)
+    by_file = resolve_model(os.path.join(folder, "config.json"))
+    assert by_folder.parameters == by_file.parameters > 0
+    assert by_folder.source == "config"
+    if name in PRESET_NAMES:
+        assert by_folder.parameters == resolve_model(name).parameters
+
+
+def test_existing_path_wins_over_count_and_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for odd_name in ("7B", "gpt2"):
+        (tmp_path / odd_name).mkdir()
+        (tmp_path / odd_name / "config.json").write_text(json.dumps({"model_type": "llama", **S}))
+        spec = resolve_model(odd_name)
+        assert spec.source == "config" and spec.parameters == count_parameters({"model_type": "llama", **S})[0]
+
+
+def test_config_json_missing_keys_use_family_defaults(tmp_path):
+    # Llama-2 era config.json files have no head_dim and (13B) no num_key_value_heads: transformers derives them.
+    config = {k: v for k, v in _model_config("llama-2-13b").items() if k not in ("num_key_value_heads", "head_dim")}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert resolve_model(str(path)).parameters == 13_015_864_320
+
+
+# --- bad input: one line that says how to fix it ---------------------------------------------------------------
+
+
+def _write(tmp_path, text: str, name: str = "config.json") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("0", r"must be at least 1"),
+    ("-7B", r"negative; give a positive count like 7B"),
+    ("7X", r"is not a count; write it like 7B"),
+    ("", r"--model is empty; give a preset name"),
+    ("lama-2-7b", r"unknown model preset 'lama-2-7b'; did you mean 'llama-2-7b'\?"),
+    ("mixtral-8x7", r"did you mean 'mixtral-8x7b'\?"),
+    ("zzzz-unknown", r"unknown model preset 'zzzz-unknown'; known: .*llama-2-7b"),
+    ("./missing/config.json", r"model config './missing/config.json' does not exist; check the path"),
+    ("someorg/Some-Model-7B", r"neither a file nor a known preset alias.*save the model's config.json"),
+])
+def test_bad_text(text, match):
+    with pytest.raises(BadInput, match=match) as info:
+        resolve_model(text)
+    assert "\n" not in str(info.value)
+
+
+def test_folder_without_config(tmp_path):
+    with pytest.raises(BadInput, match=r"has no config.json; point --model at the model's transformers config.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_malformed_json_names_path_and_line(tmp_path):
+    path = _write(tmp_path, '{\n  "model_type": "llama",\n  "hidden_size": 64,,\n}')
+    # Line 3 is `  "hidden_size": 64,,`: the second comma is column 21.
+    with pytest.raises(BadInput, match=re.escape(path) + r": malformed JSON at line 3, column 21: Expecting property"):
+        resolve_model(path)
+
+
+@pytest.mark.parametrize("text,match", [
+    ('{"hidden_size": 4096, "num_hidden_layers": 32}', r"has no model_type.*add \"model_type\""),
+    ("[1, 2]", r"is not a transformers config.json"),
+    ('{"model_type": "llama", "num_hidden_layers": 32, "vocab_size": 32000}', r"\(llama\) lacks hidden_size"),
+    ('{"model_type": "gpt2", "n_embd": 768, "vocab_size": 50257}', r"\(gpt2\) lacks n_layer"),
+    ('{"model_type": "llama", "hidden_size": 0, "num_hidden_layers": 2, "vocab_size": 10}',
+     r"hidden_size must be a whole number >= 1, got 0"),
+    ('{"model_type": "mistral", "hidden_size": "4096", "num_hidden_layers": 2, "vocab_size": 10}',
+     r"hidden_size must be a whole number >= 1, got '4096'"),
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "num_attention_heads": -4}',
+     r"num_attention_heads must be a whole number >= 1, got -4"),
+])
+def test_bad_config_json(tmp_path, text, match):
+    with pytest.raises(BadInput, match=match):
+        resolve_model(_write(tmp_path, text))
+
+
+def test_load_preset_unknown_suggests_closest():
+    with pytest.raises(BadInput, match=r"did you mean 'qwen2.5-7b'\?"):
+        load_preset("qwen2.5-7")
+
+
+def test_spec_from_count_refuses_nonpositive():
+    with pytest.raises(BadInput, match=r"whole number >= 1, got 0"):
+        spec_from_count(0)
+
+
+# --- unknown architectures: meta device with transformers, one clear error without -------------------------------
+
+OLMO = {"model_type": "olmo", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 100, "pad_token_id": 1}
+
+
+def test_unknown_family_falls_back_to_meta_device(tmp_path, meta_count):
+    assert "olmo" not in FAMILIES
+    spec = resolve_model(_write(tmp_path, json.dumps(OLMO)))
+    assert spec.source == "meta"
+    assert (spec.parameters, spec.largest_layer_parameters) == meta_count(OLMO)
+    # olmo: LayerNorm without weights, so embed + untied head + 2 * (4*64*64 + 3*64*96).
+    assert spec.parameters == 2 * 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 96)
+    assert (spec.hidden_size, spec.num_layers, spec.vocab_size) == (64, 2, 100)
+    assert spec.config["num_key_value_heads"] == 4 and spec.config["head_dim"] == 16
+    assert "meta device" in spec.notes[0]
+
+
+def test_meta_fallback_errors_are_one_line(tmp_path):
+    pytest.importorskip("transformers")
+    with pytest.raises(BadInput, match=r"does not know model_type 'no_such_arch'"):
+        resolve_model(_write(tmp_path, '{"model_type": "no_such_arch", "hidden_size": 8}'))
+    with pytest.raises(BadInput, match=r"cannot build a causal LM from vit \(model_type .vit.\): Unrecognized"):
+        spec_from_config({"model_type": "vit", "hidden_size": 64, "num_attention_heads": 4}, "vit")
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+def test_unknown_family_without_transformers_is_one_clear_error(tmp_path):
+    path = _write(tmp_path, json.dumps(OLMO))
+    # sys.modules[name] = None makes `import name` raise ImportError: an environment without the extra.
+    code = ("import sys\nsys.modules['torch'] = None\nsys.modules['transformers'] = None\n"
+            "from zerokit.errors import BadInput\nfrom zerokit.models.resolve import resolve_model\n"
+            f"try:\n    resolve_model({path!r})\nexcept BadInput as e:\n    print(e)\n")
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert "\n" not in line
+    assert "zerokit counts these model families by itself: falcon, gemma" in line
+    assert "pip install 'zerokit[deepspeed]'" in line and "'olmo'" in line
+
+
+def test_import_does_not_load_torch_or_transformers():
+    out = _run("import sys, zerokit.models.resolve, zerokit.models\n"
+               "from zerokit.models import resolve_model\nresolve_model('llama-3.1-70b')\nresolve_model('7B')\n"
+               "assert 'torch' not in sys.modules, 'torch'\nassert 'transformers' not in sys.modules, 'transformers'\n")
+    assert out.returncode == 0, out.stderr
