@@ -13,6 +13,7 @@ Rank 0 prints one `step N loss X` line per logged step and, with `--loss-file`, 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 losses.append({"step": state.global_step, "loss": float(logs["loss"])})
                 print(f"step {state.global_step} loss {logs['loss']:.4f}", flush=True)
 
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing; pass whichever this version has.
+    ckpt_name = "activation_checkpointing" if "activation_checkpointing" in inspect.signature(TrainingArguments).parameters \
+        else "gradient_checkpointing"
     training_args = TrainingArguments(
         output_dir=args.output_dir,
         deepspeed=args.deepspeed,
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         use_cpu=not torch.cuda.is_available(),
         bf16=precision == "bf16",
         fp16=precision == "fp16",
-        gradient_checkpointing=args.gradient_checkpointing,
+        **{ckpt_name: args.gradient_checkpointing},
         dataloader_num_workers=0,
         disable_tqdm=True,
         seed=0,

@@ -465,7 +465,7 @@ def format_text(checks: list[Check]) -> str:
     for i, c in enumerate(checks, 1):
         lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {c.detail}")
         if not c.ok and c.fix:
-            lines.append(f"{' ' * width}     fix: {c.fix}")
+            lines.append(f"{' ' * (width + 4)}fix: {c.fix}")
     failed = sum(not c.ok for c in checks)
     lines.append(f"preflight: {len(checks) - failed}/{len(checks)} passed" + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)

@@ -1,0 +1,305 @@
+"""`zerokit launch` without a training run: the runner's argv and env, the written files, quoting against hostile
+input, and process handling with real subprocesses (exit codes, signals reaching the whole process group).
+
+DeepSpeed's own parsers judge what zerokit builds: `deepspeed.launcher.runner.parse_args` reads the argv and
+`_parse_hostfile` reads the written hostfile. The rendered batch and launch scripts are executed by bash with
+a stub runner that records the argv it received.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zerokit.cli import main
+from zerokit.errors import BadInput
+from zerokit.launch.hostfile import parse_hostfile, parse_hosts, validate_hostname
+from zerokit.launch.runner import LaunchSpec, build_command, render_files, render_launch_script, render_sbatch, run
+
+HOSTILE_HOSTS = ["a;rm -rf ~", "$(id)", "`id`", "node1\nnode2", "-oProxyCommand=id", "a b", "host|cat", "ho$t"]
+
+
+def spec(**kw) -> LaunchSpec:
+    base = {"script": "train.py", "config": "/cfg/ds.json", "runner": "deepspeed"}
+    return LaunchSpec(**{**base, **kw})
+
+
+# ---------------------------------------------------------------- argv and env
+
+def test_one_node_command_appends_the_config_and_streams_unbuffered():
+    argv, env = build_command(spec(gpus_per_node=2, script_args=("--max-steps", "3")))
+    assert argv == ["deepspeed", "--num_gpus", "2", "--master_port", "29500",
+                    "train.py", "--max-steps", "3", "--deepspeed", "/cfg/ds.json"]
+    assert env == {"PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.parametrize("args", [("--deepspeed", "mine.json"), ("--deepspeed=mine.json",),
+                                  ("--deepspeed_config", "mine.json")])
+def test_config_is_not_appended_when_the_script_args_name_one(args):
+    argv, _ = build_command(spec(gpus_per_node=1, script_args=args))
+    assert argv[-len(args):] == list(args) and "/cfg/ds.json" not in argv
+
+
+def test_include_replaces_gpu_count_and_conflicts_with_it():
+    argv, _ = build_command(spec(include="localhost:0,1"))
+    assert argv[:5] == ["deepspeed", "--include", "localhost:0,1", "--master_port", "29500"]
+    with pytest.raises(BadInput, match="--include picks the ranks itself"):
+        build_command(spec(include="localhost:0", gpus_per_node=2))
+
+
+def test_many_nodes_write_hostfile_and_deepspeed_env(tmp_path):
+    s = spec(hosts=(("node1", 8), ("node2", 8)), launcher="openmpi", master_addr="node1", master_port=29600,
+             env=(("NCCL_DEBUG", "INFO"), ("NCCL_SOCKET_IFNAME", "eth0")), files_dir=str(tmp_path))
+    argv, env = build_command(s)
+    assert argv == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--launcher", "openmpi",
+                    "--master_addr", "node1", "--master_port", "29600", "train.py", "--deepspeed", "/cfg/ds.json"]
+    assert env == {"PYTHONUNBUFFERED": "1", "DS_ENV_FILE": str(tmp_path / ".deepspeed_env"),
+                   "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"}
+    files = render_files(s)
+    assert set(files) == {str(tmp_path / "hostfile"), str(tmp_path / ".deepspeed_env")}
+    assert files[str(tmp_path / ".deepspeed_env")] == "NCCL_DEBUG=INFO\nNCCL_SOCKET_IFNAME=eth0\n"
+    assert parse_hostfile(files[str(tmp_path / "hostfile")]) == {"node1": 8, "node2": 8}
+
+
+def test_deepspeed_itself_reads_our_argv_and_hostfile(tmp_path):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    s = spec(hosts=(("worker-0", 4), ("worker-1", 4)), nodes=2, gpus_per_node=4, master_addr="10.0.0.1",
+             script_args=("--lr", "1e-4"), files_dir=str(tmp_path))
+    argv, _ = build_command(s)
+    args = runner.parse_args(argv[1:])
+    assert (args.hostfile, args.launcher, args.master_addr, args.master_port) == (
+        str(tmp_path / "hostfile"), "pdsh", "10.0.0.1", 29500)
+    assert (args.num_nodes, args.num_gpus, args.user_script) == (2, 4, "train.py")
+    assert args.user_args == ["--lr", "1e-4", "--deepspeed", "/cfg/ds.json"]
+    hostfile_text = render_files(s)[str(tmp_path / "hostfile")]
+    assert runner._parse_hostfile(hostfile_text.splitlines()) == {"worker-0": 4, "worker-1": 4}
+
+
+# ---------------------------------------------------------------- validation: nothing reaches a shell
+
+@pytest.mark.parametrize("host", HOSTILE_HOSTS)
+def test_hostile_hostnames_are_refused_everywhere(host, tmp_path):
+    with pytest.raises(BadInput, match="is not a valid hostname"):
+        validate_hostname(host)
+    with pytest.raises(BadInput, match="is not a valid hostname"):
+        build_command(spec(hosts=((host, 2),)))
+    with pytest.raises(BadInput, match="is not a valid hostname"):
+        build_command(spec(hosts=(("node1", 2),), master_addr=host))
+    if "\n" not in host:
+        with pytest.raises(BadInput, match=r"hostfile:2: .*not a valid hostname|hostfile:2: expected 'HOST slots=N'"):
+            parse_hostfile(f"node1 slots=2\n{host} slots=2\n")
+
+
+def test_hostile_hostname_through_the_cli_is_one_line_and_exit_2(capsys):
+    code = main(["launch", "--hosts", "a;rm -rf ~:2,$(id):2", "--dry-run", "train.py"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "zerokit launch: error: host 'a;rm -rf ~' is not a valid hostname; use letters, digits, '-' and '.' only\n"
+
+
+def test_hosts_option_parses_slots_and_defaults():
+    assert parse_hosts("node1:8, node2:4", None) == {"node1": 8, "node2": 4}
+    assert parse_hosts("node1,node2", 8) == {"node1": 8, "node2": 8}
+    with pytest.raises(BadInput, match=r"give slots as node1:N or set --gpus-per-node"):
+        parse_hosts("node1", None)
+    with pytest.raises(BadInput, match="listed twice"):
+        parse_hosts("node1:2,node1:2", None)
+    with pytest.raises(BadInput, match="slots must be a whole number"):
+        parse_hostfile("node1 slots=0\n")
+
+
+def test_pdsh_refuses_arguments_a_remote_shell_would_run_but_mpi_passes_them_verbatim():
+    hosts = (("node1", 1), ("node2", 1))
+    with pytest.raises(BadInput, match=r"'\$\(touch pwned\)' has characters a remote shell would interpret"):
+        build_command(spec(hosts=hosts, script_args=("--name", "$(touch pwned)")))
+    argv, _ = build_command(spec(hosts=hosts, launcher="openmpi", script_args=("--name", "$(touch pwned)")))
+    assert argv[-4:-2] == ["--name", "$(touch pwned)"]
+
+
+def test_env_values_for_other_nodes_must_be_inert():
+    with pytest.raises(BadInput, match="has shell characters"):
+        build_command(spec(hosts=(("node1", 1),), env=(("X", "$(id)"),)))
+    with pytest.raises(BadInput, match="a variable name is letters"):
+        build_command(spec(gpus_per_node=1, env=(("1X", "y"),)))
+    _, env = build_command(spec(gpus_per_node=1, env=(("X", "$(id) stays literal"),)))  # one node: no shell at all
+    assert env["X"] == "$(id) stays literal"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "2", "t.py"], "--nodes 2 needs the nodes"),
+    (["--env", "NOEQUALS", "t.py"], "--env 'NOEQUALS': write it as KEY=VALUE"),
+    (["--include", "localhost:0", "--gpus-per-node", "2", "t.py"], "--include picks the ranks itself"),
+    (["--hostfile", "h", "--hosts", "a:1", "t.py"], "give either --hostfile or --hosts"),
+    (["--config", "/nonexistent/ds.json", "t.py"], "--config /nonexistent/ds.json: no such file"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code = main(["launch", "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- dry run and rendered scripts
+
+def test_dry_run_prints_a_line_the_shell_reads_back_as_the_same_argv(capsys, tmp_path):
+    cfg = tmp_path / "ds config.json"
+    cfg.write_text("{}")
+    code = main(["launch", "--config", str(cfg), "--gpus-per-node", "2", "--env", "A=x y", "--dry-run",
+                 "train.py", "--name", "it's $(id)"])
+    out = capsys.readouterr().out.strip()
+    assert code == 0
+    words = shlex.split(out)
+    assert words[:2] == ["PYTHONUNBUFFERED=1", "A=x y"]
+    assert words[2].endswith("deepspeed")
+    assert words[3:] == ["--num_gpus", "2", "--master_port", "29500", "train.py", "--name", "it's $(id)",
+                         "--deepspeed", str(cfg)]
+
+
+def _stub(path: Path, body: str) -> None:
+    path.write_text(body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def stub_bin(tmp_path):
+    """A PATH with a recording `deepspeed` and fake `srun`/`scontrol`, to execute rendered scripts for real."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir / "deepspeed", f"#!{sys.executable}\nimport json, os, sys\n"
+          "open(os.environ['RECORD'], 'w').write(json.dumps({'argv': sys.argv[1:], 'env': {k: os.environ.get(k) "
+          "for k in ('MASTER_ADDR', 'MASTER_PORT', 'HOSTFILE', 'NCCL_DEBUG')}}))\n")
+    _stub(bin_dir / "srun", "#!/bin/sh\nshift\nexec \"$@\"\n")  # drops --kill-on-bad-exit=1
+    _stub(bin_dir / "scontrol", "#!/bin/sh\nprintf 'gpu-a\\ngpu-b\\n'\n")
+    return bin_dir
+
+
+HOSTILE_ARGS = ("--name", "$(touch PWNED)", "--note", "it's `touch PWNED2`; rm -rf PWNED3\nnext line")
+
+
+def test_sbatch_runs_the_same_job_under_srun_and_quotes_every_argument(tmp_path, stub_bin, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("NCCL_DEBUG", "INFO"),), script_args=HOSTILE_ARGS,
+             master_port=29700)
+    text = render_sbatch(s, "zerokit launch ... \n touch PWNED4", "job.sbatch", time_limit="01:00:00")
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text and "#SBATCH --time=01:00:00" in text
+    (tmp_path / "job.sbatch").write_text(text)
+    record = tmp_path / "record.json"
+    env = {**os.environ, "PATH": f"{stub_bin}:{os.environ['PATH']}", "RECORD": str(record),
+           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_JOB_ID": "42", "SLURM_NODEID": "1", "SLURM_SUBMIT_DIR": str(tmp_path)}
+    subprocess.run(["bash", "job.sbatch"], env=env, check=True, cwd=tmp_path)
+    got = json.loads(record.read_text())
+    assert got["argv"] == ["--hostfile", str(tmp_path / "hostfile-42"), "--no_ssh", "--node_rank", "1",
+                           "--num_nodes", "2", "--num_gpus", "8", "--master_addr", "gpu-a", "--master_port", "29700",
+                           "train.py", *HOSTILE_ARGS, "--deepspeed", "/cfg/ds.json"]
+    assert got["env"]["NCCL_DEBUG"] == "INFO"
+    assert (tmp_path / "hostfile-42").read_text() == "gpu-a slots=8\ngpu-b slots=8\n"
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_launch_script_execs_the_same_command(tmp_path, stub_bin, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = spec(gpus_per_node=2, script_args=HOSTILE_ARGS, env=(("NCCL_DEBUG", "$(touch PWNED5)"),))
+    (tmp_path / "run.sh").write_text(render_launch_script(s, "zerokit launch ...\ntouch PWNED6"))
+    record = tmp_path / "record.json"
+    env = {**os.environ, "PATH": f"{stub_bin}:{os.environ['PATH']}", "RECORD": str(record)}
+    subprocess.run(["bash", "run.sh"], env=env, check=True, cwd=tmp_path)
+    argv, _ = build_command(s)
+    got = json.loads(record.read_text())
+    assert got["argv"] == argv[1:] and got["env"]["NCCL_DEBUG"] == "$(touch PWNED5)"
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_emit_sbatch_cli_writes_an_executable_file_and_starts_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "--hosts", "n1,n2", "--gpus-per-node", "4", "--emit-sbatch", "job.sbatch", "train.py"])
+    assert code == 0 and "sbatch job.sbatch" in capsys.readouterr().out
+    mode = (tmp_path / "job.sbatch").stat().st_mode
+    assert mode & stat.S_IXUSR
+    subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
+
+
+# ---------------------------------------------------------------- process handling, with real processes
+
+def test_exit_code_of_the_job_becomes_ours(tmp_path):
+    assert run([sys.executable, "-c", "raise SystemExit(7)"], {}) == 7
+    assert run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], {}) == 128 + 15
+
+
+def test_missing_runner_is_bad_input():
+    with pytest.raises(BadInput, match="cannot start /nonexistent/deepspeed"):
+        run(["/nonexistent/deepspeed"], {})
+
+
+def _pids_with(marker: str) -> list[int]:
+    """Live processes whose argv holds the marker (read from /proc: ps truncates long command lines)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# A stand-in runner: it starts two "ranks" that ignore SIGINT (as a stuck collective does) and waits on them.
+FAKE_RUNNER = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    marker = sys.argv[1]
+    rank = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+    ranks = [subprocess.Popen([sys.executable, "-c", rank, marker]) for _ in range(2)]
+    print("ranks up", flush=True)
+    for r in ranks:
+        r.wait()
+""")
+
+
+def test_sigint_reaches_the_whole_group_and_stuck_ranks_are_killed_after_the_grace(tmp_path):
+    marker = f"zk-test-marker-{os.getpid()}-{time.time_ns()}"
+    (tmp_path / "runner.py").write_text(FAKE_RUNNER)
+    driver = (f"import sys; from zerokit.launch.runner import run; "
+              f"sys.exit(run([sys.executable, {str(tmp_path / 'runner.py')!r}, {marker!r}], {{}}, grace=1.0))")
+    zk = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    try:
+        assert zk.stdout.readline().strip() == "ranks up"
+        assert _wait_for(lambda: len(set(_pids_with(marker)) - {zk.pid}) == 3, 10)  # runner + 2 ranks
+        zk.send_signal(signal.SIGINT)
+        assert zk.wait(timeout=15) == 128 + signal.SIGINT
+        assert _wait_for(lambda: not _pids_with(marker), 5), f"left behind: {_pids_with(marker)}"
+    finally:
+        zk.kill()
+        for pid in _pids_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_processes_that_outlive_the_runner_are_stopped(tmp_path):
+    marker = f"zk-orphan-marker-{os.getpid()}-{time.time_ns()}"
+    orphan = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
+    try:
+        assert run([sys.executable, "-c", orphan], {}, grace=2.0) == 0
+        assert not _pids_with(marker)
+    finally:
+        for pid in _pids_with(marker):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,197 @@
+"""`zerokit preflight`: which checks a config triggers (pure), and the real checks on this machine.
+
+The probes run for real (DeepSpeed's op builders, statvfs, sockets, ssh); the failing cases are produced by
+really breaking the thing checked: a port held by a listening socket, a missing NVMe directory, a hostfile
+with a bad line, a plan that needs more RAM than exists, deepspeed made unimportable in a child process.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from zerokit.cli import main
+from zerokit.launch import preflight
+from zerokit.launch.preflight import Check, Needs, Target, format_text, needs_from_config
+
+pytest.importorskip("deepspeed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        return s.getsockname()[1]
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+# ---------------------------------------------------------------- pure: what a config needs
+
+def test_plain_zero2_needs_no_ops():
+    assert needs_from_config({"zero_optimization": {"stage": 2}}) == Needs()
+
+
+def test_cpu_optimizer_offload_needs_cpu_adam_only():
+    needs = needs_from_config({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    assert (needs.cpu_adam, needs.async_io, needs.nvme_paths) == (True, False, ())
+
+
+def test_nvme_offload_needs_async_io_cpu_adam_and_each_path_once():
+    cfg = {"zero_optimization": {"stage": 3,
+                                 "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme/a"},
+                                 "offload_param": {"device": "nvme", "nvme_path": "/nvme/a"}}}
+    needs = needs_from_config(cfg)
+    assert (needs.cpu_adam, needs.async_io, needs.nvme_paths) == (True, True, ("/nvme/a",))
+
+
+def test_param_offload_alone_does_not_need_cpu_adam():
+    needs = needs_from_config({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})
+    assert not needs.cpu_adam and not needs.async_io
+
+
+def test_plan_json_supplies_the_sizes():
+    plan = {"memory": {"per_gpu": {"total": 30 * 10**9}, "per_node_cpu": {"total": 200 * 10**9},
+                       "nvme": {"total": 0}}}
+    needs = needs_from_config({}, plan)
+    assert (needs.gpu_bytes, needs.cpu_bytes, needs.nvme_bytes) == (30 * 10**9, 200 * 10**9, None)
+
+
+def test_text_output_is_numbered_with_the_fix_under_each_failure():
+    text = format_text([Check("ninja", True, "present"), Check("master port", False, "29500 is in use", "pass --master-port")])
+    assert text.splitlines() == [
+        "1. ✓ ninja: present",
+        "2. ✗ master port: 29500 is in use",
+        "     fix: pass --master-port",
+        "preflight: 1/2 passed, 1 failed",
+    ]
+
+
+# ---------------------------------------------------------------- real checks on this machine
+
+def test_this_machine_passes_for_a_plain_config():
+    checks = preflight.run_checks(Target(gpus_per_node=2, master_port=free_port()))
+    names = [c.name for c in checks]
+    assert names[0] == "imports" and names[-1] == "master port"
+    assert {"imports", "accelerator", "ninja", "/dev/shm", "host RAM", "master port"} <= set(names)
+    assert "op cpu_adam" not in names and "nvme path" not in names and "hostfile" not in names
+    assert all(c.ok for c in checks), format_text(checks)
+    import deepspeed
+    import torch
+
+    assert by_name(checks)["imports"].detail == f"torch {torch.__version__}, deepspeed {deepspeed.__version__}"
+
+
+def test_accelerator_on_a_host_without_gpus_says_cpu_ranks():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has GPUs")
+    check = preflight.check_accelerator(Target(gpus_per_node=2))
+    assert check == Check("accelerator", True, "no GPU found: 2 ranks run on DeepSpeed's CPU accelerator (gloo)")
+
+
+def test_cpu_adam_is_checked_through_deepspeeds_builder_when_the_optimizer_is_offloaded():
+    from deepspeed.accelerator import get_accelerator
+
+    check = preflight.check_cpu_adam(Target(needs=Needs(cpu_adam=True)))
+    compatible = get_accelerator().create_op_builder("CPUAdamBuilder").is_compatible(verbose=False)
+    assert check.name == "op cpu_adam" and check.ok == compatible
+
+
+def test_busy_master_port_fails_with_the_fix(capsys):
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = main(["preflight", "--master-port", str(port), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["ok"] is False
+    failed = [c for c in out["checks"] if not c["ok"]]
+    assert failed == [{"name": "master port", "ok": False, "detail": f"{port} is in use on this host",
+                       "fix": f"pass --master-port with a free port (e.g. {port + 1}), or stop the job holding it"}]
+    assert all(set(c) == {"name", "ok", "detail", "fix"} for c in out["checks"])
+
+
+def test_nvme_path_missing_then_present(tmp_path, capsys):
+    nvme = tmp_path / "nvme"
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                                                   "nvme_path": str(nvme)}}}))
+    code = main(["preflight", "--config", str(cfg), "--master-port", str(free_port())])
+    out = capsys.readouterr().out
+    assert code == 3
+    assert f"✗ nvme path: {nvme} does not exist" in out and "fix: create the directory" in out
+    nvme.mkdir()
+    checks = by_name(preflight.run_checks(preflight.make_target(config=str(cfg), master_port=free_port())))
+    assert checks["nvme path"].ok and checks["nvme path"].detail.startswith(f"{nvme}: writable, ")
+    has_header = any(p.joinpath("libaio.h").exists() for p in map(__import__("pathlib").Path,
+                                                                 ("/usr/include", "/usr/local/include")))
+    assert checks["op async_io"].ok == has_header or "prebuilt" in checks["op async_io"].detail
+    if not checks["op async_io"].ok:
+        assert checks["op async_io"].fix.startswith("apt-get install libaio-dev")
+
+
+def test_plan_needing_more_ram_or_nvme_than_exists_fails(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"hardware": {"gpus_per_node": 2},
+                                "memory": {"per_node_cpu": {"total": 10**15}, "nvme": {"total": 10**18}}}))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+                                                                                   "nvme_path": str(tmp_path)}}}))
+    target = preflight.make_target(config=str(cfg), plan=str(plan), master_port=free_port())
+    assert target.gpus_per_node == 2
+    checks = by_name(preflight.run_checks(target))
+    assert not checks["host RAM"].ok and "the plan needs 909.5 TiB" in checks["host RAM"].detail
+    assert not checks["nvme path"].ok and "the plan needs 1000.0 PB" in checks["nvme path"].detail
+
+
+def test_hostfile_parse_failure_is_a_failed_check(tmp_path):
+    bad = tmp_path / "hostfile"
+    bad.write_text("node1 slots=2\nnode2 slots=two\n")
+    check = preflight.check_hostfile(Target(hostfile=str(bad)))
+    assert check == Check("hostfile", False, f"{bad}:2: slots must be a whole number >= 1, got 'two'",
+                          "one 'HOST slots=N' line per node, e.g. 'worker-1 slots=8'")
+    bad.write_text("node1 slots=2\nnode2 slots=2\n")
+    assert preflight.check_hostfile(Target(hostfile=str(bad))) == Check("hostfile", True, "2 hosts, 4 slots")
+
+
+def test_many_nodes_check_the_launcher_binary_and_ssh(tmp_path):
+    hosts = {"zk-no-such-host-1.invalid": 1, "zk-no-such-host-2.invalid": 1}
+    target = Target(hosts=hosts, launcher="pdsh")
+    launcher = preflight.check_launcher(target)
+    import shutil
+
+    assert launcher.ok == bool(shutil.which("pdsh"))
+    if not launcher.ok:
+        assert launcher == Check("launcher pdsh", False, "pdsh not on PATH", "apt-get install pdsh (on every node)")
+    if not shutil.which("ssh"):
+        pytest.skip("no ssh client")
+    ssh = preflight.check_ssh(target)
+    assert not ssh.ok and ssh.detail.startswith("no passwordless ssh to zk-no-such-host-1.invalid (")
+    assert "zk-no-such-host-2.invalid" in ssh.detail and "ssh-copy-id" in ssh.fix
+
+
+def test_missing_deepspeed_is_reported_not_raised():
+    code = ("import sys; sys.modules['deepspeed'] = None; from zerokit.cli import main; "
+            "sys.exit(main(['preflight', '--format', 'json']))")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    out = json.loads(r.stdout)
+    assert r.returncode == 3 and out["ok"] is False
+    first = out["checks"][0]
+    assert first["name"] == "imports" and not first["ok"] and "cannot import deepspeed" in first["detail"]
+    assert first["fix"].startswith("pip install 'zerokit[deepspeed]'")
+    assert "Traceback" not in r.stderr
+    assert [c["name"] for c in out["checks"]] == ["imports", "/dev/shm", "host RAM", "master port"]
+
+
+def test_json_stdout_is_only_json_even_though_deepspeed_logs():
+    r = subprocess.run([sys.executable, "-m", "zerokit", "preflight", "--format", "json", "--master-port",
+                        str(free_port())], check=False, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["ok"] is True
