@@ -36,7 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=256, help="size of the synthetic dataset")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
-                   help="auto: what the ds_config enables (bf16/fp16 blocks with true or \"auto\"), else fp32")
+                   help="auto: what the ds_config enables outright, else fp32 (\"auto\" blocks follow this flag)")
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    p.add_argument("--fp16", dest="precision", action="store_const", const="fp16", help="same as --precision fp16")
     p.add_argument("--save", action="store_true", help="save the final model (gathered under ZeRO-3) to --output-dir")
     p.add_argument("--loss-file", help="rank 0 writes {step, loss} JSON lines here")
     p.add_argument("--gradient-checkpointing", action="store_true")
@@ -51,11 +53,11 @@ def config_value(ds_config: dict, key: str):
 
 
 def precision_from_config(ds_config: dict) -> str:
-    """The planner writes `{"bf16": {"enabled": "auto"}}` for the Trainer to fill: that means train in bf16."""
-    for name in ("bf16", "fp16"):
-        block = ds_config.get(name) or ({"enabled": True} if name == "bf16" and ds_config.get("bfloat16") else {})
-        if block.get("enabled") in (True, "auto"):
-            return name
+    """bf16/fp16 where the ds_config enables it outright; `"auto"` leaves the choice to the Trainer flags (fp32)."""
+    if (ds_config.get("bf16") or {}).get("enabled") is True or ds_config.get("bfloat16", {}).get("enabled") is True:
+        return "bf16"
+    if (ds_config.get("fp16") or {}).get("enabled") is True:
+        return "fp16"
     return "fp32"
 
 
