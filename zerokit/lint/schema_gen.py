@@ -361,13 +361,19 @@ def build_schema() -> dict:
 
     from deepspeed.module_inject.auto_ep_config import parse_autoep_config
 
-    ep_props = {}
-    for key, default in re.findall(r'param_dict\.get\("(\w+)",\s*([^)]*)\)', inspect.getsource(parse_autoep_config)):
+    ep_src = inspect.getsource(parse_autoep_config)
+    ep_props = {key: {"description": f"AutoEP setting '{key}' (read by deepspeed.module_inject.auto_ep_config)."}
+                for key in re.findall(r'"(\w+)" in param_dict', ep_src)}
+    for key, default in re.findall(r'param_dict\.get\("(\w+)",\s*([^)]*)\)', ep_src):
         ep_props[key] = {"description": f"AutoEP setting '{key}' (read by deepspeed.module_inject.auto_ep_config)."}
         try:
-            ep_props[key]["default"] = ast.literal_eval(default)
+            value = ast.literal_eval(default)
         except (ValueError, SyntaxError):
-            pass
+            continue
+        ep_props[key]["default"] = value
+        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(type(value))
+        if kind:
+            ep_props[key]["type"] = [kind, "null"] if kind != "string" else ["string", "null"]
     props["expert_parallel"] = section("AutoEP: automatic expert parallelism for MoE models.",
                                        dict(sorted(ep_props.items())))
     props["timers"] = section("Engine timers.", {"throughput": model_schema(
