@@ -26,7 +26,6 @@ How the search works (the README's "How the planner decides" says the same in pr
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -77,35 +76,27 @@ class Context:
     chosen: Evaluation | None = None
     warnings: list = field(default_factory=list)
     _activations: dict = field(default_factory=dict)
-    _ladders: dict = field(default_factory=dict)
-    _buffers: dict = field(default_factory=dict)
+    _levels: dict = field(default_factory=dict)
     overhead: int = 0
 
     def __post_init__(self) -> None:
         t, hw = self.training, self.hardware
         self.overhead = t.overhead_bytes if t.overhead_bytes is not None else default_overhead(hw.gpu_memory_bytes)
 
-    def ladder(self, stage: int) -> tuple[BufferSettings, ...]:
-        if stage not in self._ladders:
-            self._ladders[stage] = buffer_ladder(self.model.hidden_size, stage)
-        return self._ladders[stage]
+    def levels(self, stage: int) -> tuple[tuple[BufferSettings, int], ...]:
+        """The buffer ladder for a stage with each setting's bytes, computed once per plan."""
+        if stage not in self._levels:
+            m, w = self.model, DTYPE_BYTES[self.precision]
+            self._levels[stage] = tuple(
+                (b, comm_buffers(b, stage, m.parameters, m.largest_layer_parameters, w))
+                for b in buffer_ladder(m.hidden_size, stage))
+        return self._levels[stage]
 
-    def buffers(self, stage: int, level: int) -> int:
-        key = (stage, level)
-        if key not in self._buffers:
-            m = self.model
-            self._buffers[key] = comm_buffers(self.ladder(stage)[level], stage, m.parameters, m.largest_layer_parameters,
-                                              DTYPE_BYTES[self.precision])
-        return self._buffers[key]
-
-    def needs(self, checkpointing: bool) -> list[int]:
-        """activations + transient for every allowed micro-batch, ascending: the planner bisects this list.
-
-        Computed once per plan (a few microseconds per estimate) instead of per candidate.
-        """
+    def needs(self, checkpointing: bool) -> list:
+        """activations + transient per allowed micro-batch (ascending), filled in as the searches ask."""
         key = ("needs", checkpointing)
         if key not in self._activations:
-            self._activations[key] = [sum(self.activations(mb, checkpointing)) for mb in self.batch.micro_batches]
+            self._activations[key] = [None] * len(self.batch.micro_batches)
         return self._activations[key]
 
     def activations(self, micro_batch: int, checkpointing: bool) -> tuple[int, int]:
@@ -359,48 +350,53 @@ RULES: tuple[tuple[str, Rule], ...] = (
 # ------------------------------------------------------------------------------------------- evaluation helpers
 
 def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
-    """The candidate at the first buffer setting that does as well as the most frugal one."""
+    """The candidate at its best micro-batch, with the first buffer setting that does as well as the most frugal one.
+
+    Hot path (every candidate of every plan): written for speed, the rules above read it in words.
+    """
     model, hw = ctx.model, ctx.hardware
-    w = DTYPE_BYTES[ctx.precision]
     states = model_states(model.parameters, model.largest_layer_parameters, hw.world_size, stage, opt, param,
                           ctx.precision)
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
-                       param, w)
-    overhead = ctx.overhead
-    base = states.total + overhead
-    ladder = ctx.ladder(stage)
-    results = [_try(ctx, stage, 0, base)]
-    if len(ladder) > 1 and (not results[0][2] or not results[0][2][2]):  # not comfortable: do smaller buffers help?
-        last = _try(ctx, stage, len(ladder) - 1, base)
-        key0, key_last = (_outcome_key(r[2], ctx.batch.comfortable) for r in (results[0], last))
-        if key_last > key0:  # something between may already do as well as the most frugal setting
-            results += [_try(ctx, stage, i, base) for i in range(1, len(ladder) - 1)]
-        results.append(last)
-    keys = [_outcome_key(r[2], ctx.batch.comfortable) for r in results]
-    settings, buffers, found = results[keys.index(max(keys))]
-    if found is None:  # report the smallest configuration that was tried
-        settings, buffers, _ = results[-1]
+                       param, DTYPE_BYTES[ctx.precision])
+    base = states.parameters + states.gradients + states.optimizer_states + ctx.overhead
+    room = hw.gpu_memory_bytes - base
+    levels = ctx.levels(stage)
+    found = _best_micro_batch(ctx, room - levels[0][1])
+    pick = 0
+    if len(levels) > 1 and (found is None or not found[2]):  # not comfortable: would smaller buffers help?
+        comfortable = ctx.batch.comfortable
+        last = len(levels) - 1
+        frugal = _best_micro_batch(ctx, room - levels[last][1])
+        best_key = _outcome_key(frugal, comfortable)
+        if frugal is None:
+            pick = last  # nothing fits even so: report the most frugal setting
+        elif best_key > _outcome_key(found, comfortable):
+            pick, found = last, frugal
+            for i in range(1, last):
+                f = _best_micro_batch(ctx, room - levels[i][1])
+                if _outcome_key(f, comfortable) >= best_key:
+                    pick, found = i, f
+                    break
+    settings, buffers = levels[pick]
+    if found is None:
         ck = ctx.training.gradient_checkpointing if ctx.training.gradient_checkpointing is not None else True
-        mb = ctx.batch.micro_batches[0]
-        comfortable = False
+        mb, comfortable = ctx.batch.micro_batches[0], False
     else:
         mb, ck, comfortable = found
     act, transient = ctx.activations(mb, ck)
-    memory = GpuMemory(states.parameters, states.gradients, states.optimizer_states, act, transient, buffers, overhead)
+    memory = GpuMemory(states.parameters, states.gradients, states.optimizer_states, act, transient, buffers,
+                       ctx.overhead)
     total = base + buffers + act + transient
-    ratios = (total / hw.gpu_memory_bytes,
-              host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0,
-              host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0)
-    why_not = _why_not(ctx, total, host, ratios) if max(ratios) > 1 else None
+    gpu_ratio = total / hw.gpu_memory_bytes
+    cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
+    nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
+    why_not = None
+    if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
+        why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
     candidate = Candidate(Setup(stage, opt, param, mb, ck), memory, host.cpu_bytes, host.nvme_bytes, why_not is None,
                           why_not)
-    return Evaluation(candidate, settings, comfortable, max(ratios))
-
-
-def _try(ctx: Context, stage: int, level: int, base: int) -> tuple:
-    settings = ctx.ladder(stage)[level]
-    buffers = ctx.buffers(stage, level)
-    return settings, buffers, _best_micro_batch(ctx, ctx.hardware.gpu_memory_bytes - base - buffers)
+    return Evaluation(candidate, settings, comfortable, max(gpu_ratio, cpu_ratio, nvme_ratio))
 
 
 def _best_micro_batch(ctx: Context, available: int) -> tuple[int, bool, bool] | None:
@@ -423,10 +419,22 @@ def _best_micro_batch(ctx: Context, available: int) -> tuple[int, bool, bool] | 
 
 
 def _largest_fitting(ctx: Context, available: int, checkpointing: bool) -> int | None:
+    """Binary search over the micro-batches: activation bytes grow with it, and each estimate costs microseconds,
+    so only the ~log2(n) probed ones are ever estimated."""
     if available <= 0:
         return None
-    i = bisect_right(ctx.needs(checkpointing), available)
-    return ctx.batch.micro_batches[i - 1] if i else None
+    mbs, needs = ctx.batch.micro_batches, ctx.needs(checkpointing)
+    lo, hi, best = 0, len(mbs) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        need = needs[mid]
+        if need is None:
+            need = needs[mid] = sum(ctx.activations(mbs[mid], checkpointing))
+        if need <= available:
+            best, lo = mbs[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 def _outcome_key(found: tuple[int, bool, bool] | None, comfortable: int) -> tuple:
@@ -439,14 +447,19 @@ def _outcome_key(found: tuple[int, bool, bool] | None, comfortable: int) -> tupl
 def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
     hw, problems = ctx.hardware, []
     if ratios[0] > 1:
-        problems.append(f"needs {format_bytes(total)} per GPU, over the {format_bytes(hw.gpu_memory_bytes)} of the GPU")
+        problems.append(f"needs {_fmt(total)} per GPU, over the {_fmt(hw.gpu_memory_bytes)} of the GPU")
     if ratios[1] > 1:
-        problems.append(f"needs {format_bytes(host.cpu_bytes)} of CPU RAM per node, over the "
-                        f"{format_bytes(hw.cpu_memory_bytes)} given")
+        problems.append(f"needs {_fmt(host.cpu_bytes)} of CPU RAM per node, over the {_fmt(hw.cpu_memory_bytes)} given")
     if ratios[2] > 1:
-        problems.append(f"needs {format_bytes(host.nvme_bytes)} of NVMe per node, over the "
-                        f"{format_bytes(hw.nvme_bytes)} given")
+        problems.append(f"needs {_fmt(host.nvme_bytes)} of NVMe per node, over the {_fmt(hw.nvme_bytes)} given")
     return " and ".join(problems)
+
+
+def _fmt(n: int) -> str:
+    """`format_bytes` for the sizes why_not prints, without its loop: it runs for most candidates of most plans."""
+    if 10**9 <= n < 10**15:
+        return f"{n / 1e12:.1f} TB" if n >= 10**12 else f"{n / 1e9:.1f} GB"
+    return format_bytes(n)
 
 
 def _round_half_up(x: float) -> int:

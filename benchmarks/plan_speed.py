@@ -1,0 +1,102 @@
+"""How fast the planner is: in-process plans per second, and a cold `zerokit plan` against DeepSpeed's estimator.
+
+    python benchmarks/plan_speed.py            # both parts, 5 cold runs each
+    python benchmarks/plan_speed.py --runs 11 --seconds 5
+
+In-process: every preset model x a mix of hardware x two sequence lengths, models resolved beforehand (that is
+the CLI's job), `plan()` timed alone, which includes the activation model and building the ds_config.
+
+Cold: a fresh `python -m zerokit plan ... --format json` against a fresh interpreter running DeepSpeed's
+`estimate_zero3_model_states_mem_needs_all_cold` for the same model and GPUs, alternated, median of N wall times.
+The target is zerokit <= 0.25x DeepSpeed's time: DeepSpeed's estimator needs `import deepspeed`, which imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+from zerokit.hardware import resolve_hardware
+from zerokit.models.presets import PRESET_NAMES
+from zerokit.models.resolve import resolve_model
+from zerokit.planner.plan import plan
+from zerokit.planner.types import Training
+
+HARDWARE = (
+    {"gpu": "a100-80gb", "gpus_per_node": 8},
+    {"gpu": "h100-80gb", "gpus_per_node": 8, "nodes": 2},
+    {"gpu": "a100-80gb"},
+    {"gpu": "rtx4090", "cpu_memory": "64GB"},
+    {"gpu": "v100-32gb", "gpus_per_node": 8},
+    {"gpu": "l40s", "gpus_per_node": 4, "cpu_memory": "512GB", "nvme_path": "/local_nvme"},
+)
+SEQ_LENS = (2048, 4096)
+CLI = ["-m", "zerokit", "plan", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--gpus-per-node", "8",
+       "--seq-len", "4096", "--format", "json"]
+DEEPSPEED = ("from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs_all_cold; "
+             "estimate_zero3_model_states_mem_needs_all_cold(total_params=6738415616, largest_layer_params=131072000, "
+             "num_gpus_per_node=8, num_nodes=1)")
+
+
+def in_process(seconds: float) -> tuple[int, float, int]:
+    """(plans, plans per second, distinct inputs) over the whole mix, repeated for about `seconds`."""
+    models = [resolve_model(name) for name in PRESET_NAMES]
+    hardware = [resolve_hardware(**h) for h in HARDWARE]
+    inputs = [(m, hw, Training(seq_len=s)) for m in models for hw in hardware for s in SEQ_LENS]
+    for args in inputs[:20]:  # warm imports and code paths
+        plan(*args)
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for args in inputs:
+            plan(*args)
+        done += len(inputs)
+    return done, done / (time.perf_counter() - start), len(inputs)
+
+
+def cold(runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of fresh processes, alternated so that both see the same machine load."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    ours, theirs = [], []
+    for _ in range(runs):
+        for argv, times in (([sys.executable, *CLI], ours), ([sys.executable, "-c", DEEPSPEED], theirs)):
+            t0 = time.perf_counter()
+            r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            times.append(time.perf_counter() - t0)
+            if r.returncode not in (0, 1):
+                raise SystemExit(f"{argv[1:3]} failed with {r.returncode}: {r.stderr.strip()[-300:]}")
+    return ours, theirs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="cold runs of each command (median reported)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="how long to run the in-process loop")
+    ap.add_argument("--skip-cold", action="store_true", help="only the in-process part")
+    args = ap.parse_args()
+
+    print(f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs")
+    n, rate, distinct = in_process(args.seconds)
+    print(f"\nin-process plan(): {n} plans over {distinct} distinct inputs "
+          f"({len(PRESET_NAMES)} presets x {len(HARDWARE)} hardware x {len(SEQ_LENS)} seq lens)")
+    print(f"  {rate:,.0f} plans/s ({1e6 / rate:,.0f} us per plan)   target >= 2,000 plans/s: "
+          f"{'met' if rate >= 2000 else 'NOT met'}")
+    if args.skip_cold:
+        return
+    ours, theirs = cold(args.runs)
+    z, d = statistics.median(ours), statistics.median(theirs)
+    print(f"\ncold start, median of {args.runs} fresh processes each:")
+    print(f"  {'command':<62} {'median s':>9} {'min s':>7} {'max s':>7}")
+    print(f"  {'zerokit plan --model llama-2-7b --gpu a100-80gb (8 GPUs) json':<62} {z:>9.3f} {min(ours):>7.3f} "
+          f"{max(ours):>7.3f}")
+    print(f"  {'deepspeed estimate_zero3_model_states_mem_needs_all_cold':<62} {d:>9.3f} {min(theirs):>7.3f} "
+          f"{max(theirs):>7.3f}")
+    print(f"  ratio zerokit / deepspeed: {z / d:.3f}x   target <= 0.25x: {'met' if z / d <= 0.25 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
