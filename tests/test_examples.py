@@ -153,3 +153,39 @@ def test_example_trainer_config_fills_from_training_arguments(capsys, tmp_path, 
     leaves = json.dumps(hf.config)
     assert '"auto"' not in leaves
     assert hf.config["train_micro_batch_size_per_gpu"] == doc["decision"]["micro_batch_size"]
+
+
+def documented_plan_commands() -> list[tuple[str, list[str]]]:
+    """`zerokit plan ...` lines (with backslash continuations) in the docstrings of examples/*.py."""
+    import shlex
+
+    found = []
+    for name in sorted(os.listdir(EXAMPLES)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(EXAMPLES, name), encoding="utf-8") as f:
+            text = f.read().replace("\\\n", " ")
+        for line in text.splitlines():
+            words = shlex.split(line.strip()) if line.strip().startswith("zerokit plan ") else []
+            if words:
+                found.append((name, words[1:]))
+    return found
+
+
+PLAN_COMMANDS = documented_plan_commands()
+
+
+@pytest.mark.parametrize(("source", "args"), PLAN_COMMANDS, ids=[s for s, _ in PLAN_COMMANDS])
+def test_documented_plan_command_runs(capsys, tmp_path, source, args):
+    """The command an example opens with works as written (run from the repository root, -o into a temp dir)."""
+    root = os.path.dirname(EXAMPLES)
+    if "-o" in args:
+        args[args.index("-o") + 1] = str(tmp_path / args[args.index("-o") + 1])
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        code = main(args)
+    finally:
+        os.chdir(cwd)
+    assert code == 0, capsys.readouterr().err
+    assert any(tmp_path.iterdir())
