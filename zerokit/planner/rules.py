@@ -107,6 +107,8 @@ class Context:
                                        attention=self.training.attention, dtype=self.precision,
                                        gradient_checkpointing=checkpointing)
             self._activations[key] = (int(est.activations), int(est.transient))
+            if est.note and est.note not in self.warnings:
+                self.warnings.append(est.note)
         return self._activations[key]
 
     @property
@@ -275,19 +277,27 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
 
 
 def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
+    """The micro-batch and checkpointing of the chosen setup, and why checkpointing is on or off."""
     e, b = ctx.chosen, ctx.batch
-    s = e.candidate.setup
-    largest = b.micro_batches[-1]
+    s, mem = e.candidate.setup, e.candidate.memory
+    largest, mb = b.micro_batches[-1], s.micro_batch_size
+    room = ctx.hardware.gpu_memory_bytes - (mem.total - mem.activations - mem.transient)
     if ctx.training.gradient_checkpointing is not None:
         ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
     elif s.gradient_checkpointing:
-        ck = "gradient checkpointing on because without it only a smaller micro-batch fits (or none)"
+        plain = _largest_fitting(ctx, room, False)
+        ck = ("gradient checkpointing on: without it not even micro-batch 1 fits" if plain is None else
+              f"gradient checkpointing on: without it only micro-batch {plain} fits, below the "
+              f"{b.comfortable * ctx.training.seq_len:,} tokens that keep a GPU busy")
     else:
         ck = "no gradient checkpointing: the activations fit without recomputation"
-    cap = "the largest allowed" if s.micro_batch_size == largest else f"the largest that fits (up to {largest})"
-    tokens = s.micro_batch_size * ctx.training.seq_len
-    return (s.micro_batch_size, s.gradient_checkpointing), \
-        f"Micro-batch {s.micro_batch_size} ({tokens:,} tokens), {cap}; {ck}."
+    if mem.total > ctx.hardware.gpu_memory_bytes:
+        cap = "the smallest, and even it does not fit"
+    elif mb == largest:
+        cap = "the largest allowed"
+    else:
+        cap = f"the largest that fits (up to {largest})"
+    return (mb, s.gradient_checkpointing), f"Micro-batch {mb} ({mb * ctx.training.seq_len:,} tokens), {cap}; {ck}."
 
 
 def rule_accumulation(ctx: Context) -> tuple[int, str]:
