@@ -138,7 +138,7 @@ def decision_line(plan: Plan) -> str:
 def headline(plan: Plan) -> str:
     m, hw = plan.model, plan.hardware
     nodes = f"{hw.nodes} nodes x " if hw.nodes > 1 else ""
-    return (f"{m.name}: {format_count(m.parameters)} parameters ({m.source}), seq {plan.training.seq_len}, on "
+    return (f"{m.name} ({format_count(m.parameters)} parameters, {m.source}), seq {plan.training.seq_len}, on "
             f"{nodes}{hw.gpus_per_node} x {hw.gpu_name} ({format_bytes(hw.gpu_memory_bytes)}, "
             f"{'bf16' if hw.bf16 else 'no bf16'})")
 
@@ -194,7 +194,7 @@ def _pct(part: int, whole: int) -> str:
 def render_table(plan: Plan, output: str | None = None) -> str:
     """The human view: decision and reasons, the chosen setup's memory, every candidate with its bar."""
     d, cap = plan.decision, plan.hardware.gpu_memory_bytes
-    out = [f"zerokit plan  {headline(plan)}", ""]
+    out = [f"zerokit plan: {headline(plan)}", ""]
     verdict = "FITS" if d.fits else "DOES NOT FIT"
     out.append(f"Decision ({verdict}): {decision_line(plan)}")
     out += [f"  - {r}" for r in plan.reasons]
