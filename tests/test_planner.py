@@ -199,3 +199,27 @@ def test_reasons_are_sentences_in_rule_order():
     assert p.reasons[2].startswith("Candidates, fastest to most frugal: ZeRO-0, ZeRO-1, ZeRO-2, ZeRO-3")
     assert all(r.endswith(".") for r in p.reasons)
     assert any("tokens per optimizer step" in r and "1M" in r for r in p.reasons)
+
+
+def test_a_later_stage_without_checkpointing_beats_an_earlier_one_with_it():
+    # 7B on 8 x L40S at 512 tokens: without checkpointing, ZeRO-1 and ZeRO-2 fit less than the comfortable
+    # 8 x 512 = 4096 tokens per micro-batch, so they would need it; ZeRO-3 fits micro-batch 8 without recomputation.
+    p = plan(LLAMA7, resolve_hardware("l40s", gpus_per_node=8), Training(seq_len=512))
+    d = p.decision
+    assert (d.zero_stage, d.micro_batch_size, d.gradient_checkpointing) == (3, 8, False)
+    earlier = [c for c in p.candidates if c.setup.zero_stage in (1, 2) and _no_offload(c)]
+    assert all(c.fits and c.setup.gradient_checkpointing for c in earlier)
+
+
+def test_smaller_buffers_only_when_they_change_the_outcome():
+    # One 40 GB A100, 512 tokens: with HF's auto buckets and overlap_comm (302 MB) only micro-batch 4 fits next to
+    # ZeRO-Offload's 13.5 GB of 16-bit weights; quarter-size buckets without overlap reach the comfortable 8.
+    p = plan(LLAMA7, resolve_hardware("a100-40gb"), Training(seq_len=512))
+    d = p.decision
+    assert (d.zero_stage, d.offload_optimizer, d.micro_batch_size) == (2, "cpu", 8)
+    assert not d.overlap_comm and d.reduce_bucket_size == 4096**2 // 4
+    assert p.ds_config["zero_optimization"]["reduce_bucket_size"] == 4096**2 // 4  # explicit, not "auto"
+    assert any("overlap_comm off" in r for r in p.reasons)
+    # With the auto sizes it would have been micro-batch 4: the same plan forced to 4 keeps overlap_comm on.
+    p4 = plan(LLAMA7, resolve_hardware("a100-40gb"), Training(seq_len=512, micro_batch=4))
+    assert p4.decision.overlap_comm and p4.decision.reduce_bucket_size == 4096**2
