@@ -325,3 +325,9 @@ def test_stacked_bar_by_hand():
     assert stacked_bar(over, 90, 135) == "P" * 30 + "|" + "P" * 14 + ">"
     small = GpuMemory(parameters=9, gradients=0, optimizer_states=0, activations=0, transient=0, buffers=0, overhead=0)
     assert stacked_bar(small, 90, 135) == "PPP" + " " * 27 + "|"
+
+
+def test_folder_without_config_json_is_one_line_exit_2(capsys, tmp_path):
+    code, stdout, stderr = run(capsys, "plan", "--model", str(tmp_path), "--gpu", "h100-80gb", "--seq-len", "512")
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    assert "config.json" in stderr
