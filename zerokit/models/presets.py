@@ -40,7 +40,10 @@ def _alias_table() -> dict[str, str]:
 
 def find_preset(text: str) -> str | None:
     """The canonical preset name for a name or alias (case-insensitive), or None."""
-    return _alias_table().get(text.strip().lower())
+    key = text.strip().lower()
+    if key in PRESET_NAMES:  # the common case reads one file, not all of them (cold-start time)
+        return key
+    return _alias_table().get(key)
 
 
 def load_preset(name: str) -> dict[str, Any]:
