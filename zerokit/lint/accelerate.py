@@ -94,9 +94,10 @@ def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
                                   if opt_dev == "nvme" else None},
             "offload_param": {"device": par_dev, "nvme_path": ds.get("offload_param_nvme_path", "none")
                               if par_dev == "nvme" else None},
-            "stage3_gather_16bit_weights_on_model_save": bool(ds.get("zero3_save_16bit_model", False)),
         },
     }
+    if "zero3_save_16bit_model" in ds:  # Accelerate always sets it; only what the YAML says is the user's
+        cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = bool(ds["zero3_save_16bit_model"])
     if ds.get("gradient_clipping"):
         cfg["gradient_clipping"] = ds["gradient_clipping"]
     mp = doc.data.get("mixed_precision")

@@ -21,6 +21,7 @@ __all__ = ["Context", "LintResult", "expand", "lint_document", "lint_paths", "li
 
 STDIN = "-"
 UNREADABLE = "ZK001"
+HF_UNREADABLE = "ZK107"  # valid HJSON that json.load (HF Trainer, Accelerate) cannot read: malformed JSON for them
 SCHEMA_ONLY = ("ZK100", "ZK106", "ZK107", "ZK502")  # not run on the ds_config synthesized from an Accelerate YAML
 
 
@@ -31,7 +32,7 @@ class LintResult:
     unreadable: int = 0
 
     def exit_code(self, strict: bool = False) -> int:
-        """0 clean, 1 errors (or warnings with strict), 2 when any input could not be read."""
+        """0 clean, 1 errors (or warnings with strict), 2 when any input could not be read (by its consumer)."""
         if self.unreadable:
             return EXIT_BAD_INPUT
         bad = (ERROR, WARNING) if strict else (ERROR,)
@@ -106,7 +107,9 @@ def lint_paths(patterns: list[str], ctx: Context, stdin_text: str | None = None)
                 doc = load_text(stdin_text or "", "<stdin>")
             else:
                 doc = load_file(path)
-            result.findings += lint_document(doc, ctx)
+            found = lint_document(doc, ctx)
+            result.findings += found
+            result.unreadable += any(f.code == HF_UNREADABLE for f in found)
         except LoadError as e:
             result.unreadable += 1
             result.findings.append(_unreadable(e))

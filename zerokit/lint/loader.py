@@ -42,6 +42,7 @@ class Document:
     duplicates: list[tuple[KeyPath, Position]] = field(default_factory=list)
     base_dir: Path | None = None
     json_error: str = ""  # why strict JSON rejected an HJSON file
+    json_error_pos: Position | None = None
 
     def where(self, key: KeyPath) -> Position:
         """Position of `key`, or of its nearest ancestor that has one (a missing key points at its section)."""
@@ -160,7 +161,7 @@ def parse_json(text: str, path: str) -> Document:
     except RecursionError:
         raise LoadError(path, 1, 1, "nested too deeply to be a ds_config") from None
     except json.JSONDecodeError as e:
-        json_error = f"line {e.lineno} column {e.colno}: {e.msg}"
+        json_error = e.msg
         try:
             import hjson
 
@@ -176,7 +177,8 @@ def parse_json(text: str, path: str) -> Document:
             raise LoadError(path, line, col, f"syntax error: {msg}") from None
         if not isinstance(data, dict):  # HJSON reads almost any text as a string: the JSON error says more
             raise LoadError(path, e.lineno, e.colno, f"syntax error: {e.msg}")
-        return Document(path, _plain(data), _hjson_positions(text, data), syntax="hjson", json_error=json_error)
+        return Document(path, _plain(data), _hjson_positions(text, data), syntax="hjson", json_error=json_error,
+                        json_error_pos=(e.lineno, e.colno))
     data = _check_object(data, path)
     try:
         positions, duplicates = _json_positions(text)

@@ -145,7 +145,7 @@ def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
     if doc.syntax == "hjson" and ctx.target in ("trainer", "accelerate"):
         yield Hit((), f"not strict JSON ({doc.json_error}): DeepSpeed reads HJSON, but {TARGET_NAMES[ctx.target]} "
                   "loads the file with json.load and fails; quote keys, drop comments and trailing commas, or lint "
-                  "with --target deepspeed")
+                  "with --target deepspeed", pos=doc.json_error_pos)
 
 
 # ---------------------------------------------------------------- batch and precision
@@ -515,7 +515,7 @@ def run_rules(doc: Document, ctx: Context, key_names: dict[str, str] | None = No
         if rule.code in skip:
             continue
         for hit in rule.check(doc, ctx):
-            line, col = doc.where(hit.key)
+            line, col = hit.pos or doc.where(hit.key)
             key = dotted(hit.key)
             if key_names:
                 key = key_names.get(key, key)

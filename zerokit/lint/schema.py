@@ -31,6 +31,7 @@ class Hit:
     suggestion: str | None = None
     severity: str | None = None
     code: str | None = None  # schema checks report several codes from one walk
+    pos: tuple[int, int] | None = None  # where the key path does not say (a syntax error's position)
 
 
 @lru_cache(maxsize=1)

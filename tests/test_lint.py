@@ -1,0 +1,289 @@
+"""`zerokit lint` as users and CI call it: formats, positions, exit codes, inputs, Accelerate YAML, start-up cost."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from zerokit.cli import main
+from zerokit.lint.loader import load_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "lint")
+ROOT = os.path.dirname(HERE)
+EXAMPLES = os.path.join(ROOT, "examples")
+BROKEN = os.path.join(DATA, "broken_ds_config.json")
+
+
+def data(name: str) -> str:
+    return os.path.join(DATA, name)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["lint", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *args: str) -> tuple[int, list[dict]]:
+    code, out, _ = run(capsys, "--format", "json", *args)
+    return code, json.loads(out)
+
+
+def write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# ---------------------------------------------------------------- output formats
+
+
+def test_text_format_is_path_line_col_severity_code_message(capsys):
+    code, out, err = run(capsys, "--world-size", "8", BROKEN)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0] == (f"{BROKEN}:2:3: error ZK201 train_batch_size 64 != micro batch 4 x gradient_accumulation_steps "
+                        "4 x world size 8 = 128; DeepSpeed asserts this at initialize; set train_batch_size to 128")
+    assert f"{BROKEN}:22:3: error ZK100 unknown key 'wall_clock_breakdwon' at the top level: DeepSpeed silently " \
+           "ignores it (did you mean 'wall_clock_breakdown'?)" in lines
+    assert err.strip() == "1 file checked: 13 errors, 1 warning"
+
+
+def test_json_format_lists_findings_with_dotted_keys(capsys):
+    code, findings = run_json(capsys, BROKEN)
+    assert code == 1
+    assert set(findings[0]) == {"path", "line", "column", "severity", "code", "key", "message", "suggestion"}
+    by_key = {f["key"]: f for f in findings}
+    typo = by_key["zero_optimization.contigous_gradients"]
+    assert (typo["line"], typo["column"], typo["code"], typo["suggestion"]) == \
+        (18, 5, "ZK100", "zero_optimization.contiguous_gradients")
+    assert by_key["zero_optimization.offload_param.device"]["code"] == "ZK301"
+    assert by_key["zero_optimization.offload_optimizer.ratio"]["line"] == 13
+
+
+def test_github_format(capsys):
+    code, out, _ = run(capsys, "--format", "github", BROKEN)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith(f"::error file={BROKEN},line=7,col=12,title=ZK203::fp16 and bf16 are both enabled")
+    assert any(line.startswith("::warning ") and "title=ZK302" in line for line in lines)
+
+
+def test_json_format_of_a_clean_file_is_an_empty_list(capsys):
+    code, findings = run_json(capsys, os.path.join(EXAMPLES, "configs", "zero2_ds_config.json"))
+    assert (code, findings) == (0, [])
+
+
+# ---------------------------------------------------------------- exit codes and unreadable input
+
+
+def test_warnings_pass_unless_strict(capsys, tmp_path):
+    path = write(tmp_path, "ds_config.json", '{"train_micro_batch_size_per_gpu": 1,\n'
+                 ' "zero_optimization": {"stage": 2, "stage3_max_live_parameters": 1e9}}\n')
+    code, out, _ = run(capsys, path)
+    assert code == 0 and "warning ZK302" in out
+    assert run(capsys, "--strict", path)[0] == 1
+
+
+@pytest.mark.parametrize(("name", "position", "reason"), [
+    ("malformed.json", "6:1", "syntax error: Expecting ',' delimiter"),
+    ("empty.json", "1:1", "empty file"),
+    ("garbage.bin", "1:1", "binary file"),
+    ("list_top_level.json", "1:1", "top level is a list"),
+])
+def test_unreadable_files_exit_2_with_the_position(capsys, name, position, reason):
+    code, out, _ = run(capsys, data(name))
+    assert code == 2
+    assert out.startswith(f"{data(name)}:{position}: error ZK001 {reason}")
+
+
+def test_missing_file_and_empty_glob_exit_2_but_the_rest_is_linted(capsys, tmp_path):
+    code, findings = run_json(capsys, str(tmp_path / "nope.json"), str(tmp_path / "*.json"), BROKEN)
+    assert code == 2
+    assert [f["message"] for f in findings[:2]] == ["no file matches this pattern", "no such file"]
+    assert any(f["path"] == BROKEN for f in findings)
+
+
+def test_malformed_json_that_hjson_reads(capsys):
+    path = data("trailing_comma.json")
+    code, out, _ = run(capsys, path)
+    assert code == 2  # json.load behind the Trainer cannot read it
+    assert out.startswith(f"{path}:5:3: error ZK107 not strict JSON (Expecting property name")
+    assert run(capsys, "--target", "deepspeed", path)[0] == 0  # DeepSpeed reads HJSON
+
+
+@pytest.mark.parametrize("args", [["--format", "xml", BROKEN], [], ["--gpu-memory", "80G", BROKEN],
+                                  ["--world-size", "0", BROKEN], ["-", "-"], ["--target", "megatron", BROKEN]])
+def test_bad_usage_exits_2_with_one_line(capsys, args):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def test_many_files_and_a_glob_in_one_call(capsys, tmp_path):
+    for i in range(3):
+        shutil.copy(BROKEN, tmp_path / f"{i}_ds_config.json")
+    code, findings = run_json(capsys, str(tmp_path / "*.json"), os.path.join(EXAMPLES, "configs", "*.json"))
+    assert code == 1
+    assert {os.path.basename(f["path"]) for f in findings} == {"0_ds_config.json", "1_ds_config.json",
+                                                               "2_ds_config.json"}
+
+
+def test_stdin(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"train_micro_batch_size_per_gpu": 1,\n'
+                                                                  b' "fp16": {"enabld": true}}')))
+    code, out, _ = run(capsys, "-")
+    assert code == 1
+    assert out.startswith("<stdin>:2:11: error ZK100 unknown key 'enabld' in fp16")
+
+
+def test_hjson_positions(capsys):
+    path = data("broken.hjson")
+    code, findings = run_json(capsys, "--target", "deepspeed", path)
+    assert code == 1
+    assert [(f["line"], f["column"], f["code"], f["key"]) for f in findings] == [
+        (8, 7, "ZK301", "zero_optimization.offload_param.device"),
+        (10, 5, "ZK100", "zero_optimization.overlap_com"),
+    ]
+
+
+def test_key_positions_and_duplicates():
+    doc = load_file(BROKEN)
+    assert doc.positions[("zero_optimization", "offload_optimizer", "ratio")] == (13, 45)
+    assert doc.where(("zero_optimization", "offload_param", "nvme_path")) == (12, 5)  # missing key: its section
+
+
+# ---------------------------------------------------------------- Accelerate YAML
+
+
+def test_accelerate_yaml_with_deepspeed_config_file(capsys):
+    code, findings = run_json(capsys, data("accelerate_with_file.yaml"))
+    assert code == 1
+    yaml_side = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith(".yaml")]
+    assert yaml_side == [(5, "ZK601", "deepspeed_config.zero_stage"), (7, "ZK601", "mixed_precision")]
+    child = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith("accelerate_ds_config.json")]
+    assert child == [(7, "ZK303", "zero_optimization.offload_param.device"), (10, "ZK501", "optimizer.params.betas")]
+
+
+def test_accelerate_yaml_fields_become_a_ds_config(capsys):
+    code, findings = run_json(capsys, data("accelerate_fields.yaml"))
+    assert code == 1
+    assert [(f["line"], f["column"], f["code"], f["key"]) for f in findings] == [
+        (6, 3, "ZK301", "deepspeed_config.offload_param_device"),
+        (7, 3, "ZK100", "deepspeed_config.offload_optimzer_nvme_path"),
+    ]
+
+
+def test_accelerate_yaml_nvme_without_path(capsys, tmp_path):
+    path = write(tmp_path, "acc.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+                 "  offload_param_device: nvme\n  zero3_save_16bit_model: true\n")
+    assert run_json(capsys, path)[0] == 1
+    _, findings = run_json(capsys, path)
+    assert [(f["line"], f["code"], f["key"]) for f in findings] == [
+        (4, "ZK303", "deepspeed_config.offload_param_device")]
+    assert "nvme_path is \"none\"" in findings[0]["message"]  # Accelerate's default for a missing path
+
+
+def test_accelerate_really_refuses_yaml_fields_next_to_a_config_file(monkeypatch):
+    pytest.importorskip("accelerate")
+    from accelerate.utils import DeepSpeedPlugin
+
+    # accelerate launch passes the YAML's deepspeed_config keys (and mixed_precision) in this variable
+    monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage,zero3_init_flag")
+    with pytest.raises(ValueError, match="following accelerate config variables will be ignored"):
+        DeepSpeedPlugin(hf_ds_config=data("accelerate_ds_config.json"))
+    monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero3_init_flag")
+    DeepSpeedPlugin(hf_ds_config=data("accelerate_ds_config.json"))
+
+
+def test_accelerate_launch_does_not_know_the_misspelled_yaml_key():
+    pytest.importorskip("accelerate")
+    from accelerate.commands.launch import launch_command_parser
+
+    from zerokit.lint.accelerate import YAML_DS_KEYS
+
+    dests = {a.dest for a in launch_command_parser()._actions}
+    assert set(YAML_DS_KEYS) <= dests
+    assert "offload_optimzer_nvme_path" not in dests
+
+
+# ---------------------------------------------------------------- what zerokit ships and emits lints clean
+
+
+def shipped_configs() -> list[str]:
+    found = []
+    for root, _, files in os.walk(EXAMPLES):
+        for name in sorted(files):
+            if fnmatch.fnmatch(name, "*ds_config*.json") or name.endswith((".yaml", ".yml")) and "accelerate" in name:
+                found.append(os.path.join(root, name))
+    return found
+
+
+def test_examples_hold_ds_configs():
+    assert len(shipped_configs()) >= 2
+
+
+@pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: os.path.relpath(p, EXAMPLES))
+def test_every_example_config_lints_clean(capsys, path):
+    code, findings = run_json(capsys, "--strict", "--world-size", "8", "--gpu-memory", "80GB", path)
+    assert (code, findings) == (0, [])
+
+
+@pytest.mark.parametrize("target", ["trainer", "accelerate", "deepspeed"])
+@pytest.mark.parametrize(("model", "gpu", "extra"), [
+    ("7B", "a100-80gb", []), ("70B", "a100-80gb", []), ("1B", "v100-32gb", []),
+    ("70B", "v100-32gb", ["--offload-param", "nvme", "--nvme-path", "/local_nvme"]),
+])
+def test_every_plan_output_lints_clean(capsys, tmp_path, target, model, gpu, extra):
+    pytest.importorskip("zerokit.planner.plan")
+    code = main(["plan", "--model", model, "--gpu", gpu, "--gpus-per-node", "8", "--seq-len", "4096",
+                 "--target", target, "--format", "json", *extra])
+    out, err = capsys.readouterr()
+    assert code in (0, 1), err
+    path = write(tmp_path, "ds_config.json", json.dumps(json.loads(out)["ds_config"], indent=2))
+    mem = "80GB" if gpu.startswith("a100") else "32GB"
+    result = run_json(capsys, "--strict", "--target", target, "--world-size", "8", "--gpu-memory", mem, path)
+    assert result == (0, [])
+
+
+# ---------------------------------------------------------------- the light path
+
+
+def test_lint_never_imports_torch_deepspeed_transformers(tmp_path):
+    code = ("import sys; from zerokit.cli import main; rc = main(['lint', '--format', 'json', sys.argv[1]]); "
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'torch', 'deepspeed', 'transformers', 'accelerate', 'jsonschema', 'pydantic', 'numpy'}); "
+            "print(rc, heavy, file=sys.stderr)")
+    for path in (BROKEN, data("accelerate_with_file.yaml"), data("broken.hjson")):
+        proc = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60,
+                              check=False, cwd=ROOT)
+        assert proc.stderr.strip().splitlines()[-1] in ("1 []", "2 []"), proc.stderr
+
+
+def test_cli_subprocess_exit_codes_and_cold_start(tmp_path):
+    clean = os.path.join(EXAMPLES, "configs", "zero2_ds_config.json")
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "zerokit", "lint", clean], capture_output=True, text=True,
+                              timeout=60, check=False)
+        best = min(best, time.perf_counter() - t0)
+        assert proc.returncode == 0 and proc.stdout == ""
+    assert best < 2.0, f"cold start {best:.2f}s"  # measured ~0.2s; generous for loaded CI machines
+    proc = subprocess.run([sys.executable, "-m", "zerokit", "lint", BROKEN, data("garbage.bin")],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "garbage.bin:1:1: error ZK001 binary file" in proc.stdout
