@@ -25,6 +25,7 @@ How the search works (the README's "How the planner decides" says the same in pr
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -39,6 +40,7 @@ from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Trainin
 from zerokit.units import format_bytes, format_count
 
 MAX_AUTO_MICRO_BATCH = 64
+AUTO_MICRO_BATCHES = tuple(2**i for i in range(MAX_AUTO_MICRO_BATCH.bit_length()))  # 1, 2, 4, ..., 64
 COMFORTABLE_TOKENS = 4096
 """Tokens per micro-batch above which a larger micro-batch without checkpointing is not worth recomputation."""
 TOKENS_PER_STEP_NOTE = 1_000_000
@@ -192,7 +194,7 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
             mbs = (t.micro_batch,)
             why = f"micro-batch {t.micro_batch} as asked, no gradient accumulation (no global batch given)."
         else:
-            mbs = tuple(2**i for i in range(int(math.log2(MAX_AUTO_MICRO_BATCH)) + 1))
+            mbs = AUTO_MICRO_BATCHES
             why = (f"micro-batch: the largest power of two up to {MAX_AUTO_MICRO_BATCH} that fits, no gradient "
                    "accumulation (no global batch given).")
         return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len)), "Batch: " + why
@@ -491,7 +493,9 @@ def _valid(stage: int, opt: str, param: str, hw: Hardware) -> bool:
     return not (param == "nvme" and opt != "nvme")
 
 
+@functools.cache
 def _label(stage: int, opt: str, param: str) -> str:
+    """A setup's name in reasons; cached: a dozen constant setups, asked for on every plan."""
     text = f"ZeRO-{stage}"
     if opt != "none" and param != "none" and opt == param:
         return text + f" + {opt} offload (optimizer and parameters)"
