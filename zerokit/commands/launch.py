@@ -92,13 +92,18 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     )
     zerokit_command = shlex.join(["zerokit", *sys.argv[1:]]) if sys.argv[1:2] == ["launch"] else "zerokit launch ..."
     if emit_sbatch or emit_script:
+        rendered = {}
         if emit_sbatch:
-            _write_atomic(emit_sbatch, runner.render_sbatch(spec, zerokit_command, Path(emit_sbatch).name,
-                                                            time_limit=time_limit), 0o755)
-            click.echo(f"wrote {emit_sbatch}: submit it with `sbatch {shlex.quote(emit_sbatch)}`")
+            rendered[emit_sbatch] = (runner.render_sbatch(spec, zerokit_command, Path(emit_sbatch).name,
+                                                          time_limit=time_limit), "sbatch")
         if emit_script:
-            _write_atomic(emit_script, runner.render_launch_script(spec, zerokit_command), 0o755)
-            click.echo(f"wrote {emit_script}: run it with `bash {shlex.quote(emit_script)}`")
+            rendered[emit_script] = (runner.render_launch_script(spec, zerokit_command), "bash")
+        for path, (text, how) in rendered.items():
+            if dry_run:
+                click.echo(f"# {path}\n{text}", nl=False)
+            else:
+                _write_atomic(path, text, 0o755)
+                click.echo(f"wrote {path}: run it with `{how} {shlex.quote(path)}`")
         return 0
 
     argv, env_add = runner.build_command(spec)
