@@ -54,7 +54,7 @@ def yaml_findings(doc: Document) -> list[Finding]:
         if key in ds and ds[key] not in DEVICES:
             add(("deepspeed_config", key), ERROR, "ZK104", f"deepspeed_config.{key} is {ds[key]!r}; use one of "
                 + ", ".join(DEVICES), _did_you_mean(str(ds[key]), list(DEVICES)))
-    if "zero_stage" in ds and ds["zero_stage"] not in (0, 1, 2, 3):
+    if "zero_stage" in ds and str(ds["zero_stage"]) not in ("0", "1", "2", "3"):  # launch passes it through int()
         add(("deepspeed_config", "zero_stage"), ERROR, "ZK104", f"deepspeed_config.zero_stage is {ds['zero_stage']!r}; "
             "use 0, 1, 2 or 3")
     if ds.get("deepspeed_config_file") not in (None, "", "none"):
@@ -82,6 +82,7 @@ def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
     """The ds_config DeepSpeedPlugin.__post_init__ builds from the YAML fields, positions pointing at the YAML."""
     ds: dict[str, Any] = doc.data.get("deepspeed_config") or {}
     stage = ds.get("zero_stage", 2)
+    stage = int(stage) if str(stage) in ("0", "1", "2", "3") else stage
     opt_dev = ds.get("offload_optimizer_device", "none")
     par_dev = ds.get("offload_param_device", "none")
     cfg: dict[str, Any] = {

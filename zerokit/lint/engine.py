@@ -67,7 +67,8 @@ def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
         child = load_file(target)
     except LoadError as e:
         line, col = doc.where(("deepspeed_config", "deepspeed_config_file"))
-        raise LoadError(doc.path, line, col, f"deepspeed_config_file {shown}: {e.reason}") from None
+        return out + [Finding(doc.path, line, col, ERROR, UNREADABLE, "deepspeed_config.deepspeed_config_file",
+                              f"deepspeed_config_file {shown}: {e.reason}")]
     child.path = shown
     return out + run_rules(child, acc)
 
@@ -109,7 +110,7 @@ def lint_paths(patterns: list[str], ctx: Context, stdin_text: str | None = None)
                 doc = load_file(path)
             found = lint_document(doc, ctx)
             result.findings += found
-            result.unreadable += any(f.code == HF_UNREADABLE for f in found)
+            result.unreadable += any(f.code in (UNREADABLE, HF_UNREADABLE) for f in found)
         except LoadError as e:
             result.unreadable += 1
             result.findings.append(_unreadable(e))

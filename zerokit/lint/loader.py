@@ -147,7 +147,27 @@ def _decode(raw: bytes, path: str) -> str:
         raise LoadError(path, line, 1, "not UTF-8 text: is this really a ds_config?") from None
 
 
+MAX_DEPTH = 64  # DeepSpeed's deepest section is 4 levels down; deeper input is not a ds_config
+
+
+def _depth(data: Any) -> int:
+    """Nesting depth, iteratively: the rules may recurse, so absurd nesting is refused here."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(node, dict):
+            stack.extend((v, d + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, d + 1) for v in node)
+    return deepest
+
+
 def _check_object(data: Any, path: str) -> dict:
+    if _depth(data) > MAX_DEPTH:
+        raise LoadError(path, 1, 1, f"nested more than {MAX_DEPTH} levels deep; not a ds_config")
     if not isinstance(data, dict):
         kind = {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(type(data), "a number")
         raise LoadError(path, 1, 1, f"top level is {kind}; a ds_config must be a JSON object {{...}}")
@@ -177,6 +197,7 @@ def parse_json(text: str, path: str) -> Document:
             raise LoadError(path, line, col, f"syntax error: {msg}") from None
         if not isinstance(data, dict):  # HJSON reads almost any text as a string: the JSON error says more
             raise LoadError(path, e.lineno, e.colno, f"syntax error: {e.msg}")
+        data = _check_object(data, path)
         return Document(path, _plain(data), _hjson_positions(text, data), syntax="hjson", json_error=json_error,
                         json_error_pos=(e.lineno, e.colno))
     data = _check_object(data, path)

@@ -516,9 +516,13 @@ def run_rules(doc: Document, ctx: Context, key_names: dict[str, str] | None = No
             continue
         for hit in rule.check(doc, ctx):
             line, col = hit.pos or doc.where(hit.key)
-            key = dotted(hit.key)
-            if key_names:
+            key, message, suggestion = dotted(hit.key), hit.message, hit.suggestion
+            if key_names:  # speak the YAML's language: zero_optimization.stage -> deepspeed_config.zero_stage
                 key = key_names.get(key, key)
+                for synth in sorted(key_names, key=len, reverse=True):
+                    if "." in synth:
+                        message = message.replace(synth, key_names[synth])
+                suggestion = key_names.get(suggestion, suggestion) if suggestion else None
             out.append(Finding(doc.path, line, col, hit.severity or rule.severity, hit.code or rule.code, key,
-                               hit.message, hit.suggestion))
+                               message, suggestion))
     return out
