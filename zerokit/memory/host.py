@@ -13,7 +13,7 @@ The CPU figure follows DeepSpeed's estimators (see `states.deepspeed_estimate`):
 
 NVMe offload (ZeRO-3 only) moves those bytes to NVMe and pins swap buffers in CPU RAM instead, per rank:
 `buffer_count (4) x min(sub_group_size, partition) x 4 bytes` for the optimizer swapper and
-`buffer_count (5) x buffer_size (1e8) x dtype bytes` for the parameter swapper (DeepSpeed's defaults,
+`buffer_count (5) x buffer_size (1e8, or the largest layer's partition) x dtype bytes` for the parameter swapper (DeepSpeed's defaults,
 `runtime/zero/offload_config.py`, `runtime/swap_tensor/optimizer_utils.py`).
 
 Deliberate differences from DeepSpeed's estimators: for ZeRO-2 with CPU offload DeepSpeed counts the fp32 load
@@ -68,7 +68,8 @@ def host_memory(
         cpu_states += dtype_bytes * per_node
     elif offload_param == "nvme":
         nvme += dtype_bytes * per_node
-        buffer = max(NVME_PARAM_BUFFER_SIZE, largest_layer_parameters)  # DeepSpeed asserts it holds the largest param
+        # The ds_config raises buffer_size to the largest layer's per-rank partition so any one partition fits a buffer.
+        buffer = max(NVME_PARAM_BUFFER_SIZE, -(-largest_layer_parameters // world))
         pinned += gpus_per_node * NVME_PARAM_BUFFER_COUNT * buffer * dtype_bytes
     # ZeRO-3 under zero.Init: DeepSpeed counts the per-rank layer load only when nothing is offloaded to CPU.
     peak = (cpu_states or load) if zero_stage == 3 else max(load, cpu_states)
