@@ -223,3 +223,12 @@ def test_smaller_buffers_only_when_they_change_the_outcome():
     # With the auto sizes it would have been micro-batch 4: the same plan forced to 4 keeps overlap_comm on.
     p4 = plan(LLAMA7, resolve_hardware("a100-40gb"), Training(seq_len=512, micro_batch=4))
     assert p4.decision.overlap_comm and p4.decision.reduce_bucket_size == 4096**2
+
+
+def test_planning_imports_neither_torch_nor_deepspeed():
+    code = ("import sys; from zerokit.models.resolve import resolve_model; from zerokit.hardware import resolve_hardware;"
+            "from zerokit.planner import plan, Training;"
+            "plan(resolve_model('llama-2-7b'), resolve_hardware('a100-80gb'), Training(seq_len=4096));"
+            "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "[]"
