@@ -123,7 +123,8 @@ def test_forced_options_are_kept():
     # A forced stage that cannot fit is reported, not silently changed.
     p = plan(LLAMA7, resolve_hardware("a100-80gb"), Training(seq_len=4096, zero_stage=0))
     assert not p.decision.fits and p.decision.zero_stage == 0
-    assert "drop --zero-stage" in p.missing
+    assert "with --zero-stage 0 forced, the closest setup needs" in p.missing
+    assert p.missing.endswith("without it the plan fits as ZeRO-2 + cpu optimizer offload at micro-batch 2")
 
 
 def test_forced_zero1_may_offload():

@@ -8,24 +8,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from zerokit.dsconfig import build_ds_config
-from zerokit.memory.buffers import buffer_ladder, comm_buffers, default_overhead
+from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, comm_buffers, default_overhead
 from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES, model_states
 from zerokit.models.spec import ModelSpec
-from zerokit.planner.rules import RULES, Context
+from zerokit.planner.rules import RULES, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
 from zerokit.units import format_bytes
 
 
 def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
     """The fastest setup that fits, every candidate evaluated, one reason per decision, and its ds_config."""
-    ctx = Context(model, hardware, training)
-    reasons = []
-    for name, rule in RULES:
-        value, reason = rule(ctx)
-        setattr(ctx, name, value)
-        if reason:
-            reasons.append(reason)
+    ctx, reasons = run_rules(model, hardware, training)
     chosen = ctx.chosen.candidate
     setup, buffers = chosen.setup, ctx.chosen.buffers
     decision = Decision(
@@ -60,9 +54,34 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
     return replace(result, ds_config=build_ds_config(result))
 
 
+def run_rules(model: ModelSpec, hardware: Hardware, training: Training) -> tuple[Context, list[str]]:
+    """Run the rules table in order; each rule's decision lands on the context under its name."""
+    ctx = Context(model, hardware, training)
+    reasons = []
+    for name, rule in RULES:
+        value, reason = rule(ctx)
+        setattr(ctx, name, value)
+        if reason:
+            reasons.append(reason)
+    return ctx, reasons
+
+
 def missing(ctx: Context) -> str:
     """What would make the plan fit, in words: more GPUs for ZeRO-3 without offload, or host memory for offload."""
     model, hw, t = ctx.model, ctx.hardware, ctx.training
+    forced = [f"{o} {_flag(v)}" for o, v in (("--zero-stage", t.zero_stage), ("--offload-optimizer", t.offload_optimizer),
+                                             ("--offload-param", t.offload_param), ("--micro-batch", t.micro_batch),
+                                             ("--gradient-checkpointing", t.gradient_checkpointing)) if v is not None]
+    if forced:  # would the planner's own choice fit? Then the forced options are what is missing.
+        free = replace(t, zero_stage=None, offload_optimizer=None, offload_param=None, micro_batch=None,
+                       gradient_checkpointing=None)
+        alt = run_rules(model, hw, free)[0].chosen.candidate
+        if alt.fits:
+            s = alt.setup
+            return (f"with {' and '.join(forced)} forced, the closest setup {ctx.chosen.candidate.why_not}; without "
+                    f"{'them' if len(forced) > 1 else 'it'} the plan fits as "
+                    f"{setup_label(s.zero_stage, s.offload_optimizer, s.offload_param)} at micro-batch "
+                    f"{s.micro_batch_size}" + (" with gradient checkpointing" if s.gradient_checkpointing else ""))
     options = []
     gpus = gpus_needed(ctx)
     if gpus is not None and gpus > hw.world_size:
@@ -86,15 +105,13 @@ def missing(ctx: Context) -> str:
                 options.append(f"an NVMe drive with {format_bytes(nvme.nvme_bytes)} free per node "
                                f"(--nvme-path) for ZeRO-Infinity offload")
     else:
-        options.append(f"GPUs with more than {format_bytes(hw.gpu_memory_bytes)}: even with everything offloaded "
-                       "the largest layer, activations and overhead do not fit")
-    forced = [o for o, v in (("--zero-stage", t.zero_stage), ("--offload-optimizer", t.offload_optimizer),
-                             ("--offload-param", t.offload_param), ("--micro-batch", t.micro_batch),
-                             ("--gradient-checkpointing", t.gradient_checkpointing)) if v is not None]
-    text = "needs " + ", or ".join(options)
-    if forced:
-        text += f"; or drop {', '.join(forced)} to let the planner choose"
-    return text
+        options.append(f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
+                       "largest layer, one micro-batch's activations and the overhead need that much")
+    return "needs " + ", or ".join(options)
+
+
+def _flag(value: object) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
 def gpus_needed(ctx: Context) -> int | None:
@@ -115,10 +132,23 @@ def gpus_needed(ctx: Context) -> int | None:
 
 
 def full_offload_fits_gpu(ctx: Context) -> bool:
+    return _full_offload_need(ctx) <= ctx.hardware.gpu_memory_bytes
+
+
+def smallest_gpu(ctx: Context) -> int:
+    """The GPU memory at which full offload would fit, with the default overhead growing with the GPU."""
+    need = _full_offload_need(ctx)
+    if ctx.training.overhead_bytes is not None:
+        return need
+    rest = need - default_overhead(ctx.hardware.gpu_memory_bytes)
+    return int((rest + OVERHEAD_FIXED) / (1 - OVERHEAD_FRACTION)) + 1
+
+
+def _full_offload_need(ctx: Context) -> int:
     model = ctx.model
     states = model_states(model.parameters, model.largest_layer_parameters, ctx.hardware.world_size, 3, "cpu", "cpu",
                           ctx.precision)
-    return states.total + _fixed_without_states(ctx, 3) <= ctx.hardware.gpu_memory_bytes
+    return states.total + _fixed_without_states(ctx, 3)
 
 
 def _fixed_without_states(ctx: Context, stage: int) -> int:

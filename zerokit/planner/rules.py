@@ -224,7 +224,7 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
         pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
                      and all(f is None or f == v for f, v in zip(forced, c)))
     nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
-    return pool, f"Candidates, fastest to most frugal: {', '.join(_label(*c) for c in pool)}{nvme}."
+    return pool, f"Candidates, fastest to most frugal: {', '.join(setup_label(*c) for c in pool)}{nvme}."
 
 
 def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
@@ -494,7 +494,7 @@ def _valid(stage: int, opt: str, param: str, hw: Hardware) -> bool:
 
 
 @functools.cache
-def _label(stage: int, opt: str, param: str) -> str:
+def setup_label(stage: int, opt: str, param: str) -> str:
     """A setup's name in reasons; cached: a dozen constant setups, asked for on every plan."""
     text = f"ZeRO-{stage}"
     if opt != "none" and param != "none" and opt == param:
@@ -508,4 +508,4 @@ def _label(stage: int, opt: str, param: str) -> str:
 
 def _label_of(e: Evaluation) -> str:
     s = e.candidate.setup
-    return _label(s.zero_stage, s.offload_optimizer, s.offload_param)
+    return setup_label(s.zero_stage, s.offload_optimizer, s.offload_param)
