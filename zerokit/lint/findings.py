@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 ERROR = "error"
 WARNING = "warning"
@@ -22,7 +22,8 @@ class Finding:
     suggestion: str | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {"path": self.path, "line": self.line, "column": self.column, "severity": self.severity,
+                "code": self.code, "key": self.key, "message": self.message, "suggestion": self.suggestion}
 
 
 def dotted(keypath: tuple) -> str:

@@ -94,7 +94,7 @@ def _json_positions(text: str) -> tuple[dict[KeyPath, Position], list[tuple[KeyP
                 else:
                     top[3] = True
         elif top is not None and top[1] == "{" and top[3]:
-            key = json.loads(tok)
+            key = json.loads(tok) if "\\" in tok else tok[1:-1]
             pending = key
             keypath = top[0] + (key,)
             pos = lines.pos(m.start())

@@ -40,8 +40,8 @@ def summary(findings: list[Finding], files: int) -> str:
 
 def render(findings: list[Finding], fmt: str, files: int = 0) -> str:
     """The whole report; text ends with a one-line summary, json is a list, github one command per finding."""
-    if fmt == "json":
-        return json.dumps([f.as_dict() for f in findings], indent=2)
+    if fmt == "json":  # one finding per line: readable, greppable, and json's C encoder (indent= is pure Python)
+        return "[\n" + ",\n".join(json.dumps(f.as_dict()) for f in findings) + "\n]" if findings else "[]"
     if fmt == "github":
         return "\n".join(github_line(f) for f in findings)
     lines = [text_line(f) for f in findings]

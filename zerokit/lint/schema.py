@@ -123,6 +123,11 @@ def _show(value: Any) -> str:
 
 
 def _did_you_mean(key: str, candidates: list[str]) -> str | None:
+    return _closest(key, tuple(candidates))
+
+
+@lru_cache(maxsize=4096)  # CI lints many copies of the same configs: the same typos recur
+def _closest(key: str, candidates: tuple[str, ...]) -> str | None:
     lowered = {c.lower(): c for c in candidates}
     if key.lower() in lowered:
         return lowered[key.lower()]
@@ -135,9 +140,9 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
     types = node.get("type")
     if isinstance(types, str):
         types = [types]
-    name = dotted(keypath)
     if types and not _type_ok(value, types, node.get("x-auto-only", False)):
         want = " or ".join(_ARTICLE.get(t, t) for t in types if t != "string" or not node.get("x-auto-only"))
+        name = dotted(keypath)
         fixed = _pydantic_coerces(value, types)
         fix = json.dumps(fixed) if fixed is not None else None
         if pydantic and fixed is not None:
@@ -157,6 +162,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
         if not ok and node.get("x-ignore-case") and isinstance(value, str):
             ok = value.lower() in [e.lower() for e in enum if isinstance(e, str)]
         if not ok:
+            name = dotted(keypath)
             options = [e for e in enum if e != AUTO]
             guess = _did_you_mean(str(value), [str(e) for e in options]) if isinstance(value, str) else None
             yield Hit(keypath, f"'{name}' is {_show(value)}; DeepSpeed accepts "
@@ -166,7 +172,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
         for kw, bad, words in (("minimum", lambda v, b: v < b, ">="), ("exclusiveMinimum", lambda v, b: v <= b, ">"),
                                ("maximum", lambda v, b: v > b, "<="), ("exclusiveMaximum", lambda v, b: v >= b, "<")):
             if kw in node and (math.isnan(value) or bad(value, node[kw])):
-                yield Hit(keypath, f"'{name}' is {_show(value)}; it must be {words} {node[kw]}", None, ERROR, "ZK105")
+                yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}", None, ERROR, "ZK105")
                 return
 
 
