@@ -20,7 +20,7 @@ Element counts are multiplied by the training dtype's bytes (2 for bf16/fp16, 4 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 OVERLAP_FACTOR = 4.5
 NO_OVERLAP_FACTOR = 2.0
@@ -33,8 +33,7 @@ OVERHEAD_FIXED = 2**30  # 1 GiB: context + NCCL
 OVERHEAD_FRACTION = 0.05  # 5% of the GPU: fragmentation
 
 
-@dataclass(frozen=True)
-class BufferSettings:
+class BufferSettings(NamedTuple):
     """The DeepSpeed knobs that set buffer sizes (elements, as the ds_config takes them)."""
 
     overlap_comm: bool

@@ -23,7 +23,7 @@ one node). The 16-bit parameters offloaded by ZeRO-3 are counted at the training
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ADDITIONAL_BUFFER_FACTOR = 1.5
 OFFLOADED_OPTIMIZER_BYTES = 16  # fp32 master + momentum + variance + fp32 gradient
@@ -33,8 +33,7 @@ NVME_PARAM_BUFFER_SIZE = 100_000_000
 SUB_GROUP_SIZE = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class HostMemory:
+class HostMemory(NamedTuple):
     cpu_bytes: int
     """CPU RAM needed per node, at the larger of model load and the training step."""
     nvme_bytes: int

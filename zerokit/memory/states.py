@@ -30,7 +30,7 @@ Two accountings live here:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 FP32_BYTES = 4
 ADAM_STATE_BYTES = 8  # momentum + variance, fp32
@@ -38,8 +38,7 @@ MASTER_BYTES = 4  # fp32 master weights
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-@dataclass(frozen=True)
-class ModelStates:
+class ModelStates(NamedTuple):
     """Model states resident on one GPU at the peak of a step."""
 
     parameters: int

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import estimate_activations
@@ -53,8 +53,7 @@ FORCED_ORDER = NO_OFFLOAD + ((1, "cpu", "none"),) + CPU_OFFLOAD[:2] + ((3, "none
 """Every setup DeepSpeed runs, for when options are forced."""
 
 
-@dataclass
-class Evaluation:
+class Evaluation(NamedTuple):
     """One candidate at its best micro-batch: what `Plan.candidates` lists, plus what the decision needs."""
 
     candidate: Candidate
