@@ -105,11 +105,20 @@ def test_unreadable_files_exit_2_with_the_position(capsys, name, position, reaso
     assert out.startswith(f"{data(name)}:{position}: error ZK001 {reason}")
 
 
-def test_missing_file_and_empty_glob_exit_2_but_the_rest_is_linted(capsys, tmp_path):
+def test_missing_file_exits_2_but_the_rest_is_linted(capsys, tmp_path):
     code, findings = run_json(capsys, str(tmp_path / "nope.json"), str(tmp_path / "*.json"), BROKEN)
     assert code == 2
-    assert [f["message"] for f in findings[:2]] == ["no file matches this pattern", "no such file"]
+    assert [(f["severity"], f["message"]) for f in findings[:2]] == [("warning", "no file matches this pattern"),
+                                                                      ("error", "no such file")]
     assert any(f["path"] == BROKEN for f in findings)
+
+
+def test_a_glob_matching_nothing(capsys, tmp_path):
+    clean = os.path.join(EXAMPLES, "configs", "zero2_ds_config.json")
+    assert run(capsys, str(tmp_path / "*.yaml"), clean)[0] == 0  # other patterns found files: a warning
+    assert run(capsys, "--strict", str(tmp_path / "*.yaml"), clean)[0] == 1
+    code, out, _ = run(capsys, str(tmp_path / "*.yaml"))  # nothing at all to lint
+    assert code == 2 and "error ZK001 no file matches this pattern" in out
 
 
 def test_malformed_json_that_hjson_reads(capsys):
@@ -287,3 +296,28 @@ def test_cli_subprocess_exit_codes_and_cold_start(tmp_path):
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "garbage.bin:1:1: error ZK001 binary file" in proc.stdout
+
+
+def test_ci_workflow_installs_the_light_package_and_lints_with_github_format():
+    import yaml
+
+    with open(os.path.join(EXAMPLES, "ci", "lint-ds-configs.yml"), encoding="utf-8") as f:
+        workflow = yaml.safe_load(f)
+    steps = [s.get("run", "") for s in workflow["jobs"]["zerokit-lint"]["steps"]]
+    assert "pip install ." in steps
+    [lint_step] = [s for s in steps if s.startswith("zerokit lint")]
+    assert "--format github" in lint_step and "deepspeed" not in steps[steps.index("pip install .")]
+
+
+def test_pre_commit_hooks_match_the_shipped_configs():
+    import re
+
+    import yaml
+
+    with open(os.path.join(ROOT, ".pre-commit-hooks.yaml"), encoding="utf-8") as f:
+        hooks = {h["id"]: h for h in yaml.safe_load(f)}
+    assert hooks["zerokit-lint"]["entry"] == "zerokit lint"
+    names = [os.path.relpath(p, ROOT) for p in shipped_configs()]
+    matched = [n for n in names if any(re.search(h["files"], n) for h in hooks.values())]
+    assert matched == names
+    assert not re.search(hooks["zerokit-lint"]["files"], "examples/models/tiny-llama/config.json")

@@ -100,7 +100,9 @@ def expand(patterns: list[str]) -> tuple[list[str], list[Finding]]:
 def lint_paths(patterns: list[str], ctx: Context, stdin_text: str | None = None) -> LintResult:
     """Lint every file; an unreadable one is reported (ZK001) and the rest are still linted."""
     files, missing = expand(patterns)
-    result = LintResult(findings=list(missing), unreadable=len(missing))
+    if files:  # `lint 'a/*.json' 'b/*.yaml'` in CI: a pattern matching nothing is only worth a warning
+        missing = [Finding(f.path, f.line, f.column, WARNING, f.code, f.key, f.message) for f in missing]
+    result = LintResult(findings=list(missing), unreadable=0 if files else len(missing))
     for path in files:
         result.files += 1
         try:
