@@ -181,7 +181,9 @@ def test_checkpointing_only_when_needed():
     assert mb in (1, 2, 4, 8, 16, 32)  # auto tries powers of two up to 64; the next one up does not fit
     bigger = plan(resolve_model("gpt2"), resolve_hardware("a100-80gb"),
                   Training(seq_len=1024, micro_batch=2 * mb, zero_stage=0, gradient_checkpointing=False))
-    assert not bigger.decision.fits
+    # Asked for twice that, the planner says it fits no setup and falls back to the largest below it that does.
+    assert bigger.decision.fits and bigger.decision.micro_batch_size == mb
+    assert any(f"micro-batch {2 * mb} fits no setup" in r for r in bigger.reasons)
 
 
 def test_nvme_candidates_only_with_a_path():
@@ -233,3 +235,17 @@ def test_planning_imports_neither_torch_nor_deepspeed():
             "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "[]"
+
+
+def test_requested_micro_batch_is_kept_when_any_setup_fits_it():
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8)
+    p = plan(LLAMA7, hw, Training(seq_len=4096, micro_batch=4))
+    d = p.decision
+    assert d.fits and d.micro_batch_size == 4
+    # 4 x 4096 tokens without checkpointing need ~100 GB of activations: checkpointing is what makes 4 fit.
+    assert d.gradient_checkpointing
+    # Nothing holds 64: the first setup that fits, at the largest micro-batch up to 64 (a divisor of the 192 per GPU).
+    p = plan(LLAMA7, hw, Training(seq_len=4096, micro_batch=64, global_batch=1536))
+    d = p.decision
+    assert d.fits and d.micro_batch_size < 64 and 192 % d.micro_batch_size == 0
+    assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 1536

@@ -20,6 +20,12 @@ from zerokit.units import format_bytes
 def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
     """The fastest setup that fits, every candidate evaluated, one reason per decision, and its ds_config."""
     ctx, reasons = run_rules(model, hardware, training)
+    if not ctx.chosen.candidate.fits and (training.micro_batch or 1) > 1:
+        # "The largest micro-batch up to the one requested": the requested one first, smaller ones only if it fits
+        # nowhere.
+        relaxed, relaxed_reasons = run_rules(model, hardware, training, relax_micro_batch=True)
+        if relaxed.chosen.candidate.fits:
+            ctx, reasons = relaxed, relaxed_reasons
     chosen = ctx.chosen.candidate
     setup, buffers = chosen.setup, ctx.chosen.buffers
     decision = Decision(
@@ -54,9 +60,10 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
     return replace(result, ds_config=build_ds_config(result))
 
 
-def run_rules(model: ModelSpec, hardware: Hardware, training: Training) -> tuple[Context, list[str]]:
+def run_rules(model: ModelSpec, hardware: Hardware, training: Training,
+              relax_micro_batch: bool = False) -> tuple[Context, list[str]]:
     """Run the rules table in order; each rule's decision lands on the context under its name."""
-    ctx = Context(model, hardware, training)
+    ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch)
     reasons = []
     for name, rule in RULES:
         value, reason = rule(ctx)

@@ -8,7 +8,9 @@ How the search works (the README's "How the planner decides" says the same in pr
 
 1. Precision: bf16 where the GPU has it, else fp16 with dynamic loss scaling; fp32 only when asked.
 2. Batch: the micro-batches to try. `auto` tries powers of two 1..64; a global batch (or global batch tokens)
-   fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried).
+   fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried). A
+   requested micro-batch is tried alone first; only if no setup fits it does a second pass try the smaller ones
+   (the largest micro-batch up to the one requested).
 3. Candidates, fastest to most frugal: ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
    offload; ZeRO-3 + CPU optimizer and parameter offload; then, only with --nvme-path, ZeRO-3 with the optimizer
    on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
@@ -75,6 +77,8 @@ class Context:
     candidates: tuple = ()
     evaluations: tuple = ()
     chosen: Evaluation | None = None
+    relax_micro_batch: bool = False
+    """Second pass when the requested micro-batch fits nowhere: try the smaller ones too."""
     warnings: list = field(default_factory=list)
     _activations: dict = field(default_factory=dict)
     _levels: dict = field(default_factory=dict)
@@ -189,14 +193,18 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         reason_prefix = f"{format_count(t.global_batch_tokens)} tokens per step at {t.seq_len} tokens per sample is " \
                         f"{target} samples; "
     if target is None:
-        if t.micro_batch is not None:
+        if t.micro_batch is not None and ctx.relax_micro_batch:
+            mbs = tuple(m for m in AUTO_MICRO_BATCHES if m < t.micro_batch) + (t.micro_batch,)
+            why = (f"micro-batch {t.micro_batch} fits no setup, so the largest power of two below it that fits, "
+                   "no gradient accumulation (no global batch given).")
+        elif t.micro_batch is not None:
             mbs = (t.micro_batch,)
             why = f"micro-batch {t.micro_batch} as asked, no gradient accumulation (no global batch given)."
         else:
             mbs = AUTO_MICRO_BATCHES
             why = (f"micro-batch: the largest power of two up to {MAX_AUTO_MICRO_BATCH} that fits, no gradient "
                    "accumulation (no global batch given).")
-        return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len)), "Batch: " + why
+        return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len, t.micro_batch)), "Batch: " + why
     unit = dp * (t.micro_batch or 1)
     rounded = max(unit, _round_half_up(target / unit) * unit)
     if rounded != target:
@@ -204,13 +212,16 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
                             f"using {rounded}")
         reason_prefix += f"rounded to {rounded}, a multiple of {unit}; "
     per_gpu = rounded // dp
-    if t.micro_batch is not None:
+    if t.micro_batch is not None and ctx.relax_micro_batch:
+        mbs = tuple(m for m in range(1, t.micro_batch + 1) if per_gpu % m == 0)
+        reason_prefix += f"micro-batch {t.micro_batch} fits no setup; "
+    elif t.micro_batch is not None:
         mbs = (t.micro_batch,)
     else:
         mbs = tuple(m for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
     why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the largest "
            f"divisor of {per_gpu} that fits and accumulation makes up the rest.")
-    return BatchChoice(mbs, per_gpu, _comfortable(mbs, t.seq_len)), "Batch: " + reason_prefix + why
+    return BatchChoice(mbs, per_gpu, _comfortable(mbs, t.seq_len, t.micro_batch)), "Batch: " + reason_prefix + why
 
 
 def rule_candidates(ctx: Context) -> tuple[tuple, str]:
@@ -287,9 +298,10 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
         ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
     elif s.gradient_checkpointing:
         plain = _largest_fitting(ctx, room, False)
+        below = (f"the {ctx.training.micro_batch} you asked for" if ctx.training.micro_batch is not None else
+                 f"the {b.comfortable * ctx.training.seq_len:,} tokens that keep a GPU busy")
         ck = ("gradient checkpointing on: without it not even micro-batch 1 fits" if plain is None else
-              f"gradient checkpointing on: without it only micro-batch {plain} fits, below the "
-              f"{b.comfortable * ctx.training.seq_len:,} tokens that keep a GPU busy")
+              f"gradient checkpointing on: without it only micro-batch {plain} fits, below {below}")
     else:
         ck = "no gradient checkpointing: the activations fit without recomputation"
     if mem.total > ctx.hardware.gpu_memory_bytes:
@@ -477,7 +489,10 @@ def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _comfortable(micro_batches: tuple[int, ...], seq_len: int) -> int:
+def _comfortable(micro_batches: tuple[int, ...], seq_len: int, requested: int | None = None) -> int:
+    """The micro-batch from which recomputation is not worth it: the requested one when given, else 4096 tokens."""
+    if requested is not None:
+        return requested
     want = -(-COMFORTABLE_TOKENS // seq_len)
     return min(micro_batches[-1], next((m for m in micro_batches if m >= want), micro_batches[-1]))
 
