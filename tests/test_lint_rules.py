@@ -8,6 +8,7 @@ group, on a tiny torch model.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import socket
@@ -165,6 +166,11 @@ def test_zk103_wrong_type_in_pydantic_section(ds):
     assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK103", "error")]
     with pytest.raises(ValidationError):
         ds_config(cfg)
+    fraction = with_({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 15099494.4,
+                                            "stage3_gather_16bit_weights_on_model_save": True}})  # accelerate#2814
+    assert [(f.code, f.severity) for f in lint(fraction)] == [("ZK103", "error")]
+    with pytest.raises(ValidationError, match="fractional part"):
+        ds_config(fraction)
     coerced = with_({"zero_optimization": {"stage": "2"}})  # pydantic converts it: only a warning
     assert [(f.code, f.severity, f.suggestion) for f in lint(coerced)] == [("ZK103", "warning", "2")]
     assert ds_config(coerced).zero_optimization_stage == 2
@@ -277,7 +283,7 @@ def test_zk205_master_weights_need_zero(ds):
 
 
 def test_zk301_offload_param_below_stage3_is_ignored(ds):
-    import inspect
+
 
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 
@@ -291,7 +297,7 @@ def test_zk301_offload_param_below_stage3_is_ignored(ds):
 
 
 def test_zk302_stage3_keys_below_stage3_are_ignored(ds):
-    import inspect
+
 
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
@@ -448,6 +454,30 @@ def test_zk405_unknown_scheduler(ds):
             and (issubclass(getattr(sched, n), sched.LRScheduler) or n == "ReduceLROnPlateau")
             and n != "LRScheduler"}
     assert set(rules.TORCH_SCHEDULERS) == real
+
+
+def test_zk406_scheduler_params(ds):
+    from deepspeed.runtime import lr_schedules
+
+    from zerokit.lint import rules
+
+    # HF fills warmup_min_lr / warmup_max_lr, which WarmupCosineLR does not take
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupCosineLR",
+                                        "params": {"warmup_min_lr": 0, "warmup_num_steps": 10, "total_num_steps": 100}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK406", "scheduler.params.warmup_min_lr", "warmup_min_ratio")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'warmup_min_lr'"):
+        initialize(ds, cfg)
+    missing = with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}})
+    [f] = lint(missing)
+    assert (f.code, f.suggestion) == ("ZK406", "scheduler.params.total_num_steps")
+    with pytest.raises(TypeError, match="total_num_steps"):
+        initialize(ds, missing)
+    for name, params in rules.DEEPSPEED_SCHEDULER_PARAMS.items():
+        sig = inspect.signature(getattr(lr_schedules, name)).parameters
+        assert tuple(p for p in sig if p != "optimizer") == params
+        required = tuple(p for p, v in sig.items() if v.default is inspect.Parameter.empty and p != "optimizer")
+        assert required == rules.DEEPSPEED_SCHEDULER_REQUIRED.get(name, ())
 
 
 # ---------------------------------------------------------------- "auto"

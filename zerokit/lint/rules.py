@@ -32,6 +32,21 @@ DEEPSPEED_SCHEDULERS = ("LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR", 
 TORCH_SCHEDULERS = ("ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "CyclicLR",
                     "ExponentialLR", "LambdaLR", "LinearLR", "MultiStepLR", "MultiplicativeLR", "OneCycleLR",
                     "PolynomialLR", "ReduceLROnPlateau", "SequentialLR", "StepLR")
+# Constructor keywords of DeepSpeed's schedulers (lr_schedules.py); DeepSpeed calls scheduler(optimizer, **params)
+DEEPSPEED_SCHEDULER_PARAMS = {
+    "LRRangeTest": ("lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate",
+                    "lr_range_test_staircase", "last_batch_iteration"),
+    "OneCycle": ("cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
+                 "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum",
+                 "cycle_min_mom", "cycle_max_mom", "decay_mom_rate", "last_batch_iteration"),
+    "WarmupLR": ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"),
+    "WarmupDecayLR": ("total_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type",
+                      "last_batch_iteration"),
+    "WarmupCosineLR": ("total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
+                       "last_batch_iteration"),
+}
+DEEPSPEED_SCHEDULER_REQUIRED = {"OneCycle": ("cycle_min_lr", "cycle_max_lr"), "WarmupDecayLR": ("total_num_steps",),
+                                "WarmupCosineLR": ("total_num_steps",)}
 # Stage-3-only keys of zero_optimization (pydantic field name and its stage3_ alias)
 STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
                "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
@@ -424,6 +439,27 @@ def unknown_scheduler(doc: Document, ctx: Context) -> Iterator[Hit]:
               "class" + (f" (did you mean '{guess}'?)" if guess else ""), guess)
 
 
+def scheduler_params(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._scheduler_from_config calls scheduler(optimizer, **params): a wrong or missing keyword is a TypeError."""
+    sched = _section(doc.data, "scheduler")
+    name, params = sched.get("type"), sched.get("params", {})
+    if name not in DEEPSPEED_SCHEDULER_PARAMS or not isinstance(params, dict):
+        return
+    accepted = DEEPSPEED_SCHEDULER_PARAMS[name]
+    for key in params:
+        if key not in accepted:
+            guess = schema_mod._did_you_mean(key, list(accepted))
+            yield Hit(("scheduler", "params", key), f"{name} has no parameter '{key}': initialize fails with "
+                      f"TypeError (unexpected keyword); it takes {', '.join(accepted)}"
+                      + (f" (did you mean '{guess}'?)" if guess else ""), guess)
+    for key in DEEPSPEED_SCHEDULER_REQUIRED.get(name, ()):
+        if key not in params:
+            yield Hit(("scheduler", "params"), f"{name} needs scheduler.params.{key}: without it initialize fails "
+                      "with TypeError (missing argument)" + ("; write \"auto\" to let the Trainer fill it"
+                                                               if fills(ctx.target, f"scheduler.params.{key}") else ""),
+                      f"scheduler.params.{key}")
+
+
 def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedZeroConfig.compute_grad_norm_valid: false is supported only with ZeRO stage 1 or 2."""
     zero = _zero(doc.data)
@@ -502,6 +538,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK403", WARNING, "offload-needs-ds-optimizer", offload_client_optimizer),
     Rule("ZK404", ERROR, "max-grad-norm-param", max_grad_norm_param),
     Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
+    Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
 )
