@@ -60,6 +60,10 @@ def buffer_ladder(hidden_size: int, zero_stage: int) -> tuple[BufferSettings, ..
     HF's "auto" sizes with overlap_comm come first, so a trainer config can leave them "auto"; then fewer live
     ZeRO-3 parameters; then no overlap; then quarter-size buckets (explicit values).
     """
+    if hidden_size < 32:  # shape unknown: DeepSpeed-sized explicit buckets instead of HF's hidden^2 rule
+        base = BufferSettings(True, 50_000_000, 50_000_000, 50_000_000, 100_000, DEFAULT_MAX_LIVE_PARAMETERS, False)
+        frugal = BufferSettings(False, 5_000_000, 5_000_000, 5_000_000, 100_000, 10_000_000, False)
+        return (base,) if zero_stage == 0 else (base, frugal)
     h2 = hidden_size * hidden_size
     small = max(h2 // 4, 1_000_000)
     frugal = BufferSettings(False, small, small, small, 10 * hidden_size, max(small, 10_000_000), False)
