@@ -309,6 +309,23 @@ def test_zk302_stage3_keys_below_stage3_are_ignored(ds):
     assert "max_live_parameters" not in inspect.signature(DeepSpeedZeroOptimizer).parameters
 
 
+def test_zk311_stage12_keys_at_stage3_are_ignored(ds):
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    from zerokit.lint.rules import STAGE12_KEYS
+
+    cfg = with_({"zero_optimization": {"stage": 3, "allgather_bucket_size": 5e8, "round_robin_gradients": True,
+                                       "stage3_gather_16bit_weights_on_model_save": True}})
+    assert [(f.code, f.severity, f.key) for f in lint(cfg)] == [
+        ("ZK311", "warning", "zero_optimization.allgather_bucket_size"),
+        ("ZK311", "warning", "zero_optimization.round_robin_gradients")]
+    assert ds_config(cfg).zero_config.round_robin_gradients is True  # parsed...
+    stage3 = inspect.signature(DeepSpeedZeroOptimizer_Stage3).parameters  # ...and never handed to stage 3
+    stage12 = inspect.signature(DeepSpeedZeroOptimizer).parameters
+    assert all(k in stage12 and k not in stage3 for k in STAGE12_KEYS)
+
+
 def test_zk303_nvme_without_path_fails_at_initialize(ds):
     cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"},
                                                 "stage3_gather_16bit_weights_on_model_save": True}})

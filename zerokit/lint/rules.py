@@ -51,6 +51,9 @@ DEEPSPEED_SCHEDULER_REQUIRED = {"OneCycle": ("cycle_min_lr", "cycle_max_lr"), "W
 STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
                "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
                "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential")
+# Keys only DeepSpeedZeroOptimizer (stage 1/2) takes; engine._configure_zero_optimizer never hands them to stage 3
+STAGE12_KEYS = ("allgather_bucket_size", "ignore_unused_parameters", "parameter_alignment", "round_robin_gradients",
+                "use_multi_rank_bucket_allreduce")
 BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
 
 TARGET_NAMES = {"trainer": "the HF Trainer", "accelerate": "Accelerate", "deepspeed": "DeepSpeed"}
@@ -274,6 +277,18 @@ def stage3_keys_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
         yield Hit(("zero_optimization", "stage3_gather_fp16_weights_on_model_save"),
                   f"zero_optimization.stage3_gather_fp16_weights_on_model_save only applies to ZeRO stage 3; at stage "
                   f"{stage} DeepSpeed ignores it")
+
+
+def stage12_keys_at_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroOptimizer_Stage3 takes none of the stage-1/2 knobs; the config parses them anyway."""
+    if _stage(doc.data) != 3:
+        return
+    zero = _zero(doc.data)
+    for key in STAGE12_KEYS:
+        if key in zero:
+            instead = "; stage 3 gathers with stage3_prefetch_bucket_size" if key == "allgather_bucket_size" else ""
+            yield Hit(("zero_optimization", key), f"zero_optimization.{key} only applies to ZeRO stage 1 and 2; at "
+                      f"stage 3 DeepSpeed ignores it{instead}; remove it")
 
 
 def nvme_without_path(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -525,6 +540,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK301", ERROR, "offload-param-below-stage3", offload_param_below_stage3),
     Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
+    Rule("ZK311", WARNING, "stage12-key-at-stage3", stage12_keys_at_stage3),
     Rule("ZK303", ERROR, "nvme-without-path", nvme_without_path),
     Rule("ZK304", ERROR, "partial-offload-below-stage3", partial_offload_below_stage3),
     Rule("ZK305", ERROR, "offload-optimizer-stage0", offload_optimizer_stage0),
