@@ -16,13 +16,14 @@ How the search works (the README's "How the planner decides" says the same in pr
    on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
 4. For each candidate and buffer setting (HF "auto" bucket sizes with overlap_comm first, then smaller), the
    largest micro-batch that fits without gradient checkpointing; checkpointing only when that micro-batch is
-   below the comfortable minimum (4096 tokens per micro-batch, or the largest allowed micro-batch if smaller)
-   and checkpointing allows a larger one. Smaller buffers are used only when they change that outcome.
+   below the comfortable minimum (the requested micro-batch; for auto 4096 tokens per micro-batch, or the largest
+   allowed micro-batch if smaller) and checkpointing allows a larger one. Smaller buffers are used only when they
+   change that outcome.
 5. Choose: among the no-offload stages, the first that fits comfortably without checkpointing; otherwise the
    first candidate that fits at all (checkpointing beats offload: recomputation costs ~1/3 more compute, CPU Adam
    and PCIe traffic cost more). A candidate fits when GPU, CPU RAM per node and NVMe all hold it.
-6. Nothing fits: the candidate with the smallest shortfall is shown, with what is missing (more GPUs for ZeRO-3
-   without offload, or CPU RAM for full offload, or NVMe).
+6. Nothing fits: the most frugal candidate is shown, with what is missing: more GPUs for ZeRO-3 without offload,
+   or CPU RAM for full offload, or NVMe; when options were forced and the planner's own choice would fit, that.
 """
 
 from __future__ import annotations
