@@ -28,7 +28,7 @@ Exit 0: no errors; 1: errors (warnings too with --strict); 2: a file could not b
 """
 
 
-@click.command("lint", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("lint", help=HELP, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.argument("files", nargs=-1, required=True)
 @click.option("--target", type=click.Choice(TARGETS, case_sensitive=False), default="trainer", show_default=True,
               help="Who consumes the config: 'trainer' (HF Trainer, the default, as for `zerokit plan`) and "
