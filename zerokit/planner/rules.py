@@ -335,7 +335,8 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
     size = format_bytes(e.candidate.memory.buffers)
     what = ("HF's auto bucket sizes (reduce = hidden^2)" if b.hf_auto
             else f"buckets of {format_count(b.reduce_bucket_size)} elements")
-    overlap = "overlap_comm on" if b.overlap_comm else "overlap_comm off (its ~4.5x bucket memory does not fit)"
+    overlap = ("overlap_comm on" if b.overlap_comm else
+               "overlap_comm off (its ~4.5x bucket memory would cost micro-batch size or force checkpointing)")
     live = f", {format_count(b.max_live_parameters)} live parameters" if s.zero_stage == 3 else ""
     return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU."
 
