@@ -7,7 +7,7 @@ Each input attribute's docstring is its option's meaning: `--help`, templates an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from zerokit.models.spec import ModelSpec
 
@@ -30,11 +30,11 @@ class Hardware:
     """GPUs in each node."""
     nodes: int = 1
     """Nodes; world size = gpus_per_node x nodes."""
-    cpu_memory_bytes: Optional[int] = None
+    cpu_memory_bytes: int | None = None
     """Host RAM per node available for offload; None = unknown, offload to CPU is assumed to fit."""
-    nvme_path: Optional[str] = None
+    nvme_path: str | None = None
     """A local NVMe mount for ZeRO-Infinity offload; NVMe candidates are considered only when it is given."""
-    nvme_bytes: Optional[int] = None
+    nvme_bytes: int | None = None
     """Free space on the NVMe path per node; None = unknown, assumed large enough."""
 
     @property
@@ -46,27 +46,27 @@ class Hardware:
 class Training:
     seq_len: int
     """Tokens per sample."""
-    micro_batch: Optional[int] = None
+    micro_batch: int | None = None
     """Samples per GPU per forward pass; None (`auto`) = the largest that fits, up to 64."""
-    global_batch: Optional[int] = None
+    global_batch: int | None = None
     """Samples per optimizer step; sets gradient accumulation."""
-    global_batch_tokens: Optional[int] = None
+    global_batch_tokens: int | None = None
     """Tokens per optimizer step (e.g. 1M); sets gradient accumulation."""
-    zero_stage: Optional[int] = None
+    zero_stage: int | None = None
     """Force a ZeRO stage 0-3; None = the fastest that fits."""
-    offload_optimizer: Optional[str] = None
+    offload_optimizer: str | None = None
     """Force optimizer offload: none, cpu or nvme; None = only when needed."""
-    offload_param: Optional[str] = None
+    offload_param: str | None = None
     """Force parameter offload (ZeRO-3 only): none, cpu or nvme; None = only when needed."""
-    gradient_checkpointing: Optional[bool] = None
+    gradient_checkpointing: bool | None = None
     """Force activation (gradient) checkpointing on or off; None = on only when it is needed to fit."""
     attention: str = "sdpa"
     """Attention kernel the training uses: sdpa, flash (no s^2 term) or eager (keeps the score matrices)."""
-    precision: Optional[str] = None
+    precision: str | None = None
     """bf16, fp16 or fp32; None = bf16 where the GPU has it, else fp16 with dynamic loss scaling."""
     target: str = "trainer"
     """Who consumes the config: trainer and accelerate leave what they fill as "auto"; deepspeed resolves all."""
-    overhead_bytes: Optional[int] = None
+    overhead_bytes: int | None = None
     """Per-GPU reserve for the CUDA context, NCCL and allocator fragmentation; None = the documented default."""
     lr: float = 1e-5
     """Learning rate written into the optimizer when target=deepspeed (others leave it "auto")."""
@@ -74,7 +74,7 @@ class Training:
     """Weight decay written into the optimizer when target=deepspeed."""
     warmup_steps: int = 0
     """Warmup steps written into the scheduler when target=deepspeed."""
-    total_steps: Optional[int] = None
+    total_steps: int | None = None
     """Total training steps for the scheduler when target=deepspeed; None = constant LR after warmup."""
 
 
@@ -121,7 +121,7 @@ class Candidate:
     cpu_bytes_per_node: int
     nvme_bytes_per_node: int
     fits: bool
-    why_not: Optional[str] = None
+    why_not: str | None = None
     """When it does not fit: which limit it breaks, in words."""
 
 
@@ -154,7 +154,7 @@ class Plan:
     nvme_bytes_per_node: int
     candidates: tuple[Candidate, ...]
     reasons: tuple[str, ...]
-    missing: Optional[str] = None
+    missing: str | None = None
     """When nothing fits: what would make it fit, e.g. 'needs 3 more 80 GB GPUs, or 1.2 TB of CPU RAM'."""
     warnings: tuple[str, ...] = ()
     ds_config: dict[str, Any] = field(default_factory=dict)
