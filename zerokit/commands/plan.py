@@ -11,7 +11,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from typing import Any, Callable
 
 import click
@@ -220,6 +219,8 @@ def check_output_path(path: str, force: bool) -> None:
 
 def write_atomic(path: str, text: str) -> None:
     """Temp file in the same directory, then os.replace: a reader never sees half a config."""
+    import tempfile  # only when writing: it pulls in random and shutil
+
     parent = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
