@@ -38,7 +38,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "model": {
             "parameters": m.parameters, "largest_layer_parameters": m.largest_layer_parameters,
             "hidden_size": m.hidden_size, "num_layers": m.num_layers, "source": m.source,
-            "name": m.name, "vocab_size": m.vocab_size, "model_type": m.model_type,
+            "name": m.name, "vocab_size": m.vocab_size, "model_type": m.model_type, "notes": list(m.notes),
         },
         "hardware": {
             "gpu_memory_bytes": hw.gpu_memory_bytes, "gpus_per_node": hw.gpus_per_node, "nodes": hw.nodes,
