@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Predicted vs measured activation memory, per family and setting (run: python benchmarks/activations.py [--quick]).
+
+"Measured" is ``zerokit.memory.calibrate.measure``: saved-tensor hooks on the real transformers model, built on the
+CPU from the config below with random weights (the method of ``shared/measure_activations.py``). "Predicted" is
+``zerokit.memory.activations.estimate_activations``: arithmetic only. Each miniature keeps the ratios of a
+real checkpoint (GQA groups, intermediate/hidden, MoE top-k, q/k norms, softcaps, dropout defaults) with
+2 layers and a narrower width so the full grid fits in a few minutes on 2 CPU cores; per-layer bytes do not
+depend on the layer count, so the error carries over to the full-size model.
+
+Prints a markdown table (family x setting -> predicted, measured, error) and the max |error| per family.
+Exit status 1 when any error exceeds --tolerance (default 10 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from zerokit.memory.activations import estimate_activations
+from zerokit.memory.calibrate import measure
+
+# Miniatures of real checkpoints: the checkpoint named in the comment, 2 layers, width / 4..8, vocab / 4..32
+# (the logits term is exact in the vocabulary size; lm_head would dominate the CPU time).
+MINIATURES: dict[str, dict] = {
+    # Llama-3-8B: GQA 32/8, intermediate 3.5 x hidden
+    "llama": {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 8000},
+    # Mistral-7B-v0.1: GQA 32/8, sliding window 4096
+    "mistral": {"model_type": "mistral", "hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 8000, "sliding_window": 4096},
+    # Qwen2-7B: GQA 28/4, intermediate 5.3 x hidden, vocab 152k
+    "qwen2": {"model_type": "qwen2", "hidden_size": 512, "intermediate_size": 2704, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 9504},
+    # Qwen3-8B: q/k RMSNorm, head_dim 128 decoupled from hidden
+    "qwen3": {"model_type": "qwen3", "hidden_size": 512, "intermediate_size": 1536, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 9496},
+    # Gemma-7B: head_dim 256, GeGLU 8 x hidden, vocab 256k
+    "gemma": {"model_type": "gemma", "hidden_size": 512, "intermediate_size": 4096, "num_attention_heads": 2,
+              "num_key_value_heads": 2, "head_dim": 256, "num_hidden_layers": 2, "vocab_size": 8000},
+    # Gemma-2-9B: 4 norms per layer, attention and final logit softcapping (transformers refuses sdpa)
+    "gemma2": {"model_type": "gemma2", "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 8000},
+    # Phi-3-mini: fused qkv and gate_up, head_dim 96
+    "phi3": {"model_type": "phi3", "hidden_size": 384, "intermediate_size": 1024, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 8016, "pad_token_id": 0},
+    # GPT-2 small: dropout 0.1 everywhere, gelu_new, tied embeddings
+    "gpt2": {"model_type": "gpt2", "n_embd": 384, "n_head": 6, "n_layer": 2, "vocab_size": 12564},
+    # Pythia-1.4B: parallel residual, rotary on 25 % of head_dim
+    "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 4,
+                 "num_hidden_layers": 2, "vocab_size": 12576},
+    # OPT-1.3B: ReLU MLP, dropout 0.1
+    "opt": {"model_type": "opt", "hidden_size": 512, "ffn_dim": 2048, "num_attention_heads": 8,
+            "num_hidden_layers": 2, "vocab_size": 12568, "word_embed_proj_dim": 512},
+    # Falcon-7B: multi-query, parallel attention/MLP
+    "falcon": {"model_type": "falcon", "hidden_size": 576, "num_attention_heads": 9, "num_hidden_layers": 2,
+               "vocab_size": 8128},
+    # Mixtral-8x7B: 8 experts, top-2, GQA 32/8
+    "mixtral": {"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 8000, "num_local_experts": 8,
+                "num_experts_per_tok": 2},
+    # Qwen1.5-MoE-A2.7B: 60 experts top-4 + gated shared expert
+    "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 512, "intermediate_size": 1408,
+                  "moe_intermediate_size": 352, "shared_expert_intermediate_size": 1408, "num_attention_heads": 4,
+                  "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 9496, "num_experts": 60,
+                  "num_experts_per_tok": 4},
+}
+
+FULL = {"seq": (256, 1024, 2048), "batch": (1, 4), "attention": ("sdpa", "eager"), "ckpt": (False, True)}
+QUICK = {"seq": (256, 512), "batch": (1, 2), "attention": ("sdpa", "eager"), "ckpt": (False, True)}
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def run(families: list[str], grid: dict, dtype: str, tolerance: float, backward: bool) -> int:
+    print("| family | seq | micro-batch | attention | checkpointing | predicted | measured | error |")
+    print("|---|---:|---:|---|---|---:|---:|---:|")
+    worst: dict[str, float] = {}
+    t0 = time.time()
+    for fam in families:
+        cfg = MINIATURES[fam]
+        for s, b, att, ck in itertools.product(grid["seq"], grid["batch"], grid["attention"], grid["ckpt"]):
+            pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
+            try:
+                meas = measure(cfg, s, b, att, dtype, ck, backward=backward)["activations"]
+            except ValueError as exc:  # e.g. gemma2 + sdpa: transformers refuses the combination
+                print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
+                      f"| n/a ({str(exc)[:40]}...) | |")
+                continue
+            finally:
+                gc.collect()
+            err = 100.0 * (pred.activations - meas) / meas
+            worst[fam] = max(worst.get(fam, 0.0), abs(err))
+            print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
+                  f"| {_gib(meas)} | {err:+.2f} % |", flush=True)
+    print()
+    print("| family | max abs error |")
+    print("|---|---:|")
+    for fam, w in worst.items():
+        print(f"| {fam} | {w:.2f} % |")
+    print(f"\n{sum(1 for _ in worst)} families, dtype {dtype}, {time.time() - t0:.0f} s")
+    bad = [f for f, w in worst.items() if w > tolerance]
+    if bad:
+        print(f"over {tolerance} %: {', '.join(bad)}")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="seq 256/512, micro-batch 1/2 (about 2 minutes)")
+    ap.add_argument("--family", action="append", choices=sorted(MINIATURES), help="repeatable; default: all")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    ap.add_argument("--tolerance", type=float, default=10.0, help="percent; exit 1 above it")
+    ap.add_argument("--backward", action="store_true",
+                    help="also run backward after each forward (3x slower; the count is taken at the end of forward)")
+    a = ap.parse_args()
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return run(a.family or list(MINIATURES), QUICK if a.quick else FULL, a.dtype, a.tolerance, a.backward)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
