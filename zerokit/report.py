@@ -221,7 +221,8 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     for w in plan.warnings:
         out.append(f"warning: {w}")
     for note in plan.model.notes:
-        out.append(f"note: {note}")
+        if note not in plan.warnings:
+            out.append(f"note: {note}")
     out.append(f"Training: {training_arguments_hint(plan)}")
     if output:
         out.append(f"ds_config ({plan.training.target}) written to {output}")
@@ -245,7 +246,8 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
     d = plan.decision
     return template.render(
         plan=plan, headline=headline(plan), decision=decision_line(plan), fits=d.fits,
-        reasons=list(plan.reasons), missing=plan.missing, warnings=list(plan.warnings) + list(plan.model.notes),
+        reasons=list(plan.reasons), missing=plan.missing,
+        warnings=list(plan.warnings) + [n for n in plan.model.notes if n not in plan.warnings],
         memory_rows=memory_rows(plan),
         bar=stacked_bar(plan.memory, plan.hardware.gpu_memory_bytes, bar_scale(plan)),
         host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
