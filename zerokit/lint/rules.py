@@ -365,7 +365,16 @@ def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def bucket_bytes(reduce_bucket: int, other_bucket: int, dtype_bytes: int) -> int:
-    """The 4.5x rule of thumb from the DeepSpeed/transformers docs: double-buffered ipg and allgather buckets."""
+    """Bytes of communication buckets under overlap_comm: 4.5 x (reduce + allgather bucket elements) x dtype bytes.
+
+    What they hold (DeepSpeed 0.19): stage 1/2 (stage_1_and_2.py) fill `reduce_bucket_size`-element ipg buffers
+    with gradients, a second one while the first is being reduced (overlap_comm), plus the flattened gradients
+    being reduced and the allgather of updated partitions in `allgather_bucket_size` chunks; stage 3 (stage3.py)
+    allocates a `reduce_bucket_size` ipg buffer per dtype and prefetches up to `stage3_prefetch_bucket_size`
+    parameter elements. The 4.5 factor is the transformers DeepSpeed guide's rule of thumb for all of this
+    ("5e8 x 2 bytes x 2 x 4.5 = 9 GB" for two 5e8 buckets in 16-bit); zerokit uses the prefetch bucket in place
+    of the allgather bucket at stage 3. An estimate for a warning, not an allocator model.
+    """
     return int(4.5 * (reduce_bucket + other_bucket) * dtype_bytes)
 
 
