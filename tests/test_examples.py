@@ -189,3 +189,69 @@ def test_documented_plan_command_runs(capsys, tmp_path, source, args):
         os.chdir(cwd)
     assert code == 0, capsys.readouterr().err
     assert any(tmp_path.iterdir())
+
+
+ACCELERATE_SCRIPT = '''
+import json, sys, torch, transformers
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+
+cfg_path, model_dir, hint = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+config = transformers.AutoConfig.from_pretrained(model_dir)
+model = transformers.AutoModelForCausalLM.from_config(config)
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=cfg_path), mixed_precision=hint["mixed_precision"],
+                  gradient_accumulation_steps=hint["gradient_accumulation_steps"])
+data = torch.utils.data.DataLoader(torch.randint(0, config.vocab_size, (8, 64)),
+                                   batch_size=hint["dataloader_batch_size"])
+opt = DummyOptim(model.parameters(), lr=hint["lr"], weight_decay=hint["weight_decay"])
+sched = DummyScheduler(opt, warmup_num_steps=hint["warmup_num_steps"])
+model, opt, data, sched = acc.prepare(model, opt, data, sched)
+for batch in data:
+    with acc.accumulate(model):
+        loss = model(input_ids=batch, labels=batch).loss
+        acc.backward(loss)
+        opt.step(); sched.step(); opt.zero_grad()
+    break
+cfg = acc.deepspeed_config
+print(json.dumps({"type": str(acc.distributed_type), "config": cfg, "loss": loss.item()}))
+torch.distributed.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_accelerate_target_trains_with_the_hinted_accelerate_objects(capsys, tmp_path):
+    """--target accelerate, for real: Accelerate fills every "auto" from the objects the plan names, keeps the
+    plan's stage and CPU offload (its own defaults would be stage 2 without offload), and one step trains."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("deepspeed")
+    import subprocess
+    import sys
+
+    capsys.readouterr()  # importing deepspeed logs to stdout
+
+    model_dir = os.path.join(EXAMPLES, "models", "tiny-llama")
+    out = tmp_path / "ds_config.json"
+    code = main(["plan", "--model", model_dir, "--gpu-memory", "16GB", "--seq-len", "64", "--micro-batch", "2",
+                 "--precision", "bf16", "--zero-stage", "1", "--offload-optimizer", "cpu", "--lr", "3e-4",
+                 "--target", "accelerate", "--format", "json", "-o", str(out)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    script = tmp_path / "run.py"
+    script.write_text(ACCELERATE_SCRIPT)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, ACCELERATE_USE_DEEPSPEED="true", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    proc = subprocess.run([sys.executable, str(script), str(out), model_dir, json.dumps(doc["training_arguments"])],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["type"] == "DistributedType.DEEPSPEED"
+    config = result["config"]
+    assert '"auto"' not in json.dumps(config)
+    assert config["zero_optimization"]["stage"] == 1
+    assert config["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert config["train_micro_batch_size_per_gpu"] == 2 and config["bf16"]["enabled"] is True
+    assert config["optimizer"]["params"]["lr"] == 3e-4
+    assert result["loss"] > 0
