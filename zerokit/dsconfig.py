@@ -57,12 +57,17 @@ _KEPT_EXPLICIT = {
     "deepspeed": frozenset(),
 }
 
+_FILLED_HERE = {target: frozenset(FILLED_BY[target] - _KEPT_EXPLICIT[target]) for target in FILLED_BY}
+_SPLIT = {key: tuple(key.split(".")) for keys in FILLED_BY.values() for key in keys}
+
 
 def build_ds_config(plan: Plan) -> dict[str, Any]:
     """The ds_config for `plan.decision`, with `"auto"` exactly where `plan.training.target` fills it."""
     config = resolved_config(plan)
+    if plan.training.target == "deepspeed":
+        return config
     for key in auto_keys(plan):
-        _set_if_present(config, key, AUTO)
+        _set_if_present(config, _SPLIT[key], AUTO)
     return config
 
 
@@ -89,8 +94,7 @@ def resolved_config(plan: Plan) -> dict[str, Any]:
 
 def auto_keys(plan: Plan) -> list[str]:
     """Dotted keys that become `"auto"` for this plan's target, in a stable order."""
-    target = plan.training.target
-    keys = set(FILLED_BY[target]) - _KEPT_EXPLICIT[target]
+    keys = set(_FILLED_HERE[plan.training.target])
     d, h = plan.decision, plan.model.hidden_size
     shape_known = plan.model.source != "count" and h > 0
     filled_value = {
@@ -235,9 +239,9 @@ def _scheduler(plan: Plan) -> dict[str, Any]:
     return {"type": "WarmupDecayLR", "params": params}
 
 
-def _set_if_present(config: dict[str, Any], dotted: str, value: Any) -> None:
+def _set_if_present(config: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node = config
-    *parents, leaf = dotted.split(".")
+    *parents, leaf = path
     for part in parents:
         node = node.get(part)
         if not isinstance(node, dict):
