@@ -130,7 +130,7 @@ def memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
 def decision_line(plan: Plan) -> str:
     d = plan.decision
     return (f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)}, micro-batch {d.micro_batch_size} x "
-            f"{d.gradient_accumulation_steps} accumulation x {plan.hardware.world_size} GPUs = {global_batch(plan)} "
+            f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {global_batch(plan)} "
             f"samples/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}, "
             f"overlap_comm {_onoff(d.overlap_comm)}")
 
@@ -179,6 +179,10 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
 def _chosen_setup(plan: Plan) -> tuple:
     d = plan.decision
     return (d.zero_stage, d.offload_optimizer, d.offload_param, d.micro_batch_size, d.gradient_checkpointing)
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
 def _onoff(flag: bool) -> str:
