@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from zerokit.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# ZEROKIT_HYPOTHESIS_EXAMPLES=1500 for a longer hunt (passes); 150 keeps the suite quick
+SETTINGS = settings(max_examples=int(os.environ.get("ZEROKIT_HYPOTHESIS_EXAMPLES", "150")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 VALID = [
     json.loads(Path(ROOT, "examples", "configs", name).read_text(encoding="utf-8"))
@@ -117,6 +119,19 @@ def test_mutated_valid_configs(capsys, data, base, target, world, indent):
     cfg = _mutate(base, data)
     args = ["--target", target, "--gpu-memory", "16GB"] + (["--world-size", world] if world else [])
     lint_bytes(capsys, json.dumps(cfg, indent=indent).encode(), ".json", *args)
+
+
+@SETTINGS
+@given(fields=st.dictionaries(st.sampled_from(["zero_stage", "offload_optimizer_device", "offload_param_device",
+                                               "offload_param_nvme_path", "deepspeed_config_file", "gradient_clipping",
+                                               "zero3_save_16bit_model", "gradient_accumulation_steps", "typo"]),
+                              json_values, max_size=5),
+       mixed=st.sampled_from([None, "bf16", "fp16", "no", 3]))
+def test_any_accelerate_yaml(capsys, fields, mixed):
+    import yaml
+
+    doc = {"distributed_type": "DEEPSPEED", "deepspeed_config": fields, "mixed_precision": mixed}
+    lint_bytes(capsys, yaml.safe_dump(doc).encode(), ".yaml")
 
 
 def test_deeply_nested_input(capsys):

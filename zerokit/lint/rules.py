@@ -467,7 +467,7 @@ def scheduler_params(doc: Document, ctx: Context) -> Iterator[Hit]:
     """engine._scheduler_from_config calls scheduler(optimizer, **params): a wrong or missing keyword is a TypeError."""
     sched = _section(doc.data, "scheduler")
     name, params = sched.get("type"), sched.get("params", {})
-    if name not in DEEPSPEED_SCHEDULER_PARAMS or not isinstance(params, dict):
+    if not isinstance(name, str) or name not in DEEPSPEED_SCHEDULER_PARAMS or not isinstance(params, dict):
         return
     accepted = DEEPSPEED_SCHEDULER_PARAMS[name]
     for key in params:
