@@ -68,6 +68,7 @@ class _Arch(NamedTuple):
     fixed: float = 0.0  # bytes independent of batch and sequence
     layer_pos: float = 0.0  # like pre_const but inside the layers (gone under checkpointing): rotary cos/sin
     layer_fixed: float = 0.0  # like fixed, inside the layers
+    ckpt_s2: float = 0.0  # per token per position kept under checkpointing (an eager float mask passed to layers)
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
     note: str | None = None
 
@@ -150,8 +151,12 @@ def _dims(c: Mapping[str, Any], d: Mapping[str, Any]) -> _Dims:
 
 
 def _grad(e: int, h: int, i: int, s2_per_head: float, nh: int) -> tuple[float, float]:
-    """One layer's backward working set: gradients of the MLP intermediates (and eager score gradients)."""
-    return 3 * e * max(i, h), (nh * (4 + e) if s2_per_head else 0.0)
+    """One layer's backward working set: gradients of the MLP intermediates (and eager score gradients).
+
+    The seq x seq part (about one activation-dtype score gradient per head plus a byte of fp32 slack) is fitted to
+    CPU profiler measurements of eager llama/gpt2 layers (``calibrate.measure(transient=True)``).
+    """
+    return 3 * e * max(i, h), (nh * (e + 1) if s2_per_head else 0.0)
 
 
 # ------------------------------------------------------------------------------------------------- families
@@ -260,8 +265,10 @@ def _gpt2(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     mlp = 5 * e * i  # gelu_new is python: x, x^3 terms, tanh output, the product; c_proj input
     layer = 2 * _layernorm(h, e) + attn + mlp + (2 * e * h if resid else 0)
     g, gs2 = _grad(e, h, i, s2, nh)
+    if attention != "eager" and attn_drop:
+        gs2 = 9 * nh  # the math kernel's fp32 score gradients
     return _Arch(8 + (e * h if embd else 0), L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V),
-                 e * h, L, g, gs2, V, pre_const=8)
+                 e * h, L, g, gs2, V, pre_const=8, ckpt_s2=e if attention == "eager" else 0)
 
 
 def _opt(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
@@ -319,6 +326,8 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
         lns = 2 * _layernorm(h, e)
     layer = lns + attn + 2 * e * i
     g, gs2 = _grad(e, h, i, s2, nh)
+    if attention != "eager" and not new_arch:
+        gs2 = 9 * nh  # the math kernel's fp32 score gradients
     kv = (1 if not new_arch and bool(_get(c, "multi_query", default=True))
           else int(_get(c, "num_kv_heads", default=nh))) * hd
     b1 = -2 * e * (q - kv) if attention == "eager" and not new_arch else 0  # unbroadcast k/v at micro-batch 1
@@ -386,7 +395,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     elif model_type == "gemma2" and attention == "sdpa":
         note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
     if gradient_checkpointing:
-        acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post)
+        acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
         layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + arch.grad_tok + arch.grad_s2 * s)
     else:
         acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)

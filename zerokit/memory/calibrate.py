@@ -28,11 +28,13 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
 
 
 def measure(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention: str = "sdpa",
-            dtype: str = "bf16", gradient_checkpointing: bool = False, *, backward: bool = True) -> dict:
+            dtype: str = "bf16", gradient_checkpointing: bool = False, *, backward: bool = True,
+            transient: bool = False) -> dict:
     """Bytes autograd holds for backward after one training forward pass (same method as measure_activations.py).
 
     The count is complete at the end of forward; ``backward=False`` skips the proof-of-training backward pass,
-    which is two thirds of the CPU time.
+    which is two thirds of the CPU time. ``transient=True`` also reports the backward peak (see
+    ``_backward_peak``) under the key ``"transient"``.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -57,11 +59,20 @@ def measure(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention
         return t
 
     ids = torch.randint(0, cfg.vocab_size, (micro_batch, seq_len))
+    if transient:  # parameter gradients belong to `gradients`: allocate them before backward starts
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(input_ids=ids, labels=ids, use_cache=False)
-    if backward:
+    extra = {}
+    if transient:
+        loss = out.loss
+        del out  # the caller (HF Trainer) keeps only the loss once forward returns
+        extra["transient"] = _backward_peak(loss)
+    elif backward:
         out.loss.backward()  # proves the graph is a real training graph
     return {
+        **extra,
         "activations": sum(held.values()),
         "parameters": sum(p.numel() for p in model.parameters()),
         "model_type": model_type,
@@ -71,6 +82,26 @@ def measure(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention
         "dtype": dtype,
         "gradient_checkpointing": gradient_checkpointing,
     }
+
+
+def _backward_peak(loss: Any) -> int:
+    """Peak of the bytes allocated during ``loss.backward()`` and still live, on the CPU, via the profiler.
+
+    The CPU allocator keeps no statistics, so the profiler's allocation events are replayed. Frees of blocks
+    that existed before backward (saved activations released node by node) are invisible to it, so this is an
+    upper bound of the true extra peak: exact at the loss (the first nodes), generous deeper in the stack.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss.backward()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    live = peak = 0
+    for e in events:
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
 
 
 def _with_layers(config: Mapping[str, Any], n: int) -> dict:
