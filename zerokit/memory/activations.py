@@ -68,6 +68,9 @@ class _Arch(NamedTuple):
     fixed: float = 0.0  # bytes independent of batch and sequence
     layer_pos: float = 0.0  # like pre_const but inside the layers (gone under checkpointing): rotary cos/sin
     layer_fixed: float = 0.0  # like fixed, inside the layers
+    window: int = 0  # sliding window: beyond it sdpa gets a materialised mask and repeated k/v
+    window_tok: float = 0.0  # per token, all layers, added when seq > window (k/v repeated to all heads)
+    mask_s: float = 0.0  # per token per position: materialised (b, 1, s, s) masks, one per layer
     ckpt_s2: float = 0.0  # per token per position kept under checkpointing (an eager float mask passed to layers)
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
     note: str | None = None
@@ -108,13 +111,18 @@ def _eager(e: int, q: int, nh: int, *, softmax_fp32: bool = True, dropout: bool 
     s2 = 0.0
     if softcap:
         s2 += e  # tanh output of the softcapped scores
-    if softmax_fp32:
-        s2 += 4 + (e if e != 4 else 0)  # fp32 softmax output, then the cast probabilities the matmul keeps
-    else:
-        s2 += e
+    s2 += 4 if softmax_fp32 else e  # softmax output (fp32 where the model upcasts)
     if dropout:
-        s2 += 2 * e  # dropout mask + dropped probabilities (CPU keeps the mask in the input dtype)
+        s2 += 2 * e  # dropout mask + dropped probabilities, which the matmul keeps (CPU masks use the input dtype)
+    elif softmax_fp32 and e != 4:
+        s2 += e  # the probabilities cast back to the activation dtype, kept by the matmul
     return 4 * e * q, nh * s2
+
+
+def _sdpa_math(e: int, q: int, nh: int) -> tuple[float, float]:
+    """CPU sdpa math kernel (taken with dropout > 0, or unequal heads with a mask): fp32 q, k, v at full heads,
+    fp32 softmax, dropout mask and dropped probabilities, plus the merged output in the activation dtype."""
+    return 12 * q + e * q, 12 * nh
 
 
 def _gated_mlp(e: int, i: int) -> float:
@@ -173,6 +181,8 @@ def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mappi
     if attention == "eager":
         attn, s2 = _eager(e, q, nh, dropout=dropout, softcap=gemma == 2 and bool(
             _get(c, "attn_logit_softcapping", default=defaults.get("attn_logit_softcapping"))))
+    elif dropout:  # the CPU has no flash kernel with dropout
+        attn, s2 = _sdpa_math(e, q, nh)
     else:
         attn, s2 = _sdpa(e, q, kv, nh), 0.0
         if fused_qkv:  # v stays a view of the fused qkv output (whole storage held); o_proj gets a merged copy
@@ -189,16 +199,21 @@ def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mappi
         b1 = -2 * e * (q - kv)  # repeated MQA k/v stay views of the single kv head
     elif attention == "eager" and fused_qkv and nkv == nh:
         b1 = 2 * e * kv  # v stays a view of the whole fused qkv storage
+    window = _get(c, "sliding_window", default=defaults.get("sliding_window")) if (
+        c.get("use_sliding_window", "use_sliding_window" not in defaults)) else None
+    if gemma == 2 or dropout or attention == "eager":
+        window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
     return _Arch(8, L * layer, L * s2, layer, s2, norm + _loss(e, V, softcap), e * h, L, g, gs2, V,
                  layer_pos=2 * e * hd, b1=L * b1, fixed=4 * h if gemma else 0,
-                 layer_fixed=layer_fixed)
+                 layer_fixed=layer_fixed, window=int(window or 0), window_tok=L * 2 * e * (q - kv), mask_s=L * e)
 
 
 # transformers' defaults per family, used where config.json leaves a key out
 _LLAMA_D = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
                 "vocab_size": 32000}
-_MISTRAL_D = dict(_LLAMA_D, intermediate_size=14336, num_key_value_heads=8)
-_QWEN2_D = dict(_LLAMA_D, intermediate_size=22016, vocab_size=151936, num_key_value_heads=32)
+_MISTRAL_D = dict(_LLAMA_D, intermediate_size=14336, num_key_value_heads=8, sliding_window=4096)
+_QWEN2_D = dict(_LLAMA_D, intermediate_size=22016, vocab_size=151936, num_key_value_heads=32,
+                use_sliding_window=False, sliding_window=4096)
 _QWEN3_D = dict(_QWEN2_D, head_dim=128)
 _GEMMA_D = {"hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
                 "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000}
@@ -282,10 +297,13 @@ def _opt(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
     layer = 2 * _layernorm(h, e) + attn + e * i + (2 * e * h if drop else 0)
-    proj = int(_get(c, "word_embed_proj_dim", default=h))
-    post = _layernorm(h, e) + _loss(e, V) + (e * proj if proj != h else 0)
+    proj = int(_get(c, "word_embed_proj_dim", default=h) or h)
+    pre_ln = bool(_get(c, "do_layer_norm_before", default=True))
+    post = (_layernorm(h, e) if pre_ln else e * h) + _loss(e, V)  # post-LN (opt-350m) has no final norm
+    if proj != h:  # project_in / project_out keep their inputs
+        post += e * proj
     g, gs2 = _grad(e, h, i, s2, nh)
-    return _Arch(16, L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V)
+    return _Arch(16 + (e * proj if proj != h else 0), L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V)
 
 
 def _gpt_neox(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
@@ -312,10 +330,14 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     q = nh * hd
     i = int(_get(c, "ffn_hidden_size", default=4 * h))
     new_arch = bool(_get(c, "new_decoder_architecture", default=False))
+    multi_query = not new_arch and bool(_get(c, "multi_query", default=True))
+    mask = 0
     if attention == "eager":
         attn, s2 = 4 * e * q, nh * e  # softmax in the activation dtype, kv broadcast to all heads
-    elif new_arch:
-        attn, s2 = _sdpa(e, q, q, nh, out_copy=True), 0.0
+    elif new_arch:  # k/v broadcast and flattened into copies at all heads; the mask is always materialised
+        attn, s2, mask = e * 4 * q + 4 * nh, 0.0, e
+    elif not multi_query:  # q, k after rotary, the fused qkv storage behind v, lse, output
+        attn, s2, mask = e * 6 * q + 4 * nh, 0.0, e
     else:  # explicit mask + unequal heads: CPU math kernel, fp32 q/k/v (broadcast) and probabilities
         attn, s2 = 12 * q + e * q, 4 * nh
     n_ln = int(_get(c, "num_ln_in_parallel_attn", default=2 if new_arch else 1) or 1)
@@ -326,14 +348,16 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
         lns = 2 * _layernorm(h, e)
     layer = lns + attn + 2 * e * i
     g, gs2 = _grad(e, h, i, s2, nh)
-    if attention != "eager" and not new_arch:
+    if attention != "eager" and multi_query:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
-    kv = (1 if not new_arch and bool(_get(c, "multi_query", default=True))
-          else int(_get(c, "num_kv_heads", default=nh))) * hd
-    b1 = -2 * e * (q - kv) if attention == "eager" and not new_arch else 0  # unbroadcast k/v at micro-batch 1
+    b1 = 0.0  # micro-batch 1, eager: k/v of multi-query stay unbroadcast; v of plain MHA stays a view of qkv
+    if attention == "eager" and multi_query:
+        b1 = -2 * e * (q - hd)
+    elif attention == "eager" and not new_arch:
+        b1 = 2 * e * q
     rope = 0 if _get(c, "alibi", default=False) else 2 * e * hd
     return _Arch(8, L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V), e * h, L, g, gs2, V,
-                 layer_pos=rope, b1=L * b1)
+                 layer_pos=rope, b1=L * b1, window=1 if mask else 0, mask_s=L * mask)
 
 
 _Family = Callable[[Mapping[str, Any], int, str], _Arch]
@@ -394,6 +418,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
                 "use zerokit.memory.calibrate for an exact figure")
     elif model_type == "gemma2" and attention == "sdpa":
         note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
+    masked = arch.window and s > arch.window
     if gradient_checkpointing:
         acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
         layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + arch.grad_tok + arch.grad_s2 * s)
@@ -403,5 +428,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     acts += arch.fixed + arch.pre_const * s
     if not gradient_checkpointing:
         acts += arch.layer_fixed + arch.layer_pos * s + (arch.b1 * tokens if b == 1 else 0)
+        if masked:
+            acts += tokens * (arch.window_tok + arch.mask_s * s)
     loss_peak = tokens * 8 * arch.vocab
     return ActivationEstimate(int(acts), int(max(loss_peak, layer_peak)), generic, note)
