@@ -226,6 +226,9 @@ _MIXTRAL_D = dict(_MISTRAL_D, num_local_experts=8, num_experts_per_tok=2)
 _QWEN2_MOE_D = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
                     "num_key_value_heads": 16, "vocab_size": 151936, "moe_intermediate_size": 1408,
                     "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60}
+_QWEN3_MOE_D = {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 32,
+                "num_key_value_heads": 4, "vocab_size": 151936, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+                "num_experts": 128}
 _GPT2_D = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50257}
 _OPT_D = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50272}
 _NEOX_D = {"hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
@@ -233,9 +236,11 @@ _NEOX_D = {"hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers":
 _FALCON_D = {"hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71, "vocab_size": 65024}
 
 
-def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str, Any], qwen: bool) -> _Arch:
-    """mixtral / qwen2_moe: attention as llama; the MLP is a router plus top-k grouped experts (+ shared expert)."""
-    base = _llama_like(c, e, attention, defaults=defaults)
+def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str, Any], qwen: bool,
+         shared: bool = True, qk_norm: bool = False) -> _Arch:
+    """mixtral, qwen2_moe, qwen3_moe: attention as llama; the MLP is a router (fp32 softmax, top-k) and the top-k
+    experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert."""
+    base = _llama_like(c, e, attention, defaults=defaults, qk_norm=qk_norm)
     D = _dims(c, defaults)
     h, nh, L = D.h, D.nh, D.L
     k = int(_get(c, "num_experts_per_tok", default=defaults["num_experts_per_tok"]))
@@ -243,11 +248,13 @@ def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str,
                      or defaults.get("num_experts")))
     if qwen:
         ie = int(_get(c, "moe_intermediate_size", default=defaults["moe_intermediate_size"]))
-        ish = int(_get(c, "shared_expert_intermediate_size", default=defaults["shared_expert_intermediate_size"]))
         norm_topk = bool(_get(c, "norm_topk_prob", default=False))
         router = 4 * n_exp + 8 * k + (4 + 4 * k if norm_topk else 0)
         weights = 4 * k if norm_topk else e * k
-        moe = router + 24 * k + weights + 2 * e * h * k + 4 * e * ie * k + _gated_mlp(e, ish) + e + e * h
+        moe = router + 24 * k + weights + 2 * e * h * k + 4 * e * ie * k
+        if shared:  # shared expert MLP, its sigmoid gate output and the gated product's input
+            ish = int(_get(c, "shared_expert_intermediate_size", default=defaults["shared_expert_intermediate_size"]))
+            moe += _gated_mlp(e, ish) + e + e * h
         dense = _gated_mlp(e, D.i)
         sparse_step = int(_get(c, "decoder_sparse_step", default=1))
         only = set(_get(c, "mlp_only_layers", default=()) or ())
@@ -372,6 +379,9 @@ _FAMILIES: dict[str, _Family] = {
     "phi3": lambda c, e, a: _llama_like(c, e, a, defaults=_PHI3_D, fused_qkv=True),
     "mixtral": lambda c, e, a: _moe(c, e, a, defaults=_MIXTRAL_D, qwen=False),
     "qwen2_moe": lambda c, e, a: _moe(c, e, a, defaults=_QWEN2_MOE_D, qwen=True),
+    "qwen3_moe": lambda c, e, a: _moe(c, e, a, defaults=_QWEN3_MOE_D, qwen=True, shared=False, qk_norm=True),
+    # granite = llama plus scalar multipliers, which keep nothing for backward (measured identical)
+    "granite": lambda c, e, a: _llama_like(c, e, a, defaults=_LLAMA_D),
     "gpt2": _gpt2,
     "opt": _opt,
     "gpt_neox": _gpt_neox,
