@@ -15,8 +15,9 @@ Exit status 1 when any error exceeds --tolerance (default 10 %).
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
+import multiprocessing
+import resource
 import sys
 import time
 from pathlib import Path
@@ -78,6 +79,20 @@ FULL = {"shape": ((256, 1), (256, 4), (1024, 4), (2048, 1)), "attention": ("sdpa
 QUICK = {"shape": ((256, 1), (512, 2)), "attention": ("sdpa", "eager"), "ckpt": (False, True)}
 
 
+MEMORY_LIMIT = 12 * 2**30  # address space per measurement: a runaway fails alone instead of waking the OOM killer
+
+
+def _measure_in_child(args: tuple, kwargs: dict) -> dict:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    return measure(*args, **kwargs)
+
+
+def _measure(*args: object, **kwargs: object) -> dict:
+    """One measurement in a forked child: the allocator returns everything to the OS after each model."""
+    with multiprocessing.get_context("fork").Pool(1, maxtasksperchild=1) as pool:
+        return pool.apply(_measure_in_child, (args, kwargs))
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -92,13 +107,11 @@ def run(families: list[str], grid: dict, dtype: str, tolerance: float, backward:
         for (s, b), att, ck in itertools.product(grid["shape"], grid["attention"], grid["ckpt"]):
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
-                meas = measure(cfg, s, b, att, dtype, ck, backward=backward)["activations"]
+                meas = _measure(cfg, s, b, att, dtype, ck, backward=backward)["activations"]
             except ValueError as exc:  # e.g. gemma2 + sdpa: transformers refuses the combination
                 print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
                       f"| n/a ({str(exc)[:40]}...) | |")
                 continue
-            finally:
-                gc.collect()
             err = 100.0 * (pred.activations - meas) / meas
             worst[fam] = max(worst.get(fam, 0.0), abs(err))
             print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
@@ -127,11 +140,9 @@ def run_transient(families: list[str], dtype: str) -> None:
         for (s, b), att, ck in itertools.product(TRANSIENT_SHAPES, ("sdpa", "eager"), (False, True)):
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
-                meas = measure(cfg, s, b, att, dtype, ck, transient=True)["transient"]
+                meas = _measure(cfg, s, b, att, dtype, ck, transient=True)["transient"]
             except ValueError:
                 continue
-            finally:
-                gc.collect()
             print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.transient)} | {_gib(meas)} |",
                   flush=True)
 
