@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 OUT=demo-out
 mkdir -p "$OUT"
 MODEL=examples/models/tiny-llama
-PORT="${ZEROKIT_DEMO_PORT:-29517}"
+# A free port for the rendezvous, so that a job already holding 29500 does not fail the demo's preflight.
+PORT="${ZEROKIT_DEMO_PORT:-$(python -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}"
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -23,9 +24,9 @@ zerokit preflight --config "$OUT/ds_config.json" --gpus-per-node 2 --master-port
 
 step "4/4 zerokit launch: 2 ranks on this CPU (full log: $OUT/train.log)"
 zerokit launch --dry-run --config "$OUT/ds_config.json" --gpus-per-node 2 --master-port "$PORT" \
-  examples/train_hf.py --max-steps 8 --bf16 --output-dir "$OUT/run" --loss-file "$OUT/losses.jsonl"
+  examples/train_hf.py --max-steps 8 --micro-batch 4 --bf16 --output-dir "$OUT/run" --loss-file "$OUT/losses.jsonl"
 if ! zerokit launch --no-preflight --config "$OUT/ds_config.json" --gpus-per-node 2 --master-port "$PORT" \
-    examples/train_hf.py --max-steps 8 --bf16 --output-dir "$OUT/run" --loss-file "$OUT/losses.jsonl" \
+    examples/train_hf.py --max-steps 8 --micro-batch 4 --bf16 --output-dir "$OUT/run" --loss-file "$OUT/losses.jsonl" \
     2>&1 | tee "$OUT/train.log" | grep --line-buffered -E '^(model|step|final) '; then
   echo "demo: training failed; the last lines of $OUT/train.log:" >&2
   tail -n 40 "$OUT/train.log" >&2
