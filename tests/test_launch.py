@@ -150,7 +150,9 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
 
 # ---------------------------------------------------------------- dry run and rendered scripts
 
-def test_dry_run_prints_a_line_the_shell_reads_back_as_the_same_argv(capsys, tmp_path):
+def test_dry_run_prints_a_line_the_shell_reads_back_as_the_same_argv(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
     cfg = tmp_path / "ds config.json"
     cfg.write_text("{}")
     code = main(["launch", "--config", str(cfg), "--gpus-per-node", "2", "--env", "A=x y", "--dry-run",
@@ -303,3 +305,10 @@ def test_processes_that_outlive_the_runner_are_stopped(tmp_path):
     finally:
         for pid in _pids_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_missing_script_on_one_node_is_bad_input(capsys, tmp_path):
+    code = main(["launch", "--gpus-per-node", "2", "--dry-run", str(tmp_path / "nope.py")])
+    assert code == 2
+    assert capsys.readouterr().err == f"zerokit launch: error: script {tmp_path / 'nope.py'}: no such file (on one " \
+                                      "node the script must exist here)\n"

@@ -195,3 +195,27 @@ def test_json_stdout_is_only_json_even_though_deepspeed_logs():
                         str(free_port())], check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["ok"] is True
+
+
+# ---------------------------------------------------------------- GPU-host verdicts (this CI host has no GPU)
+
+A100 = ("NVIDIA A100-SXM4-80GB", 81920 * 2**20)  # nvidia-smi memory.total 81920 MiB
+
+
+def test_gpu_verdict_counts_and_memory_against_the_plan():
+    assert preflight.gpu_verdict([A100] * 8, 8, 70 * 10**9) == Check(
+        "accelerator", True, "8 x NVIDIA A100-SXM4-80GB (80.0 GiB); plan needs 70.0 GB per GPU")
+    short = preflight.gpu_verdict([A100] * 4, 8, 90 * 10**9)  # 80 GiB = 85.9 GB < 90 GB
+    assert not short.ok
+    assert short.detail == ("4 x NVIDIA A100-SXM4-80GB (80.0 GiB); 8 GPUs per node asked, 4 present; "
+                            "the plan needs 90.0 GB per GPU")
+    assert "re-plan with --gpu-memory" in short.fix
+
+
+def test_cuda_verdict_compares_major_versions():
+    assert preflight.cuda_verdict(None, "12.4") is None
+    assert preflight.cuda_verdict("12.1", "12.4").ok
+    mismatch = preflight.cuda_verdict("12.1", "11.8")
+    assert not mismatch.ok and mismatch.detail == "torch CUDA 12.1, nvcc 11.8"
+    assert mismatch.fix.startswith("install CUDA toolkit 12.x or a torch build for CUDA 11.8")
+    assert preflight.cuda_verdict("12.1", None).ok

@@ -107,6 +107,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         return 0
 
     argv, env_add = runner.build_command(spec)
+    if not spec.multi_node and not Path(script).is_file():
+        raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
     files = runner.render_files(spec)
     if dry_run:
         for path, text in files.items():

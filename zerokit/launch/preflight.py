@@ -260,12 +260,16 @@ def check_imports(t: Target) -> Check:
 
 
 def check_cuda_toolkit(t: Target) -> Check | None:
-    torch_cuda, nvcc_cuda = probe_cuda_versions()
+    return cuda_verdict(*probe_cuda_versions())
+
+
+def cuda_verdict(torch_cuda: str | None, nvcc_cuda: str | None) -> Check | None:
+    """DeepSpeed JIT-builds ops with nvcc and refuses a toolkit whose major version differs from torch's."""
     if torch_cuda is None:
         return None  # a CPU (or ROCm) build of torch: no CUDA toolkit to match
     if nvcc_cuda is None:
         return Check("cuda toolkit", True, f"torch built for CUDA {torch_cuda}; no nvcc found, so ops cannot be "
-                     "JIT-compiled (prebuilt ops still work)", "")
+                     "JIT-compiled (prebuilt ops still work)")
     same_major = torch_cuda.split(".")[0] == nvcc_cuda.split(".")[0]
     return Check("cuda toolkit", same_major, f"torch CUDA {torch_cuda}, nvcc {nvcc_cuda}",
                  "" if same_major else f"install CUDA toolkit {torch_cuda.split('.')[0]}.x or a torch build for "
@@ -280,18 +284,23 @@ def check_accelerator(t: Target) -> Check:
             ranks = f"{t.gpus_per_node} ranks" if t.gpus_per_node else "ranks"
             return Check("accelerator", True, f"no GPU found: {ranks} run on DeepSpeed's CPU accelerator (gloo)")
         return Check("accelerator", True, f"DeepSpeed accelerator: {name}")
-    want = t.gpus_per_node or len(gpus)
+    return gpu_verdict(gpus, t.gpus_per_node, t.needs.gpu_bytes)
+
+
+def gpu_verdict(gpus: list[tuple[str, int]], gpus_per_node: int | None, gpu_bytes: int | None) -> Check:
+    """GPUs found (name, memory bytes) against the ranks asked for and the plan's per-GPU peak."""
+    want = gpus_per_node or len(gpus)
     smallest = min(mem for _, mem in gpus)
     problems = []
     if len(gpus) < want:
         problems.append(f"{want} GPUs per node asked, {len(gpus)} present")
-    if t.needs.gpu_bytes and smallest < t.needs.gpu_bytes:
-        problems.append(f"the plan needs {format_bytes(t.needs.gpu_bytes)} per GPU")
+    if gpu_bytes and smallest < gpu_bytes:
+        problems.append(f"the plan needs {format_bytes(gpu_bytes)} per GPU")
     detail = f"{len(gpus)} x {gpus[0][0]} ({format_bytes(smallest, binary=True)})"
     if problems:
         return Check("accelerator", False, detail + "; " + "; ".join(problems),
                      "lower --gpus-per-node, or re-plan with --gpu-memory set to this GPU's memory")
-    need = f"; plan needs {format_bytes(t.needs.gpu_bytes)} per GPU" if t.needs.gpu_bytes else ""
+    need = f"; plan needs {format_bytes(gpu_bytes)} per GPU" if gpu_bytes else ""
     return Check("accelerator", True, detail + need)
 
 
