@@ -51,8 +51,8 @@ MINIATURES: dict[str, dict] = {
     # Phi-3-mini: fused qkv and gate_up, head_dim 96
     "phi3": {"model_type": "phi3", "hidden_size": 384, "intermediate_size": 1024, "num_attention_heads": 4,
              "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 8016, "pad_token_id": 0},
-    # GPT-2 small: dropout 0.1 everywhere, gelu_new, tied embeddings
-    "gpt2": {"model_type": "gpt2", "n_embd": 384, "n_head": 6, "n_layer": 2, "vocab_size": 12564},
+    # GPT-2 small: dropout 0.1 everywhere, gelu_new, tied embeddings (2048 positions so the grid's seq fits)
+    "gpt2": {"model_type": "gpt2", "n_embd": 384, "n_head": 6, "n_layer": 2, "vocab_size": 12564, "n_positions": 2048},
     # Pythia-1.4B: parallel residual, rotary on 25 % of head_dim
     "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 4,
                  "num_hidden_layers": 2, "vocab_size": 12576},
@@ -108,7 +108,7 @@ def run(families: list[str], grid: dict, dtype: str, tolerance: float, backward:
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
                 meas = _measure(cfg, s, b, att, dtype, ck, backward=backward)["activations"]
-            except ValueError as exc:  # e.g. gemma2 + sdpa: transformers refuses the combination
+            except Exception as exc:  # e.g. gemma2 + sdpa: transformers refuses the combination
                 print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
                       f"| n/a ({str(exc)[:40]}...) | |")
                 continue
@@ -141,7 +141,7 @@ def run_transient(families: list[str], dtype: str) -> None:
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
                 meas = _measure(cfg, s, b, att, dtype, ck, transient=True)["transient"]
-            except ValueError:
+            except Exception:  # noqa: BLE001 - the combination is not runnable (gemma2 + sdpa)
                 continue
             print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.transient)} | {_gib(meas)} |",
                   flush=True)
