@@ -108,7 +108,7 @@ def run(families: list[str], grid: dict, dtype: str, tolerance: float, backward:
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
                 meas = _measure(cfg, s, b, att, dtype, ck, backward=backward)["activations"]
-            except Exception as exc:  # e.g. gemma2 + sdpa: transformers refuses the combination
+            except (ValueError, RuntimeError, IndexError) as exc:  # e.g. gemma2 + sdpa: transformers refuses it
                 print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.activations)} "
                       f"| n/a ({str(exc)[:40]}...) | |")
                 continue
@@ -141,9 +141,11 @@ def run_transient(families: list[str], dtype: str) -> None:
             pred = estimate_activations(cfg, s, b, attention=att, dtype=dtype, gradient_checkpointing=ck)
             try:
                 meas = _measure(cfg, s, b, att, dtype, ck, transient=True)["transient"]
-            except Exception:  # noqa: BLE001 - the combination is not runnable (gemma2 + sdpa)
-                continue
-            print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.transient)} | {_gib(meas)} |",
+            except (ValueError, RuntimeError, IndexError) as exc:  # gemma2 + sdpa: transformers refuses it
+                meas_text = f"n/a ({str(exc)[:40]}...)"
+            else:
+                meas_text = _gib(meas)
+            print(f"| {fam} | {s} | {b} | {att} | {'on' if ck else 'off'} | {_gib(pred.transient)} | {meas_text} |",
                   flush=True)
 
 
