@@ -191,7 +191,7 @@ def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mappi
     if attention == "eager":
         attn, s2 = _eager(e, q, nh, dropout=dropout, softcap=gemma == 2 and bool(
             _get(c, "attn_logit_softcapping", default=defaults.get("attn_logit_softcapping"))))
-    elif dropout:  # the CPU has no flash kernel with dropout
+    elif dropout and attention == "sdpa":  # the CPU has no flash kernel with dropout
         attn, s2 = _sdpa_math(e, q, nh)
     else:
         attn, s2 = _sdpa(e, q, kv, nh), 0.0
@@ -211,7 +211,7 @@ def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mappi
         b1 = 2 * e * kv  # v stays a view of the whole fused qkv storage
     window = _get(c, "sliding_window", default=defaults.get("sliding_window")) if (
         c.get("use_sliding_window", "use_sliding_window" not in defaults)) else None
-    if gemma == 2 or dropout or attention == "eager":
+    if gemma == 2 or dropout or attention != "sdpa":  # flash handles windows natively
         window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
     return _Arch(8, L * layer, L * s2, layer, s2, norm + _loss(e, V, softcap), e * h, L, g, gs2, V,
                  layer_pos=2 * e * hd, b1=L * b1, fixed=4 * h if gemma else 0,
@@ -290,14 +290,14 @@ def _gpt2(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     attn_drop = float(_get(c, "attn_pdrop", default=0.1)) > 0
     if attention == "eager":
         attn, s2 = 4 * e * q, nh * (e + (2 * e if attn_drop else 0))
-    elif attn_drop:  # CPU sdpa with dropout: math kernel in fp32 (q, k, v, softmax, mask, dropped probs)
+    elif attn_drop and attention == "sdpa":  # CPU sdpa + dropout: fp32 math kernel (q, k, v, softmax, mask, probs)
         attn, s2 = 12 * q + e * q, 12 * nh
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
     mlp = 5 * e * i  # gelu_new is python: x, x^3 terms, tanh output, the product; c_proj input
     layer = 2 * _layernorm(h, e) + attn + mlp + (2 * e * h if resid else 0)
     g, gs2 = _grad(e, h, i, s2, nh)
-    if attention != "eager" and attn_drop:
+    if attention == "sdpa" and attn_drop:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
     return _Arch(8 + (e * h if embd else 0), L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V),
                  e * h, L, g, gs2, V, pre_const=8, ckpt_s2=e if attention == "eager" else 0)
@@ -351,6 +351,8 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     mask = 0
     if attention == "eager":
         attn, s2 = 4 * e * q, nh * e  # softmax in the activation dtype, kv broadcast to all heads
+    elif attention == "flash":  # flash-attn takes multi-query/grouped k, v and needs no mask
+        attn, s2 = _sdpa(e, q, (nh if new_arch or not multi_query else 1) * hd, nh), 0.0
     elif new_arch:  # k/v broadcast and flattened into copies at all heads; the mask is always materialised
         attn, s2, mask = e * 4 * q + 4 * nh, 0.0, e
     elif not multi_query:  # q, k after rotary, the fused qkv storage behind v, lse, output
@@ -365,7 +367,7 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
         lns = 2 * _layernorm(h, e)
     layer = lns + attn + 2 * e * i
     g, gs2 = _grad(e, h, i, s2, nh)
-    if attention != "eager" and multi_query:
+    if attention == "sdpa" and multi_query:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
     b1 = 0.0  # micro-batch 1, eager: k/v of multi-query stay unbroadcast; v of plain MHA stays a view of qkv
     if attention == "eager" and multi_query:
@@ -429,7 +431,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     model_type = str(config.get("model_type", ""))
     family = _FAMILIES.get(model_type)
     generic = family is None
-    arch = _arch(config, family or _FAMILIES["llama"], e, "eager" if attention == "eager" else "sdpa")
+    arch = _arch(config, family or _FAMILIES["llama"], e, attention)
     s, b = seq_len, micro_batch
     tokens = s * b
     note = arch.note
