@@ -10,9 +10,11 @@ Definitions (``../shared/CONTRACT.md``):
   (a) the loss backward: the fp32 gradient of the log-probabilities plus the fp32 gradient of the logits,
   8 bytes per vocabulary entry per token, alive together while ``log_softmax``'s saved output is still held
   (matches the CPU profiler's replay of backward allocations to the byte, ``calibrate.measure(transient=True)``);
-  (b) one decoder layer's backward working set: gradients of its largest intermediates (3 x the MLP width,
-  plus one score gradient per head and position with eager attention); with gradient checkpointing plus the
-  recompute of that layer, i.e. one layer's full activations.
+  (b) the lm_head backward: the logits gradient in the activation dtype plus the lm_head weight gradient;
+  (c) one decoder layer's backward working set: gradients of its largest intermediates (3 x the MLP width,
+  plus one score gradient per head and position with eager attention) and its largest weight gradient as
+  materialised before accumulation (for MoE the stacked gate_up of all experts, often the largest term);
+  with gradient checkpointing plus the recompute of that layer, i.e. one layer's full activations.
 
 Design, chosen on the evidence: an analytic model per family is the default, and it is exact. Tracing every
 saved tensor of CPU miniatures showed that what transformers keeps is a short, regular list per family (norm
@@ -82,6 +84,8 @@ class _Arch(NamedTuple):
     window_tok: float = 0.0  # per token, all layers, added when seq > window (k/v repeated to all heads)
     mask_s: float = 0.0  # per token per position: materialised (b, 1, s, s) masks, one per layer
     ckpt_s2: float = 0.0  # per token per position kept under checkpointing (an eager float mask passed to layers)
+    param_grad: float = 0.0  # the largest decoder-layer weight's gradient, materialised before it is accumulated
+    hidden: int = 0
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
     note: str | None = None
 
@@ -214,6 +218,7 @@ def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mappi
     if gemma == 2 or dropout or attention != "sdpa":  # flash handles windows natively
         window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
     return _Arch(8, L * layer, L * s2, layer, s2, norm + _loss(e, V, softcap), e * h, L, g, gs2, V,
+                 param_grad=e * h * max(i * (2 if fused_qkv else 1), q + 2 * kv), hidden=h,
                  layer_pos=2 * e * hd, b1=L * b1, fixed=4 * h if gemma else 0,
                  layer_fixed=layer_fixed, window=int(window or 0), window_tok=L * 2 * e * (q - kv), mask_s=L * e)
 
@@ -278,7 +283,9 @@ def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str,
     max_layer = per_dense + max(moe if n_moe else 0, dense if n_moe < L else 0)
     g = 3 * e * max(ie * k, h)
     _ = nh
-    return base._replace(layer=layer_sum, max_layer=max_layer, grad_tok=g)
+    # experts are stacked 3-D parameters: the gate_up gradient of all experts of a layer is one tensor
+    return base._replace(layer=layer_sum, max_layer=max_layer, grad_tok=g,
+                         param_grad=max(base.param_grad, e * n_exp * 2 * ie * h))
 
 
 def _gpt2(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
@@ -300,7 +307,8 @@ def _gpt2(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     if attention == "sdpa" and attn_drop:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
     return _Arch(8 + (e * h if embd else 0), L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V),
-                 e * h, L, g, gs2, V, pre_const=8, ckpt_s2=e if attention == "eager" else 0)
+                 e * h, L, g, gs2, V, pre_const=8, ckpt_s2=e if attention == "eager" else 0,
+                 param_grad=e * h * i, hidden=h)
 
 
 def _opt(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
@@ -320,7 +328,8 @@ def _opt(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     if proj != h:  # project_in / project_out keep their inputs
         post += e * proj
     g, gs2 = _grad(e, h, i, s2, nh)
-    return _Arch(16 + (e * proj if proj != h else 0), L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V)
+    return _Arch(16 + (e * proj if proj != h else 0), L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V,
+                 param_grad=e * h * i, hidden=h)
 
 
 def _gpt_neox(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
@@ -338,6 +347,7 @@ def _gpt_neox(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=0.25)))
     b1 = 2 * e * q if attention == "eager" else 0  # v stays a view of the fused qkv storage at micro-batch 1
     return _Arch(8, L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V), e * h, L, g, gs2, V,
+                 param_grad=e * h * max(i, 3 * q), hidden=h,
                  layer_pos=2 * e * rot, b1=L * b1)
 
 
@@ -372,10 +382,13 @@ def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
     b1 = 0.0  # micro-batch 1, eager: k/v of multi-query stay unbroadcast; v of plain MHA stays a view of qkv
     if attention == "eager" and multi_query:
         b1 = -2 * e * (q - hd)
+    elif attention == "sdpa" and multi_query:
+        b1 = -2 * 4 * (q - hd)  # the fp32 k/v of the math kernel
     elif attention == "eager" and not new_arch:
         b1 = 2 * e * q
     rope = 0 if _get(c, "alibi", default=False) else 2 * e * hd
     return _Arch(8, L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V), e * h, L, g, gs2, V,
+                 param_grad=e * h * max(i, 3 * q), hidden=h,
                  layer_pos=rope, b1=L * b1, window=1 if mask else 0, mask_s=L * mask)
 
 
@@ -443,7 +456,8 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     masked = arch.window and s > arch.window
     if gradient_checkpointing:
         acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
-        layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + arch.grad_tok + arch.grad_s2 * s)
+        # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
+        layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
     else:
         acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)
         layer_peak = tokens * (arch.grad_tok + arch.grad_s2 * s)
@@ -452,5 +466,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         acts += arch.layer_fixed + arch.layer_pos * s + (arch.b1 * tokens if b == 1 else 0)
         if masked:
             acts += tokens * (arch.window_tok + arch.mask_s * s)
-    loss_peak = tokens * 8 * arch.vocab
-    return ActivationEstimate(int(acts), int(max(loss_peak, layer_peak)), generic, note)
+    loss_peak = tokens * 8 * arch.vocab  # fp32 grads of the log-probs and of the logits
+    head_peak = tokens * 2 * arch.vocab + e * arch.vocab * arch.hidden  # bf16 logits grad + lm_head weight grad
+    layer_peak += arch.param_grad / (2 if gradient_checkpointing else 1)
+    return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note)
