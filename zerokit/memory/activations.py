@@ -114,9 +114,9 @@ def _layernorm(h: int, e: int, new_input: bool = True) -> float:
     return (e * h if new_input else 0) + 2 * e + e * h
 
 
-def _sdpa(e: int, q: int, kv: int, nh: int, out_copy: bool = False) -> float:
+def _sdpa(e: int, q: int, kv: int, nh: int) -> float:
     """Flash-style sdpa: q, k, v (kv heads stay unrepeated via enable_gqa), output, fp32 logsumexp."""
-    return e * (2 * q + 2 * kv) + 4 * nh + (e * q if out_copy else 0)
+    return e * (2 * q + 2 * kv) + 4 * nh
 
 
 def _eager(e: int, q: int, nh: int, *, softmax_fp32: bool = True, dropout: bool = False,
@@ -257,7 +257,7 @@ def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str,
     experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert."""
     base = _llama_like(c, e, attention, defaults=defaults, qk_norm=qk_norm)
     D = _dims(c, defaults)
-    h, nh, L = D.h, D.nh, D.L
+    h, L = D.h, D.L
     k = int(_get(c, "num_experts_per_tok", default=defaults["num_experts_per_tok"]))
     n_exp = int(_get(c, "num_local_experts", "num_experts", default=defaults.get("num_local_experts")
                      or defaults.get("num_experts")))
@@ -282,7 +282,6 @@ def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str,
     layer_sum = per_dense * L + moe * n_moe + dense * (L - n_moe)
     max_layer = per_dense + max(moe if n_moe else 0, dense if n_moe < L else 0)
     g = 3 * e * max(ie * k, h)
-    _ = nh
     # experts are stacked 3-D parameters: the gate_up gradient of all experts of a layer is one tensor
     return base._replace(layer=layer_sum, max_layer=max_layer, grad_tok=g,
                          param_grad=max(base.param_grad, e * n_exp * 2 * ie * h))
