@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         save(trainer, args.output_dir, rank)
     if rank == 0:
         final = losses[-1]["loss"] if losses else float("nan")
-        print(f"final loss {final:.4f} ({'finite' if math.isfinite(final) else 'NOT finite'})", flush=True)
+        weights = next(trainer.model_wrapped.parameters()).dtype  # what the DeepSpeed engine really trains in
+        print(f"final loss {final:.4f} ({'finite' if math.isfinite(final) else 'NOT finite'}; weights {weights})",
+              flush=True)
         if args.loss_file:
             Path(args.loss_file).write_text("".join(json.dumps(x) + "\n" for x in losses))
     if dist.is_available() and dist.is_initialized():
