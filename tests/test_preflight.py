@@ -219,3 +219,25 @@ def test_cuda_verdict_compares_major_versions():
     assert not mismatch.ok and mismatch.detail == "torch CUDA 12.1, nvcc 11.8"
     assert mismatch.fix.startswith("install CUDA toolkit 12.x or a torch build for CUDA 11.8")
     assert preflight.cuda_verdict("12.1", None).ok
+
+
+def test_a_stale_jit_build_lock_fails_with_the_rm_fix(tmp_path, monkeypatch):
+    # What a build killed mid-way leaves behind: torch's FileBaton lock in the op's build directory.
+    import os
+
+    from torch.utils.file_baton import FileBaton
+
+    lock = tmp_path / "py311_cpu" / "fused_adam" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    assert not FileBaton(str(lock)).try_acquire()  # torch would now wait on it forever
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert preflight.check_extension_locks(Target()) is None  # young: a build may be running
+    old = lock.stat().st_mtime - preflight.STALE_LOCK_AGE_S - 60
+    os.utime(lock, (old, old))
+    stale = preflight.check_extension_locks(Target())
+    assert stale is not None and not stale.ok
+    assert f"stale JIT build lock {lock}" in stale.detail and stale.fix == f"rm {lock}"
+    assert main(["preflight", "--master-port", str(free_port())]) == 3
+    lock.unlink()
+    assert preflight.check_extension_locks(Target()) is None

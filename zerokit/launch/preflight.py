@@ -186,6 +186,35 @@ def _jit_cached(name: str) -> bool:
         return False
 
 
+def probe_extension_locks() -> list[tuple[str, float]]:
+    """(path, age in seconds) of every `lock` file in torch's JIT extension cache.
+
+    torch holds `<cache>/<op>/lock` while it builds an op; a build killed mid-way leaves it behind, and every
+    later rank then waits on it forever ("Loading extension module ..." never returns).
+    """
+    import time
+
+    try:
+        from torch.utils.cpp_extension import get_default_build_root
+    except ImportError:  # torch missing: the imports check already says so
+        return []
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    now = time.time()
+    return sorted((str(p), now - p.stat().st_mtime) for p in root.glob("*/*/lock") if p.is_file())
+
+
+def probe_building(build_dir: str) -> bool:
+    """Whether a process is building the op in `build_dir` now (its ninja or compiler names the op)."""
+    op = Path(build_dir).name
+    marks = (build_dir.encode(), f"TORCH_EXTENSION_NAME={op}".encode())
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes()
+            if any(m in cmdline for m in marks):
+                return True
+    return False
+
+
 def probe_ninja() -> bool:
     from torch.utils.cpp_extension import is_ninja_available
 
@@ -339,6 +368,21 @@ def check_ninja(t: Target) -> Check:
     return Check("ninja", False, "missing: DeepSpeed cannot JIT-build ops", "pip install ninja")
 
 
+STALE_LOCK_AGE_S = 600
+"""A JIT build lock this old, with no compiler running, was left by a killed build."""
+
+
+def check_extension_locks(t: Target) -> Check | None:
+    stale = [path for path, age in probe_extension_locks()
+             if age > STALE_LOCK_AGE_S and not probe_building(str(Path(path).parent))]
+    if not stale:
+        return None
+    return Check("torch extension locks", False,
+                 f"stale JIT build lock {stale[0]}" + (f" and {len(stale) - 1} more" if len(stale) > 1 else "")
+                 + ": a killed build left it, and every rank would wait on it forever",
+                 "rm " + " ".join(stale))
+
+
 def check_nvme(t: Target) -> Check | None:
     if not t.needs.nvme_paths:
         return None
@@ -432,6 +476,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_cpu_adam,
     check_async_io,
     check_ninja,
+    check_extension_locks,
     check_nvme,
     check_shm,
     check_ram,
