@@ -156,6 +156,19 @@ def test_table_shows_decision_bars_legend_and_training_arguments(capsys):
     assert len(bars) >= 2 and all("|" in b for b in bars)
 
 
+def test_every_candidate_row_shows_its_activations(capsys):
+    from zerokit.units import format_bytes
+
+    _, plan = run_json(capsys, *LLAMA_7B_8xH100)
+    _, stdout, _ = run(capsys, *LLAMA_7B_8xH100)
+    rows = [line for line in stdout.splitlines() if line.startswith(("  * ZeRO-", "    ZeRO-"))]
+    assert len(rows) == len(plan["candidates"])
+    for row, cand in zip(rows, plan["candidates"]):
+        per_gpu = cand["per_gpu"]
+        assert format_bytes(per_gpu["activations"] + per_gpu["transient"]) in row
+        assert format_bytes(cand["per_gpu_total"]) in row
+
+
 def test_markdown_report_renders_from_the_template(capsys):
     code, stdout, _ = run(capsys, *LLAMA_7B_8xH100, "--format", "markdown")
     assert code == 0

@@ -168,6 +168,7 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "setup": setup_label(s.zero_stage, s.offload_optimizer, s.offload_param),
             "micro_batch": str(s.micro_batch_size),
             "checkpointing": _onoff(s.gradient_checkpointing),
+            "activations": format_bytes(c.memory.activations + c.memory.transient),
             "total": format_bytes(c.memory.total),
             "fits": "yes" if c.fits else "no",
             "bar": stacked_bar(c.memory, cap, scale),
@@ -215,12 +216,12 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     if rows:
         out.append("Candidates (fastest first; * = chosen):")
         w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
-        out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'per GPU':>9}  fits  memory")
+        out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  fits  memory")
         for r in rows:
             line = (f"  {r['mark']:1} {r['setup']:<{w_setup}}  {r['micro_batch']:>3}  {r['checkpointing']:<4}  "
-                    f"{r['total']:>9}  {r['fits']:<4}  [{r['bar']}]")
+                    f"{r['activations']:>9}  {r['total']:>9}  {r['fits']:<4}  [{r['bar']}]")
             out.append(line + (f"  {r['why_not']}" if r["why_not"] else ""))
-        out.append(f"  legend: {LEGEND}")
+        out.append(f"  activ. = activations + transient of one micro-batch;  legend: {LEGEND}")
         out.append("")
     for w in plan.warnings:
         out.append(f"warning: {w}")
