@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-import socket
 
 import pytest
+from _support import DataParallelMpu, one_rank_gloo_group
 
 from zerokit.dsconfig import (
     ADAM_BETAS,
@@ -186,42 +185,12 @@ def test_resolved_values_for_deepspeed_target():
 
 # ---------------------------------------------------------------- DeepSpeed's own parser
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def deepspeed_dist():
     """A one-process gloo group: DeepSpeedConfig asks dist.get_rank() before it asks the mpu for the DP size."""
-    deepspeed = pytest.importorskip("deepspeed")
-    torch = pytest.importorskip("torch")
-    started = not torch.distributed.is_initialized()
-    if started:
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0", "WORLD_SIZE": "1",
-               "LOCAL_RANK": "0"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
-    yield
-    if started:
-        torch.distributed.destroy_process_group()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class DataParallelMpu:
-    """DeepSpeed's mpu interface, reduced to what DeepSpeedConfig reads: the data-parallel world size."""
-
-    def __init__(self, world_size: int):
-        self.world_size = world_size
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.world_size
+    pytest.importorskip("deepspeed")
+    with one_rank_gloo_group() as deepspeed:
+        yield deepspeed
 
 
 def parse_with_deepspeed(config: dict, world_size: int):

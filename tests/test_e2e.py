@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _support import pids_with
 
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
@@ -132,22 +133,6 @@ def test_the_jobs_exit_code_becomes_zeroks(tmp_path):
     assert "rank exiting with 7" in r.stdout
 
 
-def _pids_with(marker: str) -> list[int]:
-    """Live processes whose argv holds the marker (read from /proc: ps truncates long command lines)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
 def test_ctrl_c_during_training_leaves_no_rank_behind(tmp_path):
     config = plan(tmp_path, "zero2-ctrlc", "--zero-stage", "2", "--offload-optimizer", "none")
     marker = f"zk-e2e-ctrlc-{os.getpid()}-{time.time_ns()}"
@@ -163,15 +148,15 @@ def test_ctrl_c_during_training_leaves_no_rank_behind(tmp_path):
             if line.startswith("step 2 loss") or time.monotonic() > deadline:
                 break
         assert seen and seen[-1].startswith("step 2 loss"), "".join(seen[-40:])
-        ranks = [p for p in _pids_with(marker) if p != zk.pid]
+        ranks = [p for p in pids_with(marker) if p != zk.pid]
         assert len(ranks) >= 3, ranks  # the runner, DeepSpeed's launcher and two ranks carry the marker
         zk.send_signal(signal.SIGINT)
         assert zk.wait(timeout=60) == 128 + signal.SIGINT
         deadline = time.monotonic() + 15
-        while _pids_with(marker) and time.monotonic() < deadline:
+        while pids_with(marker) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _pids_with(marker), f"left behind: {_pids_with(marker)}"
+        assert not pids_with(marker), f"left behind: {pids_with(marker)}"
     finally:
         zk.kill()
-        for pid in _pids_with(marker):
+        for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)

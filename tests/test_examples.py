@@ -13,6 +13,7 @@ import os
 import socket
 
 import pytest
+from _support import DataParallelMpu, one_rank_gloo_group
 
 from zerokit.cli import main
 
@@ -77,34 +78,9 @@ def test_example_folder_is_accepted_like_its_config_json(capsys):
 
 @pytest.fixture(scope="module")
 def deepspeed_dist():
-    deepspeed = pytest.importorskip("deepspeed")
-    torch = pytest.importorskip("torch")
-    started = not torch.distributed.is_initialized()
-    if started:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
-               "LOCAL_RANK": "0"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        deepspeed.init_distributed(dist_backend="gloo", verbose=False)
-    yield
-    if started:
-        torch.distributed.destroy_process_group()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class DataParallelMpu:
-    def __init__(self, world_size: int):
-        self.world_size = world_size
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.world_size
+    pytest.importorskip("deepspeed")
+    with one_rank_gloo_group() as deepspeed:
+        yield deepspeed
 
 
 @pytest.mark.parametrize("config_path", MODEL_CONFIGS, ids=IDS)

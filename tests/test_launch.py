@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _support import pids_with
 
 from zerokit.cli import main
 from zerokit.errors import BadInput
@@ -241,22 +242,6 @@ def test_missing_runner_is_bad_input():
         run(["/nonexistent/deepspeed"], {})
 
 
-def _pids_with(marker: str) -> list[int]:
-    """Live processes whose argv holds the marker (read from /proc: ps truncates long command lines)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in cmdline and state != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
 def _wait_for(predicate, timeout: float) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -286,13 +271,13 @@ def test_sigint_reaches_the_whole_group_and_stuck_ranks_are_killed_after_the_gra
     zk = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
     try:
         assert zk.stdout.readline().strip() == "ranks up"
-        assert _wait_for(lambda: len(set(_pids_with(marker)) - {zk.pid}) == 3, 10)  # runner + 2 ranks
+        assert _wait_for(lambda: len(set(pids_with(marker)) - {zk.pid}) == 3, 10)  # runner + 2 ranks
         zk.send_signal(signal.SIGINT)
         assert zk.wait(timeout=15) == 128 + signal.SIGINT
-        assert _wait_for(lambda: not _pids_with(marker), 5), f"left behind: {_pids_with(marker)}"
+        assert _wait_for(lambda: not pids_with(marker), 5), f"left behind: {pids_with(marker)}"
     finally:
         zk.kill()
-        for pid in _pids_with(marker):
+        for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -301,9 +286,9 @@ def test_processes_that_outlive_the_runner_are_stopped(tmp_path):
     orphan = f"import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {marker!r}])"
     try:
         assert run([sys.executable, "-c", orphan], {}, grace=2.0) == 0
-        assert not _pids_with(marker)
+        assert not pids_with(marker)
     finally:
-        for pid in _pids_with(marker):
+        for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -11,10 +11,10 @@ import copy
 import inspect
 import json
 import os
-import socket
 import tempfile
 
 import pytest
+from _support import one_rank_gloo_group
 
 from zerokit.lint.engine import lint_document
 from zerokit.lint.loader import parse_json
@@ -42,31 +42,9 @@ def with_(*parts: dict) -> dict:
 @pytest.fixture(scope="module")
 def ds():
     """deepspeed with a one-rank gloo process group (what deepspeed.initialize needs), torn down at the end."""
-    deepspeed = pytest.importorskip("deepspeed")
-    import torch
-
-    if torch.distributed.is_initialized():
+    pytest.importorskip("deepspeed")
+    with one_rank_gloo_group() as deepspeed:
         yield deepspeed
-        return
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deepspeed.init_distributed(dist_backend="gloo")
-        yield deepspeed
-    finally:
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-        for k, v in saved.items():  # later test modules see the environment they started with
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def ds_config(cfg, mpu=None):
