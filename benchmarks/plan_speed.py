@@ -24,7 +24,7 @@ import time
 from zerokit.hardware import resolve_hardware
 from zerokit.models.presets import PRESET_NAMES
 from zerokit.models.resolve import resolve_model
-from zerokit.planner.plan import plan
+from zerokit.planner.engine import plan
 from zerokit.planner.types import Training
 
 HARDWARE = (

@@ -2,7 +2,7 @@
 transformers' HfTrainerDeepSpeedConfig filling every "auto", and no "auto" at all for --target deepspeed.
 
 Plans here are built by hand from a Decision, because build_ds_config is a pure function of the decision; the
-planner's own scenarios are covered at the end when zerokit.planner.plan is importable.
+planner's own scenarios are covered at the end when zerokit.planner.engine is importable.
 """
 
 from __future__ import annotations
@@ -340,7 +340,7 @@ SCENARIOS = {
 
 
 def planned(name: str, target: str) -> Plan:
-    plan_mod = pytest.importorskip("zerokit.planner.plan")
+    plan_mod = pytest.importorskip("zerokit.planner.engine")
     resolve = pytest.importorskip("zerokit.models.resolve")
     from zerokit.hardware import resolve_hardware
 

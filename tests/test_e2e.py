@@ -24,7 +24,7 @@ from _support import pids_with
 
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
-pytest.importorskip("zerokit.planner.plan")
+pytest.importorskip("zerokit.planner.engine")
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from _support import DataParallelMpu, one_rank_gloo_group
 from zerokit.cli import main
 
 pytest.importorskip("zerokit.models.resolve")
-pytest.importorskip("zerokit.planner.plan")
+pytest.importorskip("zerokit.planner.engine")
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 

@@ -257,7 +257,7 @@ def test_every_example_config_lints_clean(capsys, path):
     ("70B", "v100-32gb", ["--offload-param", "nvme", "--nvme-path", "/local_nvme"]),
 ])
 def test_every_plan_output_lints_clean(capsys, tmp_path, target, model, gpu, extra):
-    pytest.importorskip("zerokit.planner.plan")
+    pytest.importorskip("zerokit.planner.engine")
     code = main(["plan", "--model", model, "--gpu", gpu, "--gpus-per-node", "8", "--seq-len", "4096",
                  "--target", target, "--format", "json", *extra])
     out, err = capsys.readouterr()

@@ -16,7 +16,7 @@ import pytest
 from zerokit.cli import main
 
 pytest.importorskip("zerokit.models.resolve")
-pytest.importorskip("zerokit.planner.plan")
+pytest.importorskip("zerokit.planner.engine")
 
 LLAMA_7B_8xH100 = ["plan", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--seq-len", "4096"]
 # The "nothing fits" scenario: 70B on one 24 GB GPU, 64 GB of RAM and no NVMe.

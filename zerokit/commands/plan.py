@@ -1,17 +1,19 @@
 """`zerokit plan`: model + hardware + sequence length -> decision, memory table, ds_config; exit 0 fits, 1 not, 2 bad input.
 
-Only parsing, printing and the exit code live here; the planner is `zerokit.planner.plan.plan`. Each option's help
+Only parsing, printing and the exit code live here; the planner is `zerokit.planner.engine.plan`. Each option's help
 is the attribute docstring of the dataclass field it fills (zerokit/planner/types.py), so it is written once.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import re
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -32,7 +34,7 @@ def _attribute_docs(class_name: str) -> dict[str, str]:
     with open(types.__file__, encoding="utf-8") as f:
         source = f.read()
     bounds = [(m.group(1), m.start()) for m in _CLASS.finditer(source)] + [("", len(source))]
-    for (name, begin), (_, finish) in zip(bounds, bounds[1:]):
+    for (name, begin), (_, finish) in itertools.pairwise(bounds):
         if name == class_name:
             return {m.group(1): " ".join(m.group(2).split()) for m in _FIELD_DOC.finditer(source, begin, finish)}
     return {}
@@ -136,7 +138,7 @@ def command(model: str, gpu: str | None, gpu_memory: str | None, gpus_per_node: 
         check_output_path(output, force)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
-    from zerokit.planner.plan import plan as make_plan
+    from zerokit.planner.engine import plan as make_plan
 
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
                                 cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)

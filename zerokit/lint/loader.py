@@ -12,11 +12,11 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from zerokit.errors import BadInput
 
-KeyPath = tuple[Union[str, int], ...]
+KeyPath = tuple[str | int, ...]
 Position = tuple[int, int]
 
 MAX_BYTES = 16 * 1024 * 1024  # a ds_config is a few KiB; anything this big is not one

@@ -14,9 +14,9 @@ same as transformers would build it. tests/test_models.py holds every family aga
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from zerokit.errors import BadInput
 

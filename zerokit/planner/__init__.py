@@ -5,8 +5,9 @@ from zerokit.planner.types import Candidate, Decision, GpuMemory, Hardware, Plan
 
 
 def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
-    """See `zerokit.planner.plan.plan`; imported on first call so `from zerokit.planner import Hardware` stays cheap."""
-    from zerokit.planner.plan import plan as _plan
+    """See `zerokit.planner.engine.plan`; imported on first call so `from zerokit.planner import Hardware` stays
+    cheap (and `zerokit.dsconfig`, which the engine imports, can import the types without a cycle)."""
+    from zerokit.planner.engine import plan as _plan
 
     return _plan(model, hardware, training)
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import estimate_activations
@@ -133,7 +134,7 @@ class BatchChoice:
     """The micro-batch from which checkpointing is not worth it."""
 
 
-Rule = Callable[[Context], tuple[Any, Optional[str]]]
+Rule = Callable[[Context], tuple[Any, str | None]]
 
 
 # ---------------------------------------------------------------------------------------------------------- rules
