@@ -57,6 +57,19 @@ ACCELERATE_FILLS = frozenset({
 
 FILLED_BY = {"trainer": TRAINER_FILLS, "accelerate": ACCELERATE_FILLS, "deepspeed": frozenset()}
 
+ACCELERATE_OWN_DEFAULTS = frozenset({
+    # Accelerate fills these from its DeepSpeedPlugin defaults (stage 2, no offload, no 16-bit gather, its own
+    # scheduler step count), not from the training setup: an "auto" here silently undoes a plan.
+    "zero_optimization.stage",
+    "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_param.device",
+    "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.offload_param.nvme_path",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "scheduler.params.total_num_steps",
+})
+"""Keys Accelerate would fill, that a planned config keeps explicit."""
+
 # DeepSpeed 0.19 also accepts the stage-3 keys without their `stage3_` prefix; the fillers look up the
 # prefixed names only, so an `"auto"` under the short alias is never filled.
 

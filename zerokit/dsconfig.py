@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from zerokit.autofill import FILLED_BY
+from zerokit.autofill import ACCELERATE_OWN_DEFAULTS, FILLED_BY
 from zerokit.planner.types import Plan, Training
 
 AUTO = "auto"
@@ -43,20 +43,7 @@ NVME_OPTIMIZER_BUFFER_COUNT = 4
 DEFAULT_NVME_PATH = "/local_nvme"
 _TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Training)}
 
-_KEPT_EXPLICIT = {
-    "trainer": frozenset(),
-    "accelerate": frozenset({
-        "zero_optimization.stage",
-        "zero_optimization.offload_optimizer.device",
-        "zero_optimization.offload_param.device",
-        "zero_optimization.offload_optimizer.nvme_path",
-        "zero_optimization.offload_param.nvme_path",
-        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-        "scheduler.params.total_num_steps",
-    }),
-    "deepspeed": frozenset(),
-}
-
+_KEPT_EXPLICIT = {"trainer": frozenset(), "accelerate": ACCELERATE_OWN_DEFAULTS, "deepspeed": frozenset()}
 _FILLED_HERE = {target: frozenset(FILLED_BY[target] - _KEPT_EXPLICIT[target]) for target in FILLED_BY}
 _SPLIT = {key: tuple(key.split(".")) for keys in FILLED_BY.values() for key in keys}
 
