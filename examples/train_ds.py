@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -77,10 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"final loss {final:.4f} ({'finite' if math.isfinite(final) else 'NOT finite'})", flush=True)
         if args.loss_file:
             Path(args.loss_file).write_text("".join(json.dumps(x) + "\n" for x in losses))
+    dist.barrier()  # no rank tears gloo down while another still uses it
     dist.destroy_process_group()  # a gloo rank that skips this lingers for minutes
     return 0
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    raise SystemExit(main())
+    code = main()
+    # Everything is written and the process group is gone; leave without running C++ static destructors, which
+    # on the CPU accelerator occasionally abort a rank at exit ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

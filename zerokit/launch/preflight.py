@@ -204,13 +204,12 @@ def probe_extension_locks() -> list[tuple[str, float]]:
 
 
 def probe_building(build_dir: str) -> bool:
-    """Whether a process is building the op in `build_dir` now (its ninja or compiler names the op)."""
-    op = Path(build_dir).name
-    marks = (build_dir.encode(), f"TORCH_EXTENSION_NAME={op}".encode())
+    """Whether a process is building the op in `build_dir` now: torch runs ninja, and ninja the compiler, with the
+    op's build directory as working directory."""
+    target = os.path.realpath(build_dir)
     for proc in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            cmdline = (proc / "cmdline").read_bytes()
-            if any(m in cmdline for m in marks):
+            if os.readlink(proc / "cwd") == target:
                 return True
     return False
 
