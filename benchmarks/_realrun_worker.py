@@ -1,0 +1,300 @@
+"""One rank of a real DeepSpeed training whose every tensor allocation is traced, phase by phase.
+
+Started by `benchmarks/realrun_memory.py` through the real `deepspeed` runner (never run it by hand):
+
+    deepspeed --num_gpus 2 benchmarks/_realrun_worker.py --case case.json --out result-dir
+
+The profiler starts before the model exists, so the replayed allocation events give the exact bytes of live
+tensors at every moment of the run. The model is built from its config.json with random weights (under
+`deepspeed.zero.Init` for ZeRO-3, as the HF Trainer loads it), trained for a few optimizer steps with
+`engine(...)`, `engine.backward`, `engine.step`, and each phase is marked with a profiler range:
+
+- forward: `engine(input_ids, labels)` of one micro-batch;
+- backward: `engine.backward(loss)`, gradient reduction hooks included;
+- optimizer_step: `engine.step()` at the accumulation boundary (the other micro-batches' `step` calls are no-ops).
+
+Host-side bytes are separated from device-side bytes by address: at the end of each phase the storages that
+DeepSpeed keeps on the host (offloaded fp32 partitions, Adam moments, CPU gradient buffers, offloaded 16-bit
+parameters, pinned swap buffers) are listed, and an allocation whose address range lies inside one of them is
+host-side. Everything else is what would sit on the GPU. Each rank writes `rank<N>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--case", required=True, help="case JSON written by realrun_memory.py")
+    p.add_argument("--out", required=True, help="directory for rank<N>.json")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=-1)
+    return p.parse_args()
+
+
+def storages_of(obj, seen: set, out: dict, depth: int = 0) -> None:
+    """Every tensor storage reachable through lists, tuples, dicts and tensors: data_ptr -> nbytes."""
+    import torch
+
+    if depth > 6 or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type == "meta":
+            return
+        s = obj.untyped_storage()
+        if s.data_ptr():
+            out[s.data_ptr()] = max(out.get(s.data_ptr(), 0), s.nbytes())
+        return
+    if isinstance(obj, dict):
+        for v in obj.values():
+            storages_of(v, seen, out, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            storages_of(v, seen, out, depth + 1)
+
+
+def host_storages(engine) -> dict:
+    """Storages DeepSpeed keeps on the host when it offloads: by the attributes its optimizers hold them in."""
+    opt = engine.optimizer
+    out: dict = {}
+    seen: set = set()
+    offload_opt = getattr(opt, "cpu_offload", False) or getattr(opt, "offload_optimizer", False)
+    if offload_opt:
+        for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "averaged_gradients",
+                     "accumulated_grads_in_cpu", "local_overflow", "temp_grad_buffer_for_cpu_offload",
+                     "temp_grad_buffer_for_gpu_offload", "_grad_acc_hooks"):
+            if name == "temp_grad_buffer_for_gpu_offload":
+                continue
+            storages_of(getattr(opt, name, None), seen, out)
+        base = getattr(opt, "optimizer", None)
+        if base is not None:
+            storages_of(dict(base.state), seen, out)
+        for name in ("grad_position", "norm_for_param_grads"):
+            storages_of(getattr(opt, name, None), seen, out)
+        # ZeRO-2 offload keeps fp32 gradient partitions for CPU accumulation; ZeRO-3 keeps them per sub group
+        storages_of(getattr(opt, "fp32_partitioned_groups_flat", None), seen, out)
+        storages_of(getattr(opt, "grad_partitions_flat_buffer", None), seen, out)
+    if getattr(opt, "offload_param", False) or getattr(getattr(opt, "parameter_offload", None), "offload_param",
+                                                       False):
+        import torch
+
+        for p in engine.module.parameters():
+            t = getattr(p, "ds_tensor", None)
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                storages_of(t, seen, out)
+        storages_of(getattr(opt, "fp16_partitioned_groups_flat", None), seen, out)
+        storages_of(getattr(opt, "lp_param_buffer", None), seen, out)
+    for name in ("optimizer_swapper", "param_swapper"):
+        sw = getattr(opt, name, None)
+        if sw is None:
+            continue
+        for attr in ("swap_buffer_manager", "buffers"):
+            mgr = getattr(sw, attr, None)
+            if mgr is not None:
+                storages_of(getattr(mgr, "buffers", mgr), seen, out)
+    return out
+
+
+def main() -> int:
+    args = parse_args()
+    case = json.loads(Path(args.case).read_text())
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    out_dir = Path(args.out)
+    prof = None
+    if not case.get("diagnose"):  # kineto profiles one range at a time: diagnosing profiles the last step only
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        prof.__enter__()  # before deepspeed, transformers or the model allocate anything
+
+    import deepspeed
+    import torch.distributed as dist
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    ds_config = case["ds_config"]
+    deepspeed.init_distributed()
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    cfg_dict = dict(case["model_config"])
+    model_type = cfg_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **cfg_dict)
+    stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+
+    with record_function("phase:load"):
+        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=stage == 3):
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
+        if case.get("gradient_checkpointing"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    del model
+    micro_batch = engine.train_micro_batch_size_per_gpu()
+    accumulation = engine.gradient_accumulation_steps()
+    seq = case["seq_len"]
+    steps = case["steps"]
+    g = torch.Generator().manual_seed(rank)
+    host_at: dict = {}
+    losses = []
+    diag = None
+    for step in range(1, steps + 1):
+        if step == steps and case.get("diagnose"):
+            diag = profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True)
+            diag.__enter__()
+        for micro in range(accumulation):
+            start = torch.randint(0, config.vocab_size, (micro_batch, 1), generator=g)
+            ids = ((start + torch.arange(seq)) % config.vocab_size).to(engine.device)
+            with record_function(f"phase:forward:{step}:{micro}"):
+                loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
+            host_at[f"forward:{step}:{micro}"] = sum(host_storages(engine).values())
+            with record_function(f"phase:backward:{step}:{micro}"):
+                engine.backward(loss)
+            host_at[f"backward:{step}:{micro}"] = sum(host_storages(engine).values())
+            boundary = micro == accumulation - 1
+            name = f"{'optimizer_step' if boundary else 'noop_step'}:{step}:{micro}"
+            with record_function(f"phase:{name}"):
+                engine.step()
+            host_at[name] = sum(host_storages(engine).values())
+            losses.append(float(loss.detach().float().item()))
+            del loss, ids
+    if diag is not None:
+        diag.__exit__(None, None, None)
+    dist.barrier()
+    result = {}
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        result["phases"] = replay(prof.profiler.kineto_results, host_at)
+    if diag is not None:
+        result["diagnose"] = diagnose(diag.profiler.kineto_results)
+    result.update(rank=rank, losses=losses, finite=all(math.isfinite(x) for x in losses),
+                  optimizer=type(engine.optimizer).__name__,
+                  basic_optimizer=type(getattr(engine, "basic_optimizer", None)).__name__)
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _phase_ranges(results) -> list:
+    ranges = [(e.name()[len("phase:"):], e.start_ns(), e.start_ns() + e.duration_ns())
+              for e in results.events() if e.name().startswith("phase:")]
+    return sorted(ranges, key=lambda r: r[1])
+
+
+def allocations(results) -> list:
+    """(time, address, bytes) of every allocation (+) and free (-) the profiler saw, in time order."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = []
+    stack = list(results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        f = node.extra_fields
+        if type(f).__name__.endswith("Allocation") and f.device.type == device:
+            out.append((node.start_time_ns, f.ptr, f.alloc_size, node))
+    out.sort(key=lambda a: a[0])
+    return out
+
+
+def replay(results, host_at: dict) -> dict:
+    """Live tensor bytes at the start, peak and end of every phase, replaying allocations by address.
+
+    The profiler records the allocations and frees of the threads it profiles; a tensor whose last reference
+    dies on one of gloo's threads (the buffers of a finished asynchronous collective) is freed unseen. Such a
+    block is known to be gone when the allocator hands its address out again, and is dropped then.
+    Host bytes are the storages DeepSpeed keeps on the host, listed at the end of the phase; they are allocated
+    at initialisation or at the first step and stay, so device = live - host at every moment of a later phase.
+    """
+    allocs = allocations(results)
+    out: dict = {}
+    blocks: dict = {}
+    live = i = 0
+    for name, start, end in _phase_ranges(results):
+        while i < len(allocs) and allocs[i][0] < start:
+            live = _replay_one(blocks, allocs[i], live)
+            i += 1
+        first = peak = live
+        while i < len(allocs) and allocs[i][0] <= end:
+            live = _replay_one(blocks, allocs[i], live)
+            peak = max(peak, live)
+            i += 1
+        out[name] = {"start": first, "peak": peak, "end": live, "host": host_at.get(name, 0)}
+    return out
+
+
+def _replay_one(blocks: dict, alloc: tuple, live: int) -> int:
+    _, ptr, size, _ = alloc
+    old = blocks.pop(ptr, 0)  # a new block at a live address: the old one was freed where the profiler was not
+    if size > 0:
+        blocks[ptr] = size
+        return live - old + size
+    return live - old
+
+
+def diagnose(results) -> dict:
+    """For each phase of the profiled step: the allocations made in this step and live at the phase's peak and
+    at its end, grouped by the Python call site that made them (bytes, count, site)."""
+    allocs = allocations(results)
+    out: dict = {}
+    live: dict = {}
+    total = i = 0
+    for name, start, end in _phase_ranges(results):
+        while i < len(allocs) and allocs[i][0] < start:
+            total = _track(live, allocs[i], total)
+            i += 1
+        peak, at_peak = total, dict(live)
+        while i < len(allocs) and allocs[i][0] <= end:
+            total = _track(live, allocs[i], total)
+            if total > peak:
+                peak, at_peak = total, dict(live)
+            i += 1
+        out[name] = {"peak": _summarise(at_peak), "end": _summarise(live)}
+    return out
+
+
+def _track(live: dict, alloc: tuple, total: int) -> int:
+    _, ptr, size, node = alloc
+    old = live.pop(ptr, None)
+    total -= old[0] if old is not None else 0
+    if size > 0:
+        live[ptr] = (size, node)
+        total += size
+    return total
+
+
+def _site(node) -> str:
+    names = []
+    n = node.parent
+    while n is not None and len(names) < 8:
+        nm = n.name
+        if "site-packages/" in nm:
+            nm = nm.split("site-packages/")[1]
+        if not nm.startswith(("<built-in", "torch/nn/modules/module.py", "torch/utils/_contextlib", "contextlib",
+                              "torch/autograd/", "torch/_tensor.py", "deepspeed/utils/nvtx")):
+            names.append(nm[:100])
+        n = n.parent
+    return " < ".join(names)
+
+
+def _summarise(live: dict) -> list:
+    by: dict = {}
+    for size, node in live.values():
+        c = by.setdefault(_site(node), [0, 0])
+        c[0] += size
+        c[1] += 1
+    return sorted(([v[0], v[1], k] for k, v in by.items()), reverse=True)[:30]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
