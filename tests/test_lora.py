@@ -85,14 +85,14 @@ def test_moe_dropout_is_refused_like_peft():
 
 
 @pytest.mark.parametrize(("model", "targets", "match"), [
-    ("llama-2-7b", "c_attn", r"'c_attn' is not a module of llama that LoRA can adapt; valid: all-linear, or a comma "
-                             r"list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head"),
+    ("llama-2-7b", "c_attn", (r"'c_attn' is not a module of llama that LoRA can adapt; valid: all-linear, or a comma "
+                             r"list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head")),
     ("gpt2", "q_proj,v_proj", r"'q_proj', 'v_proj' are not modules of gpt2 .* c_attn, c_proj, c_fc, lm_head"),
     ("falcon-7b", "dense_h_to_4h,qkv", r"'qkv' is not a module of falcon .*query_key_value, dense, dense_h_to_4h"),
     ("gpt-neox-20b", "", r"--lora-targets is empty"),
     ("mixtral-8x7b", "w1", r"w1 is fused with w3 into mixtral's gate_up_proj.*target them together \(or use experts\)"),
-    ("mixtral-8x7b", "experts,gate_proj", r"'gate_proj' is not a module of mixtral.*o_proj, lm_head, gate, w1, w3, w2, "
-                                          r"experts"),
+    ("mixtral-8x7b", "experts,gate_proj", (r"'gate_proj' is not a module of mixtral.*o_proj, lm_head, gate, w1, w3, w2, "
+                                          r"experts")),
 ])
 def test_bad_targets_list_the_valid_names(model, targets, match):
     with pytest.raises(BadInput, match=match):
