@@ -66,6 +66,18 @@ MINIATURES: dict[str, dict] = {
     "mixtral": {"model_type": "mixtral", "hidden_size": 512, "intermediate_size": 1792, "num_attention_heads": 8,
                 "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 8000, "num_local_experts": 8,
                 "num_experts_per_tok": 2},
+    # Qwen3-30B-A3B: 128 experts top-8, q/k norms (here 16 experts top-4)
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 512, "intermediate_size": 1536,
+                  "moe_intermediate_size": 192, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+                  "num_hidden_layers": 2, "vocab_size": 9496, "num_experts": 16, "num_experts_per_tok": 4},
+    # Gemma-3-1B: 4 norms, gemma q/k norms, 5 sliding (512) : 1 global layers, head_dim 256
+    "gemma3_text": {"model_type": "gemma3_text", "hidden_size": 384, "intermediate_size": 1536,
+                    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "num_hidden_layers": 2,
+                    "vocab_size": 8000, "sliding_window": 512, "layer_types": ["sliding_attention", "full_attention"]},
+    # Granite-3.1-2B: llama with embedding/residual/attention/logit multipliers, GQA 32/8
+    "granite": {"model_type": "granite", "hidden_size": 512, "intermediate_size": 2048, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 8000, "embedding_multiplier": 12.0,
+                "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0},
     # Qwen1.5-MoE-A2.7B: 60 experts top-4 + gated shared expert
     "qwen2_moe": {"model_type": "qwen2_moe", "hidden_size": 512, "intermediate_size": 1408,
                   "moe_intermediate_size": 352, "shared_expert_intermediate_size": 1408, "num_attention_heads": 4,

@@ -57,28 +57,30 @@ FLASH_STYLE = {"gpt2": {"attn_pdrop": 0.0}, "falcon": {"new_decoder_architecture
 @pytest.mark.parametrize("family", MODELLED_FAMILIES)
 def test_eager_above_sdpa_and_checkpointing_below_full(family):
     cfg = {"model_type": family, **FLASH_STYLE.get(family, {})}  # each family fills in its transformers defaults
-    sdpa = estimate_activations(cfg, 2048, 2)
-    eager = estimate_activations(cfg, 2048, 2, attention="eager")
-    ckpt = estimate_activations(cfg, 2048, 2, gradient_checkpointing=True)
+    sdpa = estimate_activations(cfg, 2048, 2, device="cpu")
+    eager = estimate_activations(cfg, 2048, 2, attention="eager", device="cpu")
+    ckpt = estimate_activations(cfg, 2048, 2, gradient_checkpointing=True, device="cpu")
     assert eager.activations > sdpa.activations
     assert ckpt.activations < sdpa.activations
     assert ckpt.transient >= sdpa.transient  # the recomputed layer comes on top during backward
-    flash = estimate_activations(cfg, 2048, 2, attention="flash")
+    flash = estimate_activations(cfg, 2048, 2, attention="flash", device="cpu")
     assert flash.activations <= sdpa.activations  # flash never needs a materialised mask or the math kernel
-    if family in ("llama", "mistral", "qwen2", "qwen3", "mixtral"):
+    if family in ("llama", "mistral", "qwen2", "qwen3", "mixtral", "granite"):
         assert flash.activations == sdpa.activations
 
 
 def test_flash_has_no_cpu_math_fallback():
     gpt2 = {"model_type": "gpt2"}  # dropout 0.1: CPU sdpa takes the fp32 math kernel, flash-attn does not
-    flash = estimate_activations(gpt2, 1024, 1, attention="flash").activations
-    assert flash < estimate_activations(gpt2, 1024, 1, attention="sdpa").activations
-    assert flash == estimate_activations({**gpt2, "attn_pdrop": 0.0}, 1024, 1, attention="sdpa").activations
+    flash = estimate_activations(gpt2, 1024, 1, attention="flash", device="cpu").activations
+    assert flash < estimate_activations(gpt2, 1024, 1, attention="sdpa", device="cpu").activations
+    assert flash == estimate_activations({**gpt2, "attn_pdrop": 0.0}, 1024, 1, attention="sdpa",
+                                         device="cpu").activations
 
 
 def test_cpu_math_fallback_makes_gpt2_sdpa_exceed_eager():
     cfg = {"model_type": "gpt2"}  # attn_pdrop 0.1: CPU sdpa uses the math kernel in fp32 (measured below)
-    assert estimate_activations(cfg, 1024, 1).activations > estimate_activations(cfg, 1024, 1, attention="eager").activations
+    assert (estimate_activations(cfg, 1024, 1, device="cpu").activations
+            > estimate_activations(cfg, 1024, 1, attention="eager", device="cpu").activations)
 
 
 def test_transient_covers_the_fp32_logits_gradient():
@@ -109,6 +111,7 @@ def test_gemma2_sdpa_says_transformers_refuses_it():
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"dtype": "int8"}, "dtype must be one of"),
     ({"attention": "xformers"}, "attention must be one of"),
+    ({"device": "tpu"}, "device must be one of"),
 ])
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -149,7 +152,8 @@ def test_prediction_within_10_percent_of_live_measurement(family, seq, batch, at
 
     cfg = TINY[family]
     measured = measure(cfg, seq, batch, attention, "bf16", ckpt)["activations"]
-    predicted = estimate_activations(cfg, seq, batch, attention=attention, gradient_checkpointing=ckpt).activations
+    predicted = estimate_activations(cfg, seq, batch, attention=attention, gradient_checkpointing=ckpt,
+                                     device="cpu").activations
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
 
 
@@ -181,5 +185,5 @@ def test_transient_matches_the_measured_loss_backward_peak():
 
     # sdpa without checkpointing: the peak is the fp32 log-prob and logits gradients at the start of backward
     measured = measure(TINY["llama"], 256, 2, transient=True)["transient"]
-    predicted = estimate_activations(TINY["llama"], 256, 2).transient
+    predicted = estimate_activations(TINY["llama"], 256, 2, device="cpu").transient
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
