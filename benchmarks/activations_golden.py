@@ -106,11 +106,18 @@ def run_case(case: dict, device: str) -> dict:
     return {**case, **m, "seconds": round(time.time() - t0, 2)}
 
 
+def _case_key(case: dict) -> str:
+    keys = ("family", "seq", "batch", "attention", "ckpt", "dtype", "lora", "overrides", "transient")
+    return json.dumps({k: case.get(k) for k in keys}, sort_keys=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--only", help="comma list of families")
+    ap.add_argument("--lora-first", action="store_true", help="measure the LoRA cases before full fine-tuning")
+    ap.add_argument("--resume", action="store_true", help="keep the cases already in the .jsonl beside -o")
     a = ap.parse_args()
     import torch
     import transformers
@@ -120,9 +127,16 @@ def main() -> int:
     if a.only:
         keep = set(a.only.split(","))
         todo = [c for c in todo if c["family"] in keep]
+    if a.lora_first:
+        todo.sort(key=lambda c: "lora" not in c)
     lines = os.path.splitext(a.output)[0] + ".jsonl"
     done = []
-    with open(lines, "w") as f:
+    if a.resume and os.path.exists(lines):
+        with open(lines) as f:
+            done = [json.loads(line) for line in f if line.strip()]
+        have = {_case_key(r) for r in done}
+        todo = [c for c in todo if _case_key(c) not in have]
+    with open(lines, "a" if a.resume else "w") as f:
         for i, case in enumerate(todo):
             try:
                 row = run_case(case, a.device)

@@ -187,3 +187,52 @@ def test_transient_matches_the_measured_loss_backward_peak():
     measured = measure(TINY["llama"], 256, 2, transient=True)["transient"]
     predicted = estimate_activations(TINY["llama"], 256, 2, device="cpu").transient
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+
+
+# ------------------------------------------------------------------------------------- CUDA path, by hand
+def test_gpt2_on_cuda_by_hand():
+    # gpt2 small (h 768, 12 layers, 12 heads, i 3072, V 50257, dropout 0.1 everywhere), bf16, sdpa, seq 1024, mb 1.
+    # CUDA: sdpa takes dropout in its fused kernel (q, k, v = the c_attn storage 3 x 768, output 768, fp32 lse
+    # 12 heads) and dropout masks are 1-byte bools. Per layer and token: 2 LayerNorms 2 x (1536 + 4 + 1536)
+    # + attention 2 x 4 x 768 + 48 + gelu_new/c_proj 5 x 2 x 3072 + 2 residual masks 2 x 768 = 44,600.
+    # Outside the layers: ids 8 + embedding mask 768; final LayerNorm 3,076 + fp32 log-probs 4 x 50257 + labels 8;
+    # position ids 8 per position; the loss scalar 4; micro-batch 1 keeps one more label (8).
+    layer = 2 * (1536 + 4 + 1536) + 2 * 4 * 768 + 48 + 5 * 2 * 3072 + 2 * 768
+    assert layer == 44_600
+    expected = 1024 * (8 + 768 + 12 * layer + 3_076 + 4 * 50_257 + 8) + 8 * 1024 + 4 + 8
+    assert estimate_activations({"model_type": "gpt2"}, 1024, 1, device="cuda").activations == expected == 757_858_316
+    # the CPU runs sdpa's fp32 math kernel with dropout and keeps masks in bf16: 3.5x more (measured, golden data)
+    assert estimate_activations({"model_type": "gpt2"}, 1024, 1, device="cpu").activations == 2_645_491_724
+
+
+def test_cuda_dropout_masks_are_one_byte():
+    cfg = {"model_type": "llama", "attention_dropout": 0.1, "num_hidden_layers": 2}
+    cuda = estimate_activations(cfg, 1024, 2, attention="eager", device="cuda").activations
+    cpu = estimate_activations(cfg, 1024, 2, attention="eager", device="cpu").activations
+    # eager attention keeps a mask per score: 32 heads x 1024 x 1024 x 2 sequences x 2 layers, bf16 on the CPU
+    assert cpu - cuda == 32 * 1024 * 1024 * 2 * 2 * (2 - 1)
+    # sdpa on CUDA: dropout inside the flash kernel, nothing more kept than without dropout
+    assert (estimate_activations(cfg, 1024, 2, device="cuda").activations
+            == estimate_activations({**cfg, "attention_dropout": 0.0}, 1024, 2, device="cuda").activations)
+
+
+def test_falcon_7b_multi_query_on_cuda_by_hand():
+    # falcon-7b (h 4544, 71 heads of 64, one kv head, i 18176, V 65024, 32 layers): transformers always passes a
+    # mask; CUDA's efficient kernel takes it with a single k/v head instead of the CPU's fp32 math kernel.
+    # Per layer and token: LayerNorm 9088 + 4 + 9088; q 9088, k 128, the fused qkv storage behind v
+    # 2 x (4544 + 128), output 9088, lse 4 x 71; MLP 2 x 2 x 18176.
+    layer = 18_180 + 2 * (3 * 4544 + 3 * 64) + 4 * 71 + 2 * 2 * 18_176
+    per_token = 8 + 32 * layer + 18_180 + 4 * 65_024 + 8
+    # plus one bf16 float mask per layer (2 bytes x 2048 positions per token), cos/sin 2 x 2 x 64 per position,
+    # two int64 scalars per layer, the loss scalar and micro-batch 1's extra label
+    expected = 2048 * per_token + 2048 * 32 * 2 * 2048 + 256 * 2048 + 16 * 32 + 4 + 8
+    assert estimate_activations({"model_type": "falcon"}, 2048, 1, device="cuda").activations == expected
+    assert estimate_activations({"model_type": "falcon"}, 2048, 1, device="cpu").activations > 5 * expected
+
+
+def test_device_default_is_cuda_and_matches_cpu_without_dropout_or_masks():
+    cfg = {"model_type": "llama", "num_hidden_layers": 4}
+    assert estimate_activations(cfg, 2048, 2) == estimate_activations(cfg, 2048, 2, device="cuda")
+    for attention in ("sdpa", "eager", "flash"):
+        assert (estimate_activations(cfg, 2048, 2, attention=attention, device="cuda")
+                == estimate_activations(cfg, 2048, 2, attention=attention, device="cpu"))

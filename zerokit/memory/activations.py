@@ -351,7 +351,7 @@ def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, 
 
     A tensor is kept only once something upstream of it requires a gradient, i.e. after the first adapter.
     """
-    _, nh, nkv, hd, i = dims
+    h, nh, nkv, hd, i = dims
     e = x.e
     q, kv = nh * hd, nkv * hd
     gq = x.ad("self_attn.qkv_proj", "self_attn.q_proj")
@@ -374,6 +374,14 @@ def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, 
     cut += (0 if gate else 2 * e * i) + (0 if up else e * i)
     if lay.gemma >= 2 and not (gate or up or x.ad("mlp.down_proj")):
         cut += norm_keep  # post_feedforward_layernorm
+    if x.dropout:  # an adapter whose input needs no gradient keeps its dropped input but not the mask
+        m = x.mask(4)
+        cut += m * h * sum(1 for n in ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj",
+                                       "self_attn.v_proj") if x.ad(n))
+        cut += m * q if x.ad("self_attn.o_proj") and not (gq or gk or gv) else 0
+        if not g1:
+            cut += m * h * sum(1 for n in ("mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj") if x.ad(n))
+        cut += m * i if x.ad("mlp.down_proj") and not (gate or up) else 0
     return cut, cut_s2
 
 
@@ -440,6 +448,7 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         layer += (x.adapters(("attn.c_attn",), h) + x.adapters(("attn.c_proj",), q, input_kept=not merged)
                   + x.adapters(("mlp.c_fc",), h) + x.adapters(("mlp.c_proj",), i))
         first_cut = e * h + 2 * e  # ln_1 of the first layer: its input needs no gradient
+        first_cut += x.mask(4) * h if x.dropout and x.ad("attn.c_attn") else 0  # its adapter keeps no mask
         if not x.ad("attn.c_attn"):
             first_cut += attn + (x.mask(e) * h if resid else 0) + e * h + 2 * e
             first_cut_s2 = s2
@@ -501,6 +510,9 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
         layer += (x.adapters(("attention.query_key_value",), h) + x.adapters(("attention.dense",), q)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
         first_cut = e * h + 2 * e  # input_layernorm of the first layer
+        if x.dropout:  # adapters reading the first layer's norm outputs keep no mask
+            first_cut += x.mask(4) * h * sum(1 for n in ("attention.query_key_value", "mlp.dense_h_to_4h")
+                                             if x.ad(n) and (n != "mlp.dense_h_to_4h" or parallel))
         if not x.ad("attention.query_key_value"):
             first_cut += attn
             first_cut_s2 = s2
@@ -526,20 +538,21 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
     multi_query = not new_arch and bool(c.get("multi_query", True))
     mask = 0
     math = False
+    merged = 0.0  # dense's input when it is a copy of its own (kept only for dense's weight gradient)
     if attention == "eager":
-        attn, s2 = 3 * e * q, nh * e  # softmax in the activation dtype, kv broadcast to all heads
+        attn, s2, merged = 3 * e * q, nh * e, e * q  # softmax in the activation dtype, kv broadcast to all heads
     elif attention == "flash":  # flash-attn takes multi-query/grouped k, v and needs no mask
-        attn, s2 = _sdpa(e, q, (nh if new_arch or not multi_query else 1) * hd, nh) - e * q, 0.0
+        attn, s2 = _sdpa(e, q, (nh if new_arch or not multi_query else 1) * hd, nh), 0.0
     elif new_arch:  # k/v broadcast and flattened into copies at all heads; the mask is always materialised
-        attn, s2, mask = e * 3 * q + 4 * nh, 0.0, e
+        attn, s2, mask = e * 4 * q + 4 * nh, 0.0, e
     elif not multi_query:  # q, k after rotary, the fused qkv storage behind v, lse, output
         attn, s2, mask = e * 6 * q + 4 * nh, 0.0, e
     elif x.cuda:  # efficient kernel, multi-query with the mask: q, k, the fused qkv storage (v), output, lse
         attn, s2, mask = e * (q + hd + (q + 2 * hd) + q) + 4 * nh, 0.0, e
     else:  # explicit mask + unequal heads: CPU math kernel, fp32 q/k/v (broadcast) and probabilities
-        attn, s2 = 12 * q, 4 * nh
+        attn, s2, merged = 12 * q, 4 * nh, e * q
         math = True
-    attn += e * q if trains else 0  # dense's input: a merged copy of the output
+    attn += merged if trains else 0
     n_ln = int(_get(c, "num_ln_in_parallel_attn", default=2 if new_arch else 1) or 1)
     parallel = bool(_get(c, "parallel_attn", default=True)) or new_arch
     if parallel:
@@ -548,7 +561,8 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
         lns = 2 * _layernorm(h, e, trains=trains)
     layer = lns + attn + (2 if trains else 1) * e * i
     if x.lora:
-        layer += (x.adapters(("self_attention.query_key_value",), h) + x.adapters(("self_attention.dense",), q)
+        layer += (x.adapters(("self_attention.query_key_value",), h)
+                  + x.adapters(("self_attention.dense",), q, input_kept=not merged)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
     g, gs2 = _grad(e, h, i, s2, nh)
     if math:

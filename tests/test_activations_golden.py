@@ -1,0 +1,91 @@
+"""The analytic activation model against committed measurements of every modelled family (no torch needed).
+
+tests/data/activations_cpu.json holds what benchmarks/measure_lora.py (the method of shared/measure_activations.py)
+measured on 2-layer miniatures of real checkpoints (benchmarks/activations.py MINIATURES), on the CPU, for full
+fine-tuning, LoRA and QLoRA, sdpa and eager, with and without gradient checkpointing. Regenerate it with
+
+    python benchmarks/activations_golden.py --device cpu -o tests/data/activations_cpu.json
+
+Full fine-tuning must match to the byte; LoRA within 3 % (the issue's target).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from zerokit.errors import BadInput
+from zerokit.memory.activations import MODELLED_FAMILIES, LoraSetup, estimate_activations
+from zerokit.models.lora import lora_parameters
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+from activations import MINIATURES  # noqa: E402  (pure data: the miniature configs)
+
+GOLDEN = os.path.join(REPO, "tests", "data", "activations_cpu.json")
+LORA_TOLERANCE = 0.03
+
+
+def _load() -> list[dict]:
+    with open(GOLDEN) as f:
+        return json.load(f)["cases"]
+
+
+CASES = _load()
+
+
+def _id(case: dict) -> str:
+    lora = case.get("lora")
+    tail = ""
+    if lora:
+        tail = f"-{'qlora' if lora.get('qlora') else 'lora'}{lora['rank']}-{lora['targets']}-d{lora['dropout']}"
+    extra = "-" + "-".join(f"{k}={v}" for k, v in case.get("overrides", {}).items()) if case.get("overrides") else ""
+    return (f"{case['family']}-{case['seq']}x{case['batch']}-{case['attention']}-{'ckpt' if case['ckpt'] else 'full'}"
+            f"-{case.get('dtype', 'bf16')}{tail}{extra}")
+
+
+def _predict(case: dict) -> int:
+    config = {**MINIATURES[case["family"]], **case.get("overrides", {})}
+    lora = case.get("lora")
+    setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False)) if lora else None
+    return estimate_activations(config, case["seq"], case["batch"], attention=case["attention"],
+                                dtype=case.get("dtype", "bf16"), gradient_checkpointing=case["ckpt"], device="cpu",
+                                lora=setup).activations
+
+
+def test_every_modelled_family_is_measured():
+    measured = {c["family"] for c in CASES if "activations" in c and not c.get("lora")}
+    assert measured == set(MODELLED_FAMILIES)
+    with_lora = {c["family"] for c in CASES if "activations" in c and c.get("lora")}
+    assert {"llama", "qwen3", "mistral", "gpt2", "gpt_neox", "falcon", "mixtral"} <= with_lora
+
+
+FULL = [c for c in CASES if "activations" in c and not c.get("lora")]
+LORA = [c for c in CASES if "activations" in c and c.get("lora")]
+REFUSED = [c for c in CASES if "error" in c]
+
+
+@pytest.mark.parametrize("case", FULL, ids=[_id(c) for c in FULL])
+def test_full_fine_tuning_matches_to_the_byte(case):
+    assert _predict(case) == case["activations"]
+
+
+@pytest.mark.parametrize("case", LORA, ids=[_id(c) for c in LORA])
+def test_lora_within_3_percent(case):
+    predicted, measured = _predict(case), case["activations"]
+    assert abs(predicted - measured) <= LORA_TOLERANCE * measured, (predicted, measured)
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=[_id(c) for c in REFUSED])
+def test_what_the_libraries_refuse_zerokit_flags(case):
+    config = MINIATURES[case["family"]]
+    if "ParamWrapper does not work with lora_dropout" in case["error"]:
+        with pytest.raises(BadInput, match="cannot put LoRA dropout on MoE expert or router parameters"):
+            lora_parameters(config, case["lora"]["rank"], case["lora"]["targets"], dropout=case["lora"]["dropout"])
+    elif case["family"] == "gemma2" and case["attention"] == "sdpa":
+        assert "refuses sdpa" in estimate_activations(config, case["seq"], case["batch"], device="cpu").note
+    else:
+        pytest.fail(f"unexpected refusal: {case['error']}")
