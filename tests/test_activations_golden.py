@@ -1,8 +1,9 @@
 """The analytic activation model against committed measurements of every modelled family (no torch needed).
 
 tests/data/activations_cpu.json holds what benchmarks/measure_lora.py (the method of shared/measure_activations.py)
-measured on 2-layer miniatures of real checkpoints (benchmarks/activations.py MINIATURES), on the CPU, for full
-fine-tuning, LoRA and QLoRA, sdpa and eager, with and without gradient checkpointing. Regenerate it with
+measured on 2-layer miniatures of real checkpoints (benchmarks/activations.py MINIATURES, most at half width), on
+the CPU, for full fine-tuning, LoRA and QLoRA, sdpa and eager, with and without gradient checkpointing; each case
+carries its config. Regenerate it with
 
     python benchmarks/activations_golden.py --device cpu -o tests/data/activations_cpu.json
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -22,9 +22,6 @@ from zerokit.memory.activations import MODELLED_FAMILIES, LoraSetup, estimate_ac
 from zerokit.models.lora import lora_parameters
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-from activations import MINIATURES  # noqa: E402  (pure data: the miniature configs)
-
 GOLDEN = os.path.join(REPO, "tests", "data", "activations_cpu.json")
 LORA_TOLERANCE = 0.03
 
@@ -43,12 +40,13 @@ def _id(case: dict) -> str:
     if lora:
         tail = f"-{'qlora' if lora.get('qlora') else 'lora'}{lora['rank']}-{lora['targets']}-d{lora['dropout']}"
     extra = "-" + "-".join(f"{k}={v}" for k, v in case.get("overrides", {}).items()) if case.get("overrides") else ""
-    return (f"{case['family']}-{case['seq']}x{case['batch']}-{case['attention']}-{'ckpt' if case['ckpt'] else 'full'}"
-            f"-{case.get('dtype', 'bf16')}{tail}{extra}")
+    return (f"{case['family']}{case['config'].get('hidden_size', case['config'].get('n_embd'))}-{case['seq']}x"
+            f"{case['batch']}-{case['attention']}-{'ckpt' if case['ckpt'] else 'full'}-{case.get('dtype', 'bf16')}"
+            f"{tail}{extra}")
 
 
 def _predict(case: dict) -> int:
-    config = {**MINIATURES[case["family"]], **case.get("overrides", {})}
+    config = case["config"]
     lora = case.get("lora")
     setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False)) if lora else None
     return estimate_activations(config, case["seq"], case["batch"], attention=case["attention"],
@@ -81,7 +79,7 @@ def test_lora_within_3_percent(case):
 
 @pytest.mark.parametrize("case", REFUSED, ids=[_id(c) for c in REFUSED])
 def test_what_the_libraries_refuse_zerokit_flags(case):
-    config = MINIATURES[case["family"]]
+    config = case["config"]
     if "ParamWrapper does not work with lora_dropout" in case["error"]:
         with pytest.raises(BadInput, match="cannot put LoRA dropout on MoE expert or router parameters"):
             lora_parameters(config, case["lora"]["rank"], case["lora"]["targets"], dropout=case["lora"]["dropout"])

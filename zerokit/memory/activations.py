@@ -387,13 +387,21 @@ def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, 
 
 def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     """mixtral, qwen2_moe, qwen3_moe: attention as llama; the MLP is a router (fp32 softmax, top-k) and the top-k
-    experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert."""
-    base = _llama_like(c, x, attention, Layout("llama", qk_norm=lay.qk_norm))
+    experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert.
+
+    LoRA: frozen experts no longer keep the gathered input (gate_up's weight gradient) nor down_proj's input. PEFT
+    adapts the stacked experts and the router through `lora.ParamWrapper`, which folds W + BA into a new tensor that
+    requires a gradient: every adapted stack then keeps, per layer and whatever the batch, that merged copy and its
+    two low-rank factors in the activation dtype, and the inputs again.
+    """
+    mlp_names = frozenset(n for n in x.adapted if n.startswith("mlp."))
+    base = _llama_like(c, x._replace(adapted=x.adapted - mlp_names), attention, Layout("llama", qk_norm=lay.qk_norm))
     e = x.e
     D = _dims(c)
     h, L = D.h, D.L
     k = int(c["num_experts_per_tok"])
     n_exp = int(_get(c, "num_local_experts", "num_experts"))
+    ish = 0
     if lay.qwen_router:
         ie = int(c["moe_intermediate_size"])
         norm_topk = bool(c.get("norm_topk_prob"))
@@ -403,26 +411,46 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         if lay.shared_expert:  # shared expert MLP, its sigmoid gate output and the gated product's input
             ish = int(c["shared_expert_intermediate_size"])
             moe += _gated_mlp(e, ish) + e + e * h
-        dense = _gated_mlp(e, D.i)
         sparse_step = int(_get(c, "decoder_sparse_step", default=1))
         only = set(_get(c, "mlp_only_layers", default=()) or ())
         n_moe = sum(1 for li in range(L) if li not in only and n_exp > 0 and (li + 1) % sparse_step == 0)
     else:
         ie = D.i
         moe = 4 * n_exp + 8 * k + 4 + 4 * k + 24 * k + 4 * k + 2 * e * h * k + 4 * e * ie * k
-        dense, n_moe = moe, L
-    per_dense = base.max_layer - _gated_mlp(e, D.i) + (0 if not x.lora else e * D.i)
+        n_moe = L
+    dense = _gated_mlp(e, D.i)
+    moe_fixed = 4 * n_exp  # grouped experts keep an int32 token count per expert
+    if x.lora:
+        gate_up, down, router_ad = (x.ad("mlp.experts.gate_up_proj"), x.ad("mlp.experts.down_proj"),
+                                    x.ad("mlp.gate.weight"))
+        r = x.rank
+        moe -= (0 if gate_up else e * h * k) + (0 if down else e * ie * k)
+        moe += e * h if router_ad else 0  # the router's input, for its (merged) weight's gradient
+        moe_fixed += ((e * n_exp * (2 * ie * h + 2 * r * (2 * ie + h)) if gate_up else 0)
+                      + (e * n_exp * (ie * h + r * (ie + h)) if down else 0) + (e * n_exp * h if router_ad else 0))
+        if ish:
+            moe += (-e * ish + x.adapters(("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj"), h)
+                    + x.adapters(("mlp.shared_expert.down_proj",), ish) + x.adapters(("mlp.shared_expert_gate",), h))
+        dense += -e * D.i + x.adapters(("mlp.gate_proj", "mlp.up_proj"), h) + x.adapters(("mlp.down_proj",), D.i)
+    if not lay.qwen_router:
+        dense = moe
+    per_dense = base.max_layer - _gated_mlp(e, D.i) + (e * D.i if x.lora else 0)
     layer_sum = per_dense * L + moe * n_moe + dense * (L - n_moe)
     max_layer = per_dense + max(moe if n_moe else 0, dense if n_moe < L else 0)
     g = 3 * e * max(ie * k, h)
     # experts are stacked 3-D parameters: the gate_up gradient of all experts of a layer is one tensor
-    note = base.note
-    if x.lora:
-        note = "MoE with LoRA: the routed experts are modelled as in full fine-tuning (not measured)"
-    # grouped experts keep an int32 token count per expert in every MoE layer
-    return base._replace(layer=layer_sum - (base.n_layers * base.max_layer - base.layer), max_layer=max_layer,
-                         layer_fixed=base.layer_fixed + 4 * n_exp * n_moe, grad_tok=g, param_grad=max(base.param_grad, e * n_exp * 2 * ie * h) if not x.lora else 0,
-                         note=note)
+    param_grad = max(base.param_grad, e * n_exp * 2 * ie * h) if not x.lora else 0
+    first_cut = base.n_layers * base.max_layer - base.layer
+    attention_adapted = any(n.startswith("self_attn.") for n in x.adapted)
+    fixed_cut = 0.0
+    if x.lora and not attention_adapted and n_moe == L:
+        # nothing before the experts needs a gradient in the first layer: its router keeps nothing, its merged
+        # gate_up stack is not kept for the (gradient-free) input, nor are the index tensors and the weighted output
+        first_cut += -3 * e * D.i + 4 * n_exp + 8 * k + 4 + 4 * k + e * h * k + 16 * k
+        fixed_cut = e * n_exp * 2 * ie * h if x.ad("mlp.experts.gate_up_proj") else 0
+    return base._replace(layer=layer_sum - first_cut, max_layer=max_layer,
+                         layer_fixed=base.layer_fixed + moe_fixed * n_moe - fixed_cut, grad_tok=g,
+                         param_grad=param_grad)
 
 
 def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
