@@ -125,6 +125,7 @@ class _Arch(NamedTuple):
     hidden: int = 0
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
     head_weight_grad: bool = True  # the lm_head weight trains (its gradient is part of the lm_head backward)
+    ckpt_pre: float = 0.0  # per token, added under checkpointing only (LoRA: what enable_input_require_grads keeps)
     note: str | None = None
 
 
@@ -465,7 +466,7 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     if attention == "eager":
         attn, s2, merged = 3 * e * q, nh * (e + ((x.mask(e) + e) if attn_drop else 0)), e * q
     elif attn_drop and attention == "sdpa" and not x.cuda:  # CPU sdpa + dropout: fp32 math kernel
-        attn, s2 = 12 * q + e * q, 12 * nh  # q, k, v, softmax, mask, probs (the merged output is sdpa's own)
+        attn, s2, merged = 12 * q, 12 * nh, e * q  # fp32 q, k, v, softmax, mask, probs; c_proj's merged input
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
     attn += merged if trains else 0
@@ -485,7 +486,11 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
     pre = (8 if trains else 0) + (x.mask(e) * h if embd and trains else 0)
     post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
+    # LoRA with checkpointing: enable_input_require_grads makes the embeddings need a gradient, so the embedding
+    # dropout keeps its mask again
+    ckpt_pre = x.mask(e) * h if embd and x.lora else 0
     return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
+                 ckpt_pre=ckpt_pre,
                  pre_const=8 if trains else 0, ckpt_s2=e if attention == "eager" else 0,
                  param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
 
@@ -544,8 +549,8 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
         if not x.ad("attention.query_key_value"):
             first_cut += attn
             first_cut_s2 = s2
-        if not x.ad("mlp.dense_h_to_4h"):
-            first_cut += 2 * e + e * i  # post_attention_layernorm statistics, gelu input
+        if parallel:  # the MLP branch reads the layer input too: its norm keeps no statistics, gelu no input
+            first_cut += 2 * e + (0 if x.ad("mlp.dense_h_to_4h") else e * i)
     g, gs2 = _grad(e, h, i, s2, nh)
     rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=(c.get("rope_parameters") or {})
                               .get("partial_rotary_factor", 0.25))))
@@ -693,7 +698,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
     masked = arch.window and s >= arch.window
     if gradient_checkpointing:
-        acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
+        acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
         # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
         layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
     else:
