@@ -476,11 +476,7 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     if x.lora:
         layer += (x.adapters(("attn.c_attn",), h) + x.adapters(("attn.c_proj",), q, input_kept=not merged)
                   + x.adapters(("mlp.c_fc",), h) + x.adapters(("mlp.c_proj",), i))
-        first_cut = e * h + 2 * e  # ln_1 of the first layer: its input needs no gradient
-        first_cut += x.mask(4) * h if x.dropout and x.ad("attn.c_attn") else 0  # its adapter keeps no mask
-        if not x.ad("attn.c_attn"):
-            first_cut += attn + (x.mask(e) * h if resid else 0) + e * h + 2 * e
-            first_cut_s2 = s2
+        first_cut, first_cut_s2 = _gpt2_first_layer(x, h, q, i, attn, s2, resid)
     g, gs2 = _grad(e, h, i, s2, nh)
     if attention == "sdpa" and attn_drop and not x.cuda:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
@@ -493,6 +489,25 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
                  ckpt_pre=ckpt_pre,
                  pre_const=8 if trains else 0, ckpt_s2=e if attention == "eager" else 0,
                  param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
+
+
+def _gpt2_first_layer(x: _Ctx, h: int, q: int, i: int, attn: float, s2: float, resid: bool) -> tuple[float, float]:
+    """LoRA without checkpointing: what gpt2's first layer does not keep (see _llama_first_layer)."""
+    e, m = x.e, x.mask(4) if x.dropout else 0
+    c_attn, c_proj, c_fc = x.ad("attn.c_attn"), x.ad("attn.c_proj"), x.ad("mlp.c_fc")
+    cut, cut_s2 = e * h + 2 * e, 0.0  # ln_1
+    cut += m * h if c_attn else attn  # c_attn's adapter keeps no mask; without it attention keeps nothing
+    cut_s2 = 0.0 if c_attn else s2
+    cut += m * q if c_proj and not c_attn else 0
+    g1 = c_attn or c_proj
+    if not g1:  # the residual dropout after attention, ln_2, c_fc's adapter mask
+        cut += (x.mask(e) * h if resid else 0) + e * h + 2 * e + m * h * c_fc
+    g_fc = g1 or c_fc
+    if not g_fc:
+        cut += 4 * e * i + m * i * x.ad("mlp.c_proj")
+    if not (g_fc or x.ad("mlp.c_proj")):
+        cut += x.mask(e) * h if resid else 0
+    return cut, cut_s2
 
 
 def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
