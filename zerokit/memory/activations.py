@@ -341,7 +341,8 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
     else:
         param_grad = e * h * max(i * (2 if fused else 1), q + 2 * kv) if trains else 0
     return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
-                 gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables, b1=L * b1,
+                 gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
+                 b1=(L - (1 if first_cut_s2 else 0)) * b1,  # a first layer without attention adapters keeps none
                  fixed=(4 * h + e) if gemma else 0, layer_fixed=layer_fixed, window=int(window or 0),
                  window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e, head_weight_grad=trains)
 
@@ -557,15 +558,17 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
     if x.lora:
         layer += (x.adapters(("attention.query_key_value",), h) + x.adapters(("attention.dense",), q)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
-        first_cut = e * h + 2 * e  # input_layernorm of the first layer
-        if x.dropout:  # adapters reading the first layer's norm outputs keep no mask
-            first_cut += x.mask(4) * h * sum(1 for n in ("attention.query_key_value", "mlp.dense_h_to_4h")
-                                             if x.ad(n) and (n != "mlp.dense_h_to_4h" or parallel))
-        if not x.ad("attention.query_key_value"):
-            first_cut += attn
-            first_cut_s2 = s2
-        if parallel:  # the MLP branch reads the layer input too: its norm keeps no statistics, gelu no input
-            first_cut += 2 * e + (0 if x.ad("mlp.dense_h_to_4h") else e * i)
+        # the first layer keeps nothing upstream of its first adapter (see _llama_first_layer)
+        m = x.mask(4) if x.dropout else 0
+        qkv, dense = x.ad("attention.query_key_value"), x.ad("attention.dense")
+        fc, proj = x.ad("mlp.dense_h_to_4h"), x.ad("mlp.dense_4h_to_h")
+        first_cut = e * h + 2 * e + (m * h if qkv else attn) + (m * q if dense and not qkv else 0)
+        first_cut_s2 = 0.0 if qkv else s2
+        mlp_input_grad = not parallel and (qkv or dense)  # sequential: the MLP reads the attention residual
+        if not mlp_input_grad:
+            first_cut += 2 * e + (0 if parallel else e * h)  # post_attention_layernorm
+            first_cut += m * h if fc else e * i  # gelu keeps its input only after an adapter
+            first_cut += m * i if proj and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
     rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=(c.get("rope_parameters") or {})
                               .get("partial_rotary_factor", 0.25))))
@@ -573,7 +576,8 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
     post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("embed_out",), h) if x.lora else 0)
     return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
                  gs2, V, param_grad=e * h * max(i, 3 * q) if (trains or x.quantized) else 0, hidden=h,
-                 layer_pos=2 * e * rot, b1=L * b1, head_weight_grad=trains)
+                 layer_pos=2 * e * rot, b1=(L - (1 if first_cut_s2 or (x.lora and not x.ad(
+                     "attention.query_key_value")) else 0)) * b1, head_weight_grad=trains)
 
 
 def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
@@ -608,10 +612,21 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
     else:
         lns = 2 * _layernorm(h, e, trains=trains)
     layer = lns + attn + (2 if trains else 1) * e * i
+    first_cut = first_cut_s2 = 0.0
     if x.lora:
         layer += (x.adapters(("self_attention.query_key_value",), h)
                   + x.adapters(("self_attention.dense",), q, input_kept=not merged)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
+        # the first layer: its norm(s) read an input that needs no gradient; with parallel attention so does the MLP
+        m = x.mask(4) if x.dropout else 0
+        qkv, fc = x.ad("self_attention.query_key_value"), x.ad("mlp.dense_h_to_4h")
+        first_cut = e * h + 2 * e + (n_ln - 1) * 2 * e if parallel else e * h + 2 * e
+        first_cut += m * h if qkv else attn
+        first_cut += m * q if x.ad("self_attention.dense") and not qkv else 0
+        first_cut_s2 = 0.0 if qkv else s2
+        if parallel:
+            first_cut += m * h if fc else e * i
+            first_cut += m * i if x.ad("mlp.dense_4h_to_h") and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
     if math:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
@@ -624,12 +639,12 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
         b1 = 2 * e * q
     rope = 0 if c.get("alibi") else 2 * e * hd
     post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
-    return _Arch(8 if trains else 0, L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V,
-                 param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
-                 layer_pos=rope, b1=L * b1, window=1 if mask else 0, mask_s=L * mask, head_weight_grad=trains,
-                 layer_fixed=16 * L,  # two int64 scalars per layer
-                 note="falcon with LoRA: the first layer is modelled like the others (not measured)" if x.lora
-                 else None)
+    # layers whose attention keeps anything: not the first one under LoRA without an adapter on query_key_value
+    attending = L - (1 if x.lora and not x.ad("self_attention.query_key_value") else 0)
+    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2,
+                 V, param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
+                 layer_pos=rope, window=1 if mask else 0, mask_s=attending * mask, head_weight_grad=trains,
+                 b1=attending * b1, layer_fixed=16 * attending)  # two int64 scalars per attending layer
 
 
 _Builder = Callable[[Mapping[str, Any], _Ctx, str, Layout], _Arch]
