@@ -12,7 +12,7 @@ import timeit
 
 import pytest
 
-from zerokit.memory.activations import MODELLED_FAMILIES, ActivationEstimate, estimate_activations
+from zerokit.memory.activations import MODELLED_FAMILIES, ActivationEstimate, LoraSetup, estimate_activations
 
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
             "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
@@ -236,3 +236,49 @@ def test_device_default_is_cuda_and_matches_cpu_without_dropout_or_masks():
     for attention in ("sdpa", "eager", "flash"):
         assert (estimate_activations(cfg, 2048, 2, attention=attention, device="cuda")
                 == estimate_activations(cfg, 2048, 2, attention=attention, device="cpu"))
+
+
+# ------------------------------------------------------------------------------------------ LoRA, by hand
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100}
+
+
+def test_lora_with_checkpointing_by_hand():
+    # PEFT + checkpointing (enable_input_require_grads): each layer keeps its bf16 input (2 x 64), then the final
+    # RMSNorm its fp32 input and rstd (4 x 64 + 4; frozen weight: no normalised copy), the frozen lm_head nothing,
+    # the loss its fp32 log-probs and labels (4 x 100 + 8), plus the loss scalar. Measured: 14,788 bytes (seq 8, mb 2).
+    expected = 16 * (2 * 2 * 64 + 4 * 64 + 4 + 4 * 100 + 8) + 4
+    lora = LoraSetup(4)
+    assert estimate_activations(TINY_LLAMA, 8, 2, gradient_checkpointing=True, device="cpu",
+                                lora=lora).activations == expected == 14_788
+
+
+def test_lora_dropout_masks_on_cuda_are_one_byte():
+    # each adapter keeps its dropout mask over the fp32 input: 4 bytes per element on the CPU, 1 on CUDA.
+    # Per layer the adapters read 5 x 64 (q, k, v, gate, up) + 64 (o) + 96 (down) = 480 elements per token; the
+    # first layer's q, k, v adapters keep no mask (their input needs no gradient): 2 x 480 - 3 x 64 per token.
+    lora = LoraSetup(4, "all-linear", dropout=0.1)
+    cpu = estimate_activations(TINY_LLAMA, 8, 2, device="cpu", lora=lora).activations
+    cuda = estimate_activations(TINY_LLAMA, 8, 2, device="cuda", lora=lora).activations
+    assert cpu - cuda == 16 * (4 - 1) * (2 * 480 - 3 * 64)
+    assert cpu == 169_092  # measured with benchmarks/measure_lora.py (seq 8, mb 2, rank 4)
+
+
+def test_lora_adapters_order_and_qlora_transient():
+    cfg = {"model_type": "llama", "num_hidden_layers": 4}
+    full = estimate_activations(cfg, 2048, 1)
+    qv = estimate_activations(cfg, 2048, 1, lora=LoraSetup(16, ("q_proj", "v_proj")))
+    all_linear = estimate_activations(cfg, 2048, 1, lora=LoraSetup(16))
+    dropout = estimate_activations(cfg, 2048, 1, lora=LoraSetup(16, dropout=0.1))
+    assert qv.activations < full.activations < all_linear.activations < dropout.activations
+    # QLoRA keeps what LoRA keeps; its backward dequantizes the largest base weight (4096 x 11008 bf16) at a time
+    qlora = estimate_activations(cfg, 2048, 1, lora=LoraSetup(16, quantized=True))
+    assert qlora.activations == all_linear.activations
+    assert qlora.transient >= 2 * 4096 * 11008
+
+
+def test_lora_bad_targets_are_bad_input():
+    from zerokit.errors import BadInput
+
+    with pytest.raises(BadInput, match="'c_attn' is not a module of llama"):
+        estimate_activations({"model_type": "llama"}, 512, 1, lora=LoraSetup(16, "c_attn"))
