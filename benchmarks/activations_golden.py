@@ -138,16 +138,30 @@ def main() -> int:
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--only", help="comma list of families")
     ap.add_argument("--lora-first", action="store_true", help="measure the LoRA cases before full fine-tuning")
+    ap.add_argument("--kind", choices=["all", "full", "lora"], default="all", help="only these cases")
     ap.add_argument("--resume", action="store_true", help="keep the cases already in the .jsonl beside -o")
+    ap.add_argument("--merge", nargs="+", metavar="JSONL", help="instead: merge .jsonl files (runs split across "
+                    "processes) into -o, one row per case")
     a = ap.parse_args()
-    import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
+    if a.merge:
+        rows: dict[str, dict] = {}
+        for path in a.merge:
+            with open(path) as f:
+                for line in f:
+                    if line.strip():
+                        row = json.loads(line)
+                        rows[_case_key(row)] = row
+        _write(a.output, a.device, list(rows.values()))
+        return 0
     todo = cases(a.device)
     if a.only:
         keep = set(a.only.split(","))
         todo = [c for c in todo if c["family"] in keep]
+    if a.kind != "all":
+        todo = [c for c in todo if ("lora" in c) == (a.kind == "lora")]
     if a.lora_first:
         todo.sort(key=lambda c: "lora" not in c)
     todo = _with_configs(todo, a.device)
@@ -170,22 +184,32 @@ def main() -> int:
             f.flush()
             if i % 25 == 0:
                 print(f"{i}/{len(todo)} {row.get('family')} {row.get('activations', row.get('error'))}", flush=True)
-    meta = {"device": a.device, "torch": torch.__version__, "transformers": transformers.__version__,
-            "command": f"python benchmarks/activations_golden.py --device {a.device} -o {a.output}"}
+    _write(a.output, a.device, done)
+    return 0
+
+
+def _write(output: str, device: str, rows: list[dict]) -> None:
+    import torch
+    import transformers
+
+    meta = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+            "command": f"python benchmarks/activations_golden.py --device {device} -o {output}"}
     try:
         import peft
 
         meta["peft"] = peft.__version__
     except ImportError:
         pass
-    if a.device == "cuda":
+    if device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name()
-    tmp = a.output + ".tmp"
+    rows = sorted(rows, key=lambda r: (r["family"], "lora" in r, _case_key(r)))
+    tmp = output + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"meta": meta, "cases": done}, f, indent=0)
-    os.replace(tmp, a.output)
-    print(f"{len(done)} cases -> {a.output}")
-    return 0
+        f.write('{"meta": ' + json.dumps(meta) + ',\n "cases": [\n')
+        f.write(",\n".join(json.dumps(r, sort_keys=True) for r in rows))
+        f.write("\n]}\n")
+    os.replace(tmp, output)
+    print(f"{len(rows)} cases -> {output}")
 
 
 if __name__ == "__main__":
