@@ -10,6 +10,10 @@ Each family is a small function that lists the modules of `AutoModelForCausalLM.
 
 Family defaults are those of the transformers 5.x config classes, so a config.json that leaves a key out counts the
 same as transformers would build it. tests/test_models.py holds every family against a meta-device instantiation.
+
+`FAMILIES` is zerokit's one family registry: the same entry gives the parameter count (here), the LoRA targets
+(`Part.linear`, `Part.stacked`; zerokit.models.lora), the 4-bit storage (zerokit.models.quant) and, through
+`Family.layout` and the defaults, the activation model (zerokit.memory.activations).
 """
 
 from __future__ import annotations
