@@ -126,6 +126,7 @@ class _Arch(NamedTuple):
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
     head_weight_grad: bool = True  # the lm_head weight trains (its gradient is part of the lm_head backward)
     ckpt_pre: float = 0.0  # per token, added under checkpointing only (LoRA: what enable_input_require_grads keeps)
+    max_layer_fixed: float = 0.0  # batch-independent bytes one recomputed layer holds (merged MoE expert stacks)
     note: str | None = None
 
 
@@ -452,7 +453,7 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         fixed_cut = e * n_exp * 2 * ie * h if x.ad("mlp.experts.gate_up_proj") else 0
     return base._replace(layer=layer_sum - first_cut, max_layer=max_layer,
                          layer_fixed=base.layer_fixed + moe_fixed * n_moe - fixed_cut, grad_tok=g,
-                         param_grad=param_grad)
+                         param_grad=param_grad, max_layer_fixed=moe_fixed if n_moe else 0.0)
 
 
 def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
@@ -731,6 +732,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
         # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
         layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
+        layer_peak += arch.max_layer_fixed
     else:
         acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)
         layer_peak = tokens * (arch.grad_tok + arch.grad_s2 * s)
