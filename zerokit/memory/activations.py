@@ -314,10 +314,14 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
         adapters = (x.adapters(qkv_names, h) + x.adapters(("self_attn.o_proj",), q, input_kept=not merged)
                     + x.adapters(up_names, h) + x.adapters(("mlp.down_proj",), i))
     layer = norms + attn + qk + mlp + adapters
-    first_cut = first_cut_s2 = 0.0
+    first_cut = first_cut_s2 = first_fixed_cut = 0.0
+    attention_cut = False  # the first layer's attention keeps nothing (LoRA without adapters on q, k, v)
     if x.lora:
         first_cut, first_cut_s2 = _llama_first_layer(x, lay, dims=(h, nh, nkv, hd, i), attn=attn, s2=s2, mlp=mlp,
                                                      norm_keep=norm_keep, kernel=kernel)
+        attention_cut = not x.ad("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+        if gemma:  # the fp32 (1 + w) of the first layer's norms whose input needs no gradient
+            first_fixed_cut = _gemma_first_fixed(x, lay, h, hd)
     final_softcap = gemma == 2 and bool(c.get("final_logit_softcapping"))
     g, gs2 = _grad(e, h, i, s2, nh)
     # cos/sin of the rotary embedding are shared by the batch and all layers (gemma3: one pair per layer type);
@@ -334,6 +338,10 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
     if gemma == 2 or kernel == "math" or attention != "sdpa":  # flash handles windows natively
         window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
     rotary_tables = 2 if gemma == 3 and 0 < n_win < L else 1
+    if rotary_tables == 2 and attention_cut:  # the first layer's table goes unless another layer of its type keeps it
+        types = list(c.get("layer_types") or [])[:L]
+        if types and types.count(types[0]) == 1:
+            rotary_tables = 1
     post = (norm_keep + norm_w + out_w) + _loss(e, V, final_softcap)
     if x.lora:
         post += x.adapters(("lm_head",), h)
@@ -344,7 +352,8 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
     return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
                  gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
                  b1=(L - (1 if first_cut_s2 else 0)) * b1,  # a first layer without attention adapters keeps none
-                 fixed=(4 * h + e) if gemma else 0, layer_fixed=layer_fixed, window=int(window or 0),
+                 fixed=(4 * h + (e if trains else 0)) if gemma else 0, layer_fixed=layer_fixed - first_fixed_cut,
+                 window=int(window or 0),
                  window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e, head_weight_grad=trains)
 
 
@@ -386,6 +395,23 @@ def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, 
             cut += m * h * sum(1 for n in ("mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj") if x.ad(n))
         cut += m * i if x.ad("mlp.down_proj") and not (gate or up) else 0
     return cut, cut_s2
+
+
+def _gemma_first_fixed(x: _Ctx, lay: Layout, h: int, hd: int) -> float:
+    """LoRA without checkpointing: gemma norms of the first layer that keep no fp32 (1 + w) (their input has no
+    gradient): the input norm, q/k norms of unadapted projections, and the norms before the first adapter."""
+    gq = x.ad("self_attn.q_proj")
+    gk = x.ad("self_attn.k_proj")
+    g1 = gq or gk or x.ad("self_attn.v_proj", "self_attn.o_proj")
+    mlp = g1 or x.ad("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    cut = 4 * h
+    if lay.qk_norm:
+        cut += (0 if gq else 4 * hd) + (0 if gk else 4 * hd)
+    if lay.gemma >= 2:
+        cut += (0 if g1 else 2 * 4 * h) + (0 if mlp else 4 * h)
+    elif not g1:
+        cut += 4 * h  # post_attention_layernorm
+    return cut
 
 
 def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
@@ -525,7 +551,8 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
     attn += merged if trains else 0
-    layer = 2 * _layernorm(h, e, trains=trains) + attn + (e * i if trains else 0) + (2 * x.mask(e) * h if drop else 0)
+    # ReLU keeps its output (fc2's input too) for its own gradient, frozen or not
+    layer = 2 * _layernorm(h, e, trains=trains) + attn + e * i + (2 * x.mask(e) * h if drop else 0)
     if x.lora:
         layer += (x.adapters(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), h)
                   + x.adapters(("self_attn.out_proj",), q, input_kept=not merged)
@@ -537,9 +564,20 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         post += e * proj if trains else 0
     g, gs2 = _grad(e, h, i, s2, nh)
     pre = 16 + (e * proj if proj != h else 0) if trains else 0
-    return _Arch(pre, L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V,
-                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains,
-                 note="opt with LoRA: the first layer is modelled like the others (not measured)" if x.lora else None)
+    first_cut = first_cut_s2 = 0.0
+    if x.lora:  # the first layer keeps nothing upstream of its first adapter (see _gpt2_first_layer)
+        m = x.mask(4) if x.dropout else 0
+        qkv = sum(1 for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") if x.ad(n))
+        first_cut = (e * h + 2 * e if pre_ln else 0) + m * h * qkv
+        if not qkv:
+            first_cut += attn + m * q * x.ad("self_attn.out_proj")
+            first_cut_s2 = s2
+            if not x.ad("self_attn.out_proj"):  # attention dropout, the second norm, fc1's adapter mask
+                first_cut += (x.mask(e) * h if drop else 0) + e * h + 2 * e + m * h * x.ad("fc1")
+                if not x.ad("fc1"):
+                    first_cut += e * i + m * i * x.ad("fc2")
+    return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
+                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
 
 
 def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
