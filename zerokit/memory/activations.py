@@ -569,6 +569,8 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         m = x.mask(4) if x.dropout else 0
         qkv = sum(1 for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") if x.ad(n))
         first_cut = (e * h + 2 * e if pre_ln else 0) + m * h * qkv
+        if qkv and attention == "eager":  # q @ k^T keeps q only for k's gradient and k only for q's
+            first_cut += (0 if x.ad("self_attn.k_proj") else e * q) + (0 if x.ad("self_attn.q_proj") else e * q)
         if not qkv:
             first_cut += attn + m * q * x.ad("self_attn.out_proj")
             first_cut_s2 = s2
