@@ -472,7 +472,17 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     first_cut = base.n_layers * base.max_layer - base.layer
     attention_adapted = any(n.startswith("self_attn.") for n in x.adapted)
     fixed_cut = 0.0
-    if x.lora and not attention_adapted and n_moe == L:
+    routed = ("mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.shared_expert.gate_proj",
+              "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj")
+    if x.lora and not attention_adapted and n_moe == L and ish and not x.ad(*routed):
+        # only shared_expert_gate is adapted: the first layer keeps its adapter (no dropout mask), the sigmoid's
+        # output and the shared expert's output it scales, nothing of the routed experts (nor their counts)
+        gate_ad = x.ad("mlp.shared_expert_gate")
+        kept = x.adapters(("mlp.shared_expert_gate",), h) - (x.mask(4) * h if x.dropout and gate_ad else 0)
+        kept += e + e * h if gate_ad else 0
+        first_cut += -3 * e * D.i + moe - kept
+        fixed_cut = 4 * n_exp
+    elif x.lora and not attention_adapted and n_moe == L:
         # nothing before the experts needs a gradient in the first layer: its router keeps nothing, its merged
         # gate_up stack is not kept for the (gradient-free) input, nor are the index tensors and the weighted output
         first_cut += -3 * e * D.i + 4 * n_exp + 8 * k + 4 + 4 * k + e * h * k + 16 * k
