@@ -14,29 +14,46 @@ Definitions (``../shared/CONTRACT.md``):
   (c) one decoder layer's backward working set: gradients of its largest intermediates (3 x the MLP width,
   plus one score gradient per head and position with eager attention) and its largest weight gradient as
   materialised before accumulation (for MoE the stacked gate_up of all experts, often the largest term);
-  with gradient checkpointing plus the recompute of that layer, i.e. one layer's full activations.
+  with gradient checkpointing plus the recompute of that layer, i.e. one layer's full activations. With
+  QLoRA, the 4-bit base weights are dequantized one at a time in forward and backward: the largest one, in the
+  compute dtype, takes the weight gradient's place.
 
 Design, chosen on the evidence: an analytic model per family is the default, and it is exact. Tracing every
 saved tensor of CPU miniatures showed that what transformers keeps is a short, regular list per family (norm
 inputs and their fp32 copies, q/k/v/output and the fp32 logsumexp of sdpa, the MLP intermediates, the fp32
-log-probabilities of the loss), so each family is a small function in ``_FAMILIES`` built from shared pieces
-(norms, attention kernels, MLPs, MoE routing, loss) and reproduces the measurement to the byte on the
-families below (see ``benchmarks/activations.py``). It costs a few microseconds (memoised per config object),
-which the planner needs. ``zerokit.memory.calibrate.calibrate`` is the measured mode for architectures not
-modelled here: it runs the same config with 1 and 2 layers on the CPU and extrapolates per layer (exact, but
-seconds to a minute, and needs torch + transformers). Unknown ``model_type`` values fall back to a llama-like
-layout and come back with ``generic=True`` and a note that points to calibration; measured errors of that
-fallback: olmo +10 %, stablelm +17 %, olmo2 -22 %, starcoder2 +61 %.
+log-probabilities of the loss), so each layout is a small function built from shared pieces (norms, attention
+kernels, MLPs, MoE routing, loss). Which layout a ``model_type`` uses, and its defaults, come from the one family
+registry, ``zerokit.models.params.FAMILIES``. It costs a few microseconds (memoised per config object), which the
+planner needs. ``zerokit.memory.calibrate.calibrate`` is the measured mode for architectures not modelled here.
+Unknown ``model_type`` values fall back to a llama-like layout and come back with ``generic=True``.
 
-Ground truth is the CPU measurement, so CPU behaviour is modelled where it differs from CUDA:
-- sdpa with attention dropout > 0 (gpt2 defaults) or with unequal q/kv heads and an explicit mask (falcon-7b
-  multi-query) falls back to the math kernel, which upcasts bf16 to fp32 and keeps seq x seq probabilities
-  (CUDA's flash/efficient kernels would not);
-- dropout masks are stored in the activation dtype (CUDA stores 1-byte bool masks);
-- at micro-batch 1 some eager matmuls keep a view instead of a copy (multi-query k/v, fused-qkv v).
-"flash" is treated like sdpa (no seq x seq term); it cannot be measured on the CPU. A sliding window narrower
-than the sequence makes sdpa receive a materialised mask (one per layer) and repeated k/v.
-Known gap: gpt2 in fp32 with sdpa at micro-batch 1 is 4 % low.
+LoRA (``lora=LoraSetup(...)``): the base weights are frozen, so every tensor that only a weight gradient needed is
+gone (a frozen linear's input, a norm's normalised input), and each adapted module adds what PEFT's ``lora.Linear``
+keeps: its input cast to the fp32 of the adapter weights (``autocast_adapter_dtype``; one copy per module), or with
+``lora_dropout`` the dropout mask and the dropped fp32 input, plus the fp32 rank-r output of ``lora_A``. Before the
+first adapter of the first layer nothing requires a gradient, so that layer keeps less; with checkpointing, PEFT
+needs ``enable_input_require_grads`` (the HF Trainer calls it) and each layer keeps its input as without LoRA.
+QLoRA's ``Linear4bit`` keeps no input either, so its activations are LoRA's.
+
+Devices (``device=``). The CPU path is exact against ``measure_activations.py``; a GPU plan uses ``"cuda"``, which
+differs where the kernels do (read from torch 2.x ``sdp_utils.cpp``/``Dropout.cpp`` and transformers 5.23; no GPU
+measured them here):
+- dropout masks: the CPU keeps the ``bernoulli`` noise in the input dtype (``_dropout_impl``), CUDA the fused
+  ``native_dropout``'s 1-byte bool mask (attention, residual and embedding dropout, LoRA dropout);
+- sdpa with dropout: the CPU has no fused kernel with dropout and runs the math kernel (fp32 q, k, v at full heads,
+  fp32 softmax, mask and dropped probabilities); CUDA's flash/efficient/cuDNN kernels take dropout and keep only
+  q, k, v, the output and the fp32 logsumexp (the dropout pattern is regenerated from the RNG state);
+- sdpa with a mask and unequal heads (falcon-7b multi-query): the CPU math kernel again; CUDA's efficient kernel
+  supports multi-query with a mask (``supports_mqa``) and keeps q, the single k/v head, the output, the logsumexp
+  and the float mask it was given;
+- fp32 sdpa and head_dim > 256: flash refuses them, the efficient kernel takes them (same saved tensors);
+- ``attention="flash"`` (flash-attn 2) never materialises masks, handles sliding windows and grouped k/v itself,
+  on either device.
+What does not differ: transformers still repeats k/v to every head when it passes a mask (``use_gqa_in_sdpa``),
+a sliding window narrower than the sequence still materialises a mask (one float copy per layer), eager attention
+is the same code. The efficient kernel pads its logsumexp to 32 positions and flash keeps a few bytes of RNG state
+per layer; both are ignored.
+Known gap on the CPU: gpt2 in fp32 with sdpa at micro-batch 1 is 4 % low.
 """
 
 from __future__ import annotations
@@ -45,10 +62,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["MODELLED_FAMILIES", "ActivationEstimate", "estimate_activations"]
+from zerokit.models.params import FAMILIES, Layout, complete_config
+
+__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "estimate_activations"]
 
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _ATTENTION = ("sdpa", "flash", "eager")
+DEVICES = ("cuda", "cpu")
+"""`device=` values; "cuda" (the default) is what a GPU plan uses, "cpu" matches measure_activations.py."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +83,24 @@ class ActivationEstimate:
     note: str | None = None
 
 
+@dataclass(frozen=True)
+class LoraSetup:
+    """The adapters, as `peft.LoraConfig` takes them (see `zerokit.models.lora`)."""
+
+    rank: int
+    targets: str | tuple[str, ...] = "all-linear"
+    """`"all-linear"` or module names; resolved per family by `zerokit.models.lora.lora_parameters`."""
+    dropout: float = 0.0
+    quantized: bool = False
+    """QLoRA: the base linears are bitsandbytes 4-bit (dequantized one at a time: a transient, not an activation)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.targets, str):  # hashable, for the memo
+            object.__setattr__(self, "targets", tuple(self.targets))
+
+
 class _Arch(NamedTuple):
-    """Per-token byte coefficients of one family at one (attention, dtype) setting."""
+    """Per-token byte coefficients of one family at one (attention, dtype, device, adapters) setting."""
 
     pre: float  # before the first layer (token ids, embedding dropout mask)
     layer: float  # sum over layers, per token
@@ -80,14 +117,54 @@ class _Arch(NamedTuple):
     fixed: float = 0.0  # bytes independent of batch and sequence
     layer_pos: float = 0.0  # like pre_const but inside the layers (gone under checkpointing): rotary cos/sin
     layer_fixed: float = 0.0  # like fixed, inside the layers
-    window: int = 0  # sliding window: beyond it sdpa gets a materialised mask and repeated k/v
-    window_tok: float = 0.0  # per token, all layers, added when seq > window (k/v repeated to all heads)
-    mask_s: float = 0.0  # per token per position: materialised (b, 1, s, s) masks, one per layer
+    window: int = 0  # sliding window: from this length on sdpa gets a materialised mask and repeated k/v
+    window_tok: float = 0.0  # per token, all windowed layers, added when seq >= window (k/v repeated to all heads)
+    mask_s: float = 0.0  # per token per position: materialised (b, 1, s, s) masks, one per windowed layer
     ckpt_s2: float = 0.0  # per token per position kept under checkpointing (an eager float mask passed to layers)
-    param_grad: float = 0.0  # the largest decoder-layer weight's gradient, materialised before it is accumulated
+    param_grad: float = 0.0  # the largest decoder-layer weight's gradient (or QLoRA dequantized weight) in backward
     hidden: int = 0
     b1: float = 0.0  # per token, added when micro_batch == 1 (views that need a copy at larger batches)
+    head_weight_grad: bool = True  # the lm_head weight trains (its gradient is part of the lm_head backward)
+    ckpt_pre: float = 0.0  # per token, added under checkpointing only (LoRA: what enable_input_require_grads keeps)
+    max_layer_fixed: float = 0.0  # batch-independent bytes one recomputed layer holds (merged MoE expert stacks)
     note: str | None = None
+
+
+class _Ctx(NamedTuple):
+    """What the layout builders need to know besides the config."""
+
+    e: int  # bytes per activation element
+    cuda: bool
+    lora: bool  # the base weights are frozen
+    adapted: frozenset[str] = frozenset()
+    rank: int = 0
+    dropout: bool = False
+    quantized: bool = False
+
+    def mask(self, elem: int) -> int:
+        """Bytes per element of a dropout mask over a tensor of `elem`-byte elements (CUDA: 1-byte bool)."""
+        return 1 if self.cuda else elem
+
+    def ad(self, *names: str) -> bool:
+        return any(n in self.adapted for n in names)
+
+    def adapters(self, names: tuple[str, ...], n_in: int, input_kept: bool = False) -> float:
+        """Per token: PEFT lora.Linear on each adapted module of `names`, which all read one input of width n_in.
+
+        Each keeps its input as fp32 (a cast copy per module unless the model is fp32, where the input itself is kept
+        once) or, with dropout, the mask and the dropped fp32 input; and lora_A's fp32 rank-r output.
+        """
+        k = sum(1 for n in names if n in self.adapted)
+        if not k:
+            return 0.0
+        if self.dropout:
+            per = (self.mask(4) + 4) * n_in
+        elif self.e != 4:
+            per = 4 * n_in
+        else:
+            per = 0
+        shared = 4 * n_in if (self.e == 4 and not self.dropout and not input_kept) else 0
+        return k * (per + 4 * self.rank) + shared
 
 
 def _get(c: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -99,46 +176,6 @@ def _get(c: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- shared pieces
-def _rmsnorm(h: int, e: int) -> float:
-    """llama-style RMSNorm: fp32 input copy, fp32 rstd, the cast-back normalised x (for weight grad), its output."""
-    return 4 * h + 4 + 2 * e * h
-
-
-def _gemma_norm(h: int, e: int) -> float:
-    """Gemma RMSNorm multiplies by (1 + w) in fp32: fp32 input, rstd, fp32 normalised x, cast output."""
-    return 8 * h + 4 + e * h
-
-
-def _layernorm(h: int, e: int, new_input: bool = True) -> float:
-    """nn.LayerNorm: input (unless already held), mean and rstd in the input dtype, the output for the next linear."""
-    return (e * h if new_input else 0) + 2 * e + e * h
-
-
-def _sdpa(e: int, q: int, kv: int, nh: int) -> float:
-    """Flash-style sdpa: q, k, v (kv heads stay unrepeated via enable_gqa), output, fp32 logsumexp."""
-    return e * (2 * q + 2 * kv) + 4 * nh
-
-
-def _eager(e: int, q: int, nh: int, *, softmax_fp32: bool = True, dropout: bool = False,
-           softcap: bool = False) -> tuple[float, float]:
-    """Eager attention: q, repeated k and v, merged output (4 x q) plus the seq x seq terms per head."""
-    s2 = 0.0
-    if softcap:
-        s2 += e  # tanh output of the softcapped scores
-    s2 += 4 if softmax_fp32 else e  # softmax output (fp32 where the model upcasts)
-    if dropout:
-        s2 += 2 * e  # dropout mask + dropped probabilities, which the matmul keeps (CPU masks use the input dtype)
-    elif softmax_fp32 and e != 4:
-        s2 += e  # the probabilities cast back to the activation dtype, kept by the matmul
-    return 4 * e * q, nh * s2
-
-
-def _sdpa_math(e: int, q: int, nh: int) -> tuple[float, float]:
-    """CPU sdpa math kernel (taken with dropout > 0, or unequal heads with a mask): fp32 q, k, v at full heads,
-    fp32 softmax, dropout mask and dropped probabilities, plus the merged output in the activation dtype."""
-    return 12 * q + e * q, 12 * nh
-
-
 def _gated_mlp(e: int, i: int) -> float:
     """SwiGLU/GeGLU: gate output, activation output, up output, their product (down_proj input)."""
     return 4 * e * i
@@ -147,6 +184,34 @@ def _gated_mlp(e: int, i: int) -> float:
 def _loss(e: int, vocab: int, softcap: bool = False) -> float:
     """ForCausalLMLoss: fp32 log_softmax output, shifted int64 labels, (tanh output when logits are softcapped)."""
     return 4 * vocab + 8 + (e * vocab if softcap else 0)
+
+
+def _layernorm(h: int, e: int, new_input: bool = True, trains: bool = True) -> float:
+    """nn.LayerNorm: input (unless already held), mean and rstd, and (for the next linear's weight) its output."""
+    return (e * h if new_input else 0) + 2 * e + (e * h if trains else 0)
+
+
+def _sdpa(e: int, q: int, kv: int, nh: int) -> float:
+    """Flash-style sdpa: q, k, v (kv heads stay unrepeated via enable_gqa), output, fp32 logsumexp."""
+    return e * (2 * q + 2 * kv) + 4 * nh
+
+
+def _sdpa_math(e: int, q: int, nh: int) -> tuple[float, float]:
+    """CPU sdpa math kernel (taken with dropout > 0, or unequal heads with a mask): fp32 q, k, v at full heads,
+    fp32 softmax, dropout mask and dropped probabilities, plus the merged output in the activation dtype."""
+    return 12 * q + e * q, 12 * nh
+
+
+def _eager_s2(x: _Ctx, *, softmax_fp32: bool = True, dropout: bool = False, softcap: bool = False) -> float:
+    """Eager attention's seq x seq bytes per head: softcap tanh, softmax output, dropout mask and dropped/cast probs."""
+    e = x.e
+    s2 = e if softcap else 0.0
+    s2 += 4 if softmax_fp32 else e
+    if dropout:
+        s2 += x.mask(e) + e  # dropout mask + dropped probabilities, which the matmul keeps
+    elif softmax_fp32 and e != 4:
+        s2 += e  # the probabilities cast back to the activation dtype, kept by the matmul
+    return s2
 
 
 class _Dims(NamedTuple):
@@ -159,16 +224,19 @@ class _Dims(NamedTuple):
     V: int
 
 
-def _dims(c: Mapping[str, Any], d: Mapping[str, Any]) -> _Dims:
-    h = int(_get(c, "hidden_size", "n_embd", "d_model", default=d.get("hidden_size", 4096)))
-    nh = int(_get(c, "num_attention_heads", "n_head", "num_heads", default=d.get("num_attention_heads", 32)))
-    nkv = int(_get(c, "num_key_value_heads", "num_kv_heads", default=d.get("num_key_value_heads") or nh))
-    hd = _get(c, "head_dim", default=d.get("head_dim"))
+_GENERIC = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "vocab_size": 32000}
+
+
+def _dims(c: Mapping[str, Any]) -> _Dims:
+    h = int(_get(c, "hidden_size", "n_embd", "d_model", default=_GENERIC["hidden_size"]))
+    nh = int(_get(c, "num_attention_heads", "n_head", "num_heads", default=_GENERIC["num_attention_heads"]))
+    nkv = int(_get(c, "num_key_value_heads", "num_kv_heads", default=nh))
+    hd = _get(c, "head_dim")
     hd = int(hd) if hd else h // nh
-    i = int(_get(c, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size",
-                 default=d.get("intermediate_size") or 4 * h))
-    L = int(_get(c, "num_hidden_layers", "n_layer", "num_layers", default=d.get("num_hidden_layers", 32)))
-    V = int(_get(c, "vocab_size", default=d.get("vocab_size", 32000)))
+    i = int(_get(c, "intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size", default=4 * h))
+    L = int(_get(c, "num_hidden_layers", "n_layer", "num_layers", default=_GENERIC["num_hidden_layers"]))
+    V = int(_get(c, "vocab_size", default=_GENERIC["vocab_size"]))
     return _Dims(h, nh, nkv, hd, i, L, V)
 
 
@@ -181,269 +249,526 @@ def _grad(e: int, h: int, i: int, s2_per_head: float, nh: int) -> tuple[float, f
     return 3 * e * max(i, h), (nh * (e + 1) if s2_per_head else 0.0)
 
 
+def _windowed_layers(c: Mapping[str, Any], L: int, rule: str) -> int:
+    """How many layers attend through a sliding window (transformers' layer_types, or the family's rule)."""
+    if c.get("sliding_window") is None:
+        return 0
+    types = c.get("layer_types")
+    if isinstance(types, (list, tuple)) and types:
+        return sum(1 for t in list(types)[:L] if t == "sliding_attention")
+    if rule == "qwen":
+        if not c.get("use_sliding_window"):
+            return 0
+        return max(0, L - int(_get(c, "max_window_layers", default=28)))
+    if rule == "gemma2":
+        return sum(1 for li in range(L) if (li + 1) % 2)
+    if rule == "gemma3":
+        pattern = int(_get(c, "sliding_window_pattern", default=6))
+        return sum(1 for li in range(L) if (li + 1) % pattern)
+    return L  # mistral, phi3: every layer
+
+
 # ------------------------------------------------------------------------------------------------- families
-def _llama_like(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str, Any],
-                qk_norm: bool = False, gemma: int = 0, fused_qkv: bool = False) -> _Arch:
-    """llama, mistral, qwen2, qwen3 (q/k norms), gemma (fp32 (1+w) norms), gemma2 (4 norms, softcaps), phi3."""
-    D = _dims(c, defaults)
-    h, nh, nkv, hd, i, L, V = D
+def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, window_rule: str = "all") -> _Arch:
+    """llama, granite, mistral, qwen2, qwen3 (q/k norms), gemma (fp32 (1+w) norms), gemma2 (4 norms, softcaps),
+    gemma3 (4 norms, gemma q/k norms, sliding and global layers), phi3 (fused qkv and gate_up)."""
+    e = x.e
+    h, nh, nkv, hd, i, L, V = _dims(c)
     q, kv = nh * hd, nkv * hd
-    norm = _gemma_norm(h, e) if gemma else _rmsnorm(h, e)
-    # gemma2 adds post-attention/post-feedforward norms whose output goes to the residual (no linear keeps it)
-    norms = 2 * norm + (2 * (norm - e * h) if gemma == 2 else 0)
+    gemma, fused = lay.gemma, lay.fused_qkv
+    trains = not x.lora
+    # a norm keeps its fp32 input and rstd for the input gradient; for its weight gradient the normalised input
+    # (gemma: the fp32 one); its output is kept by the next linear for that linear's weight gradient
+    norm_keep = 4 * h + 4
+    norm_w = (4 * h if gemma else e * h) if trains else 0
+    out_w = e * h if trains else 0
+    n_norms = 4 if gemma >= 2 else 2
+    norm = norm_keep + norm_w + out_w
+    norms = 2 * norm + (2 * (norm_keep + norm_w) if gemma >= 2 else 0)
     dropout = float(_get(c, "attention_dropout", default=0.0) or 0.0) > 0
+    softcap = gemma == 2 and bool(c.get("attn_logit_softcapping"))
+    merged = 0.0  # o_proj's input when it is a copy of its own (kept only for o_proj's weight gradient)
+    s2 = 0.0
+    kernel = "flash"
     if attention == "eager":
-        attn, s2 = _eager(e, q, nh, dropout=dropout, softcap=gemma == 2 and bool(
-            _get(c, "attn_logit_softcapping", default=defaults.get("attn_logit_softcapping"))))
-    elif dropout and attention == "sdpa":  # the CPU has no flash kernel with dropout
+        attn, s2, merged = 3 * e * q, nh * _eager_s2(x, dropout=dropout, softcap=softcap), e * q
+        kernel = "eager"
+    elif dropout and attention == "sdpa" and not x.cuda:  # the CPU has no fused kernel with dropout
         attn, s2 = _sdpa_math(e, q, nh)
+        attn, merged = attn - e * q, e * q
+        kernel = "math"
     else:
-        attn, s2 = _sdpa(e, q, kv, nh), 0.0
-        if fused_qkv:  # v stays a view of the fused qkv output (whole storage held); o_proj gets a merged copy
-            attn = e * (2 * q + kv) + e * (q + 2 * kv) + 4 * nh + e * q
-    if qk_norm:
-        attn += 4 * (q + kv) + 4 * (nh + nkv) + e * (q + kv)
-    layer = norms + attn + _gated_mlp(e, i)
-    softcap = gemma == 2 and bool(_get(c, "final_logit_softcapping", default=defaults.get("final_logit_softcapping")))
+        attn = _sdpa(e, q, kv, nh)
+        if fused:  # v stays a view of the fused qkv output (whole storage held); o_proj gets a merged copy
+            attn, merged = e * (2 * q + kv) + e * (q + 2 * kv) + 4 * nh, e * q
+    attn += merged if trains else 0
+    qk = 0.0
+    if lay.qk_norm:  # per-head norms on q and k: as the layer norms, over head_dim
+        qk_w = (4 if gemma else e) * (q + kv) if trains else 0
+        qk = 4 * (q + kv) + 4 * (nh + nkv) + qk_w
+    mlp = _gated_mlp(e, i) - (0 if trains else e * i)  # down_proj's input only serves its weight gradient
+    adapters = 0.0
+    if x.lora:
+        qkv_names = ("self_attn.qkv_proj",) if fused else ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+        up_names = ("mlp.gate_up_proj",) if fused else ("mlp.gate_proj", "mlp.up_proj")
+        adapters = (x.adapters(qkv_names, h) + x.adapters(("self_attn.o_proj",), q, input_kept=not merged)
+                    + x.adapters(up_names, h) + x.adapters(("mlp.down_proj",), i))
+    layer = norms + attn + qk + mlp + adapters
+    first_cut = first_cut_s2 = first_fixed_cut = 0.0
+    attention_cut = False  # the first layer's attention keeps nothing (LoRA without adapters on q, k, v)
+    if x.lora:
+        first_cut, first_cut_s2 = _llama_first_layer(x, lay, dims=(h, nh, nkv, hd, i), attn=attn, s2=s2, mlp=mlp,
+                                                     norm_keep=norm_keep, kernel=kernel)
+        attention_cut = not x.ad("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+        if gemma:  # the fp32 (1 + w) of the first layer's norms whose input needs no gradient
+            first_fixed_cut = _gemma_first_fixed(x, lay, h, hd)
+    final_softcap = gemma == 2 and bool(c.get("final_logit_softcapping"))
     g, gs2 = _grad(e, h, i, s2, nh)
-    # cos/sin of the rotary embedding are shared by the batch and all layers; gemma keeps each norm's fp32 (1+w)
-    layer_fixed = 4 * h * (4 if gemma == 2 else 2) * L if gemma else 0
+    # cos/sin of the rotary embedding are shared by the batch and all layers (gemma3: one pair per layer type);
+    # gemma keeps each norm's fp32 (1 + w), and the embedding scale (a scalar); repeat_kv of a single kv head is a
+    # view (expand), so multi-query k/v stay unrepeated even with a mask
+    layer_fixed = (4 * h * n_norms + (8 * hd if gemma == 3 else 0)) * L if gemma else 0
     b1 = 0.0  # micro-batch 1: matmul folds (1, heads, ...) into a view instead of a copy
     if attention == "eager" and nkv == 1 < nh:
         b1 = -2 * e * (q - kv)  # repeated MQA k/v stay views of the single kv head
-    elif attention == "eager" and fused_qkv and nkv == nh:
+    elif attention == "eager" and fused and nkv == nh:
         b1 = 2 * e * kv  # v stays a view of the whole fused qkv storage
-    window = _get(c, "sliding_window", default=defaults.get("sliding_window")) if (
-        c.get("use_sliding_window", "use_sliding_window" not in defaults)) else None
-    if gemma == 2 or dropout or attention != "sdpa":  # flash handles windows natively
+    n_win = _windowed_layers(c, L, window_rule)
+    window = c.get("sliding_window") if n_win else None
+    if gemma == 2 or kernel == "math" or attention != "sdpa":  # flash handles windows natively
         window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
-    return _Arch(8, L * layer, L * s2, layer, s2, norm + _loss(e, V, softcap), e * h, L, g, gs2, V,
-                 param_grad=e * h * max(i * (2 if fused_qkv else 1), q + 2 * kv), hidden=h,
-                 layer_pos=2 * e * hd, b1=L * b1, fixed=4 * h if gemma else 0,
-                 layer_fixed=layer_fixed, window=int(window or 0), window_tok=L * 2 * e * (q - kv), mask_s=L * e)
+    rotary_tables = 2 if gemma == 3 and 0 < n_win < L else 1
+    if rotary_tables == 2 and attention_cut:  # the first layer's table goes unless another layer of its type keeps it
+        types = list(c.get("layer_types") or [])[:L]
+        if types and types.count(types[0]) == 1:
+            rotary_tables = 1
+    post = (norm_keep + norm_w + out_w) + _loss(e, V, final_softcap)
+    if x.lora:
+        post += x.adapters(("lm_head",), h)
+    if x.quantized:
+        param_grad = e * h * max(i * (2 if fused else 1), q + 2 * kv)  # the dequantized weight, not a gradient
+    else:
+        param_grad = e * h * max(i * (2 if fused else 1), q + 2 * kv) if trains else 0
+    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
+                 gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
+                 b1=(L - (1 if first_cut_s2 else 0)) * b1,  # a first layer without attention adapters keeps none
+                 fixed=(4 * h + (e if trains else 0)) if gemma else 0, layer_fixed=layer_fixed - first_fixed_cut,
+                 window=int(window or 0),
+                 window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e, head_weight_grad=trains)
 
 
-# transformers' defaults per family, used where config.json leaves a key out
-_LLAMA_D = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
-                "vocab_size": 32000}
-_MISTRAL_D = dict(_LLAMA_D, intermediate_size=14336, num_key_value_heads=8, sliding_window=4096)
-_QWEN2_D = dict(_LLAMA_D, intermediate_size=22016, vocab_size=151936, num_key_value_heads=32,
-                use_sliding_window=False, sliding_window=4096)
-_QWEN3_D = dict(_QWEN2_D, head_dim=128)
-_GEMMA_D = {"hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16,
-                "num_key_value_heads": 16, "head_dim": 256, "vocab_size": 256000}
-_GEMMA2_D = {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
-                 "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 256000, "final_logit_softcapping": 30.0,
-                 "attn_logit_softcapping": 50.0}
-_PHI3_D = {"hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
-               "vocab_size": 32064}
-_MIXTRAL_D = dict(_MISTRAL_D, num_local_experts=8, num_experts_per_tok=2)
-_QWEN2_MOE_D = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 16,
-                    "num_key_value_heads": 16, "vocab_size": 151936, "moe_intermediate_size": 1408,
-                    "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60}
-_QWEN3_MOE_D = {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24, "num_attention_heads": 32,
-                "num_key_value_heads": 4, "vocab_size": 151936, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
-                "num_experts": 128}
-_GPT2_D = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50257}
-_OPT_D = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_attention_heads": 12, "vocab_size": 50272}
-_NEOX_D = {"hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44, "num_attention_heads": 64,
-               "vocab_size": 50432}
-_FALCON_D = {"hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71, "vocab_size": 65024}
+def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, int], attn: float, s2: float,
+                       mlp: float, norm_keep: float, kernel: str) -> tuple[float, float]:
+    """LoRA without checkpointing: what the first layer does NOT keep because its input needs no gradient.
+
+    A tensor is kept only once something upstream of it requires a gradient, i.e. after the first adapter.
+    """
+    h, nh, nkv, hd, i = dims
+    e = x.e
+    q, kv = nh * hd, nkv * hd
+    gq = x.ad("self_attn.qkv_proj", "self_attn.q_proj")
+    gk = x.ad("self_attn.qkv_proj", "self_attn.k_proj")
+    gv = x.ad("self_attn.qkv_proj", "self_attn.v_proj")
+    cut, cut_s2 = norm_keep, 0.0  # the input norm
+    if lay.qk_norm:  # each per-head norm keeps its input only when its projection is adapted
+        cut += (0 if gq else 4 * q + 4 * nh) + (0 if gk else 4 * kv + 4 * nkv)
+    if not (gq or gk or gv):
+        cut, cut_s2 = cut + attn, s2
+    elif kernel == "eager" and not lay.fused_qkv:  # q @ k^T keeps q only for k's gradient and k only for q's
+        cut += (0 if gk else e * q) + (0 if gq else e * q)
+    g1 = gq or gk or gv or x.ad("self_attn.o_proj")  # the residual after attention
+    if not g1:  # post-attention norm (gemma2/3: and pre-feedforward)
+        cut += norm_keep * (2 if lay.gemma >= 2 else 1)
+    gate = g1 or x.ad("mlp.gate_proj", "mlp.gate_up_proj")
+    up = g1 or x.ad("mlp.up_proj", "mlp.gate_up_proj")
+    # the activation keeps the gate output, the product keeps up's output (for the activation's gradient) and
+    # the activation's output (for up's gradient)
+    cut += (0 if gate else 2 * e * i) + (0 if up else e * i)
+    if lay.gemma >= 2 and not (gate or up or x.ad("mlp.down_proj")):
+        cut += norm_keep  # post_feedforward_layernorm
+    if x.dropout:  # an adapter whose input needs no gradient keeps its dropped input but not the mask
+        m = x.mask(4)
+        cut += m * h * sum(1 for n in ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj",
+                                       "self_attn.v_proj") if x.ad(n))
+        cut += m * q if x.ad("self_attn.o_proj") and not (gq or gk or gv) else 0
+        if not g1:
+            cut += m * h * sum(1 for n in ("mlp.gate_up_proj", "mlp.gate_proj", "mlp.up_proj") if x.ad(n))
+        cut += m * i if x.ad("mlp.down_proj") and not (gate or up) else 0
+    return cut, cut_s2
 
 
-def _moe(c: Mapping[str, Any], e: int, attention: str, *, defaults: Mapping[str, Any], qwen: bool,
-         shared: bool = True, qk_norm: bool = False) -> _Arch:
+def _gemma_first_fixed(x: _Ctx, lay: Layout, h: int, hd: int) -> float:
+    """LoRA without checkpointing: gemma norms of the first layer that keep no fp32 (1 + w) (their input has no
+    gradient): the input norm, q/k norms of unadapted projections, and the norms before the first adapter."""
+    gq = x.ad("self_attn.q_proj")
+    gk = x.ad("self_attn.k_proj")
+    g1 = gq or gk or x.ad("self_attn.v_proj", "self_attn.o_proj")
+    mlp = g1 or x.ad("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+    cut = 4 * h
+    if lay.qk_norm:
+        cut += (0 if gq else 4 * hd) + (0 if gk else 4 * hd)
+    if lay.gemma >= 2:
+        cut += (0 if g1 else 2 * 4 * h) + (0 if mlp else 4 * h)
+    elif not g1:
+        cut += 4 * h  # post_attention_layernorm
+    return cut
+
+
+def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     """mixtral, qwen2_moe, qwen3_moe: attention as llama; the MLP is a router (fp32 softmax, top-k) and the top-k
-    experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert."""
-    base = _llama_like(c, e, attention, defaults=defaults, qk_norm=qk_norm)
-    D = _dims(c, defaults)
+    experts run grouped (each token's hidden state gathered k times), plus qwen2_moe's gated shared expert.
+
+    LoRA: frozen experts no longer keep the gathered input (gate_up's weight gradient) nor down_proj's input. PEFT
+    adapts the stacked experts and the router through `lora.ParamWrapper`, which folds W + BA into a new tensor that
+    requires a gradient: every adapted stack then keeps, per layer and whatever the batch, that merged copy and its
+    two low-rank factors in the activation dtype, and the inputs again.
+    """
+    mlp_names = frozenset(n for n in x.adapted if n.startswith("mlp."))
+    base = _llama_like(c, x._replace(adapted=x.adapted - mlp_names), attention, Layout("llama", qk_norm=lay.qk_norm))
+    e = x.e
+    D = _dims(c)
     h, L = D.h, D.L
-    k = int(_get(c, "num_experts_per_tok", default=defaults["num_experts_per_tok"]))
-    n_exp = int(_get(c, "num_local_experts", "num_experts", default=defaults.get("num_local_experts")
-                     or defaults.get("num_experts")))
-    if qwen:
-        ie = int(_get(c, "moe_intermediate_size", default=defaults["moe_intermediate_size"]))
-        norm_topk = bool(_get(c, "norm_topk_prob", default=False))
+    k = int(c["num_experts_per_tok"])
+    n_exp = int(_get(c, "num_local_experts", "num_experts"))
+    ish = 0
+    if lay.qwen_router:
+        ie = int(c["moe_intermediate_size"])
+        norm_topk = bool(c.get("norm_topk_prob"))
         router = 4 * n_exp + 8 * k + (4 + 4 * k if norm_topk else 0)
         weights = 4 * k if norm_topk else e * k
         moe = router + 24 * k + weights + 2 * e * h * k + 4 * e * ie * k
-        if shared:  # shared expert MLP, its sigmoid gate output and the gated product's input
-            ish = int(_get(c, "shared_expert_intermediate_size", default=defaults["shared_expert_intermediate_size"]))
+        if lay.shared_expert:  # shared expert MLP, its sigmoid gate output and the gated product's input
+            ish = int(c["shared_expert_intermediate_size"])
             moe += _gated_mlp(e, ish) + e + e * h
-        dense = _gated_mlp(e, D.i)
         sparse_step = int(_get(c, "decoder_sparse_step", default=1))
         only = set(_get(c, "mlp_only_layers", default=()) or ())
         n_moe = sum(1 for li in range(L) if li not in only and n_exp > 0 and (li + 1) % sparse_step == 0)
     else:
         ie = D.i
         moe = 4 * n_exp + 8 * k + 4 + 4 * k + 24 * k + 4 * k + 2 * e * h * k + 4 * e * ie * k
-        dense, n_moe = moe, L
-    per_dense = base.max_layer - _gated_mlp(e, D.i)
+        n_moe = L
+    dense = _gated_mlp(e, D.i)
+    moe_fixed = 4 * n_exp  # grouped experts keep an int32 token count per expert
+    if x.lora:
+        gate_up, down, router_ad = (x.ad("mlp.experts.gate_up_proj"), x.ad("mlp.experts.down_proj"),
+                                    x.ad("mlp.gate.weight"))
+        r = x.rank
+        moe -= (0 if gate_up else e * h * k) + (0 if down else e * ie * k)
+        moe += e * h if router_ad else 0  # the router's input, for its (merged) weight's gradient
+        moe_fixed += ((e * n_exp * (2 * ie * h + 2 * r * (2 * ie + h)) if gate_up else 0)
+                      + (e * n_exp * (ie * h + r * (ie + h)) if down else 0) + (e * n_exp * h if router_ad else 0))
+        if ish:
+            moe += (-e * ish + x.adapters(("mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj"), h)
+                    + x.adapters(("mlp.shared_expert.down_proj",), ish) + x.adapters(("mlp.shared_expert_gate",), h))
+        dense += -e * D.i + x.adapters(("mlp.gate_proj", "mlp.up_proj"), h) + x.adapters(("mlp.down_proj",), D.i)
+    if not lay.qwen_router:
+        dense = moe
+    per_dense = base.max_layer - _gated_mlp(e, D.i) + (e * D.i if x.lora else 0)
     layer_sum = per_dense * L + moe * n_moe + dense * (L - n_moe)
     max_layer = per_dense + max(moe if n_moe else 0, dense if n_moe < L else 0)
     g = 3 * e * max(ie * k, h)
     # experts are stacked 3-D parameters: the gate_up gradient of all experts of a layer is one tensor
-    return base._replace(layer=layer_sum, max_layer=max_layer, grad_tok=g,
-                         param_grad=max(base.param_grad, e * n_exp * 2 * ie * h))
+    param_grad = max(base.param_grad, e * n_exp * 2 * ie * h) if not x.lora else 0
+    first_cut = base.n_layers * base.max_layer - base.layer
+    attention_adapted = any(n.startswith("self_attn.") for n in x.adapted)
+    fixed_cut = 0.0
+    routed = ("mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.shared_expert.gate_proj",
+              "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj")
+    if x.lora and not attention_adapted and n_moe == L and ish and not x.ad(*routed):
+        # only shared_expert_gate is adapted: the first layer keeps its adapter (no dropout mask), the sigmoid's
+        # output and the shared expert's output it scales, nothing of the routed experts (nor their counts)
+        gate_ad = x.ad("mlp.shared_expert_gate")
+        kept = x.adapters(("mlp.shared_expert_gate",), h) - (x.mask(4) * h if x.dropout and gate_ad else 0)
+        kept += e + e * h if gate_ad else 0
+        first_cut += -3 * e * D.i + moe - kept
+        fixed_cut = 4 * n_exp
+    elif x.lora and not attention_adapted and n_moe == L:
+        # nothing before the experts needs a gradient in the first layer: its router keeps nothing, its merged
+        # gate_up stack is not kept for the (gradient-free) input, nor are the index tensors and the weighted output
+        first_cut += -3 * e * D.i + 4 * n_exp + 8 * k + 4 + 4 * k + e * h * k + 16 * k
+        fixed_cut = e * n_exp * 2 * ie * h if x.ad("mlp.experts.gate_up_proj") else 0
+    return base._replace(layer=layer_sum - first_cut, max_layer=max_layer,
+                         layer_fixed=base.layer_fixed + moe_fixed * n_moe - fixed_cut, grad_tok=g,
+                         param_grad=param_grad, max_layer_fixed=moe_fixed if n_moe else 0.0)
 
 
-def _gpt2(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
-    D = _dims(c, _GPT2_D)
-    h, nh, _, hd, i, L, V = D
+def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
+    e = x.e
+    h, nh, _, hd, i, L, V = _dims(c)
     q = nh * hd
-    resid = float(_get(c, "resid_pdrop", default=0.1)) > 0
-    embd = float(_get(c, "embd_pdrop", default=0.1)) > 0
-    attn_drop = float(_get(c, "attn_pdrop", default=0.1)) > 0
+    trains = not x.lora
+    resid = float(c.get("resid_pdrop") or 0) > 0
+    embd = float(c.get("embd_pdrop") or 0) > 0
+    attn_drop = float(c.get("attn_pdrop") or 0) > 0
+    merged = 0.0
     if attention == "eager":
-        attn, s2 = 4 * e * q, nh * (e + (2 * e if attn_drop else 0))
-    elif attn_drop and attention == "sdpa":  # CPU sdpa + dropout: fp32 math kernel (q, k, v, softmax, mask, probs)
-        attn, s2 = 12 * q + e * q, 12 * nh
+        attn, s2, merged = 3 * e * q, nh * (e + ((x.mask(e) + e) if attn_drop else 0)), e * q
+    elif attn_drop and attention == "sdpa" and not x.cuda:  # CPU sdpa + dropout: fp32 math kernel
+        attn, s2, merged = 12 * q, 12 * nh, e * q  # fp32 q, k, v, softmax, mask, probs; c_proj's merged input
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
-    mlp = 5 * e * i  # gelu_new is python: x, x^3 terms, tanh output, the product; c_proj input
-    layer = 2 * _layernorm(h, e) + attn + mlp + (2 * e * h if resid else 0)
+    attn += merged if trains else 0
+    mlp = 5 * e * i - (0 if trains else e * i)  # gelu_new is python: x, x^3 terms, tanh output, the product; c_proj in
+    layer = 2 * _layernorm(h, e, trains=trains) + attn + mlp + (2 * x.mask(e) * h if resid else 0)
+    first_cut = first_cut_s2 = 0.0
+    if x.lora:
+        layer += (x.adapters(("attn.c_attn",), h) + x.adapters(("attn.c_proj",), q, input_kept=not merged)
+                  + x.adapters(("mlp.c_fc",), h) + x.adapters(("mlp.c_proj",), i))
+        first_cut, first_cut_s2 = _gpt2_first_layer(x, h, q, i, attn, s2, resid)
     g, gs2 = _grad(e, h, i, s2, nh)
-    if attention == "sdpa" and attn_drop:
+    if attention == "sdpa" and attn_drop and not x.cuda:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
-    return _Arch(8 + (e * h if embd else 0), L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V),
-                 e * h, L, g, gs2, V, pre_const=8, ckpt_s2=e if attention == "eager" else 0,
-                 param_grad=e * h * i, hidden=h)
+    pre = (8 if trains else 0) + (x.mask(e) * h if embd and trains else 0)
+    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
+    # LoRA with checkpointing: enable_input_require_grads makes the embeddings need a gradient, so the embedding
+    # dropout keeps its mask again
+    ckpt_pre = x.mask(e) * h if embd and x.lora else 0
+    return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
+                 ckpt_pre=ckpt_pre,
+                 pre_const=8 if trains else 0, ckpt_s2=e if attention == "eager" else 0,
+                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
 
 
-def _opt(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
-    D = _dims(c, _OPT_D)
-    h, nh, _, hd, i, L, V = D
+def _gpt2_first_layer(x: _Ctx, h: int, q: int, i: int, attn: float, s2: float, resid: bool) -> tuple[float, float]:
+    """LoRA without checkpointing: what gpt2's first layer does not keep (see _llama_first_layer)."""
+    e, m = x.e, x.mask(4) if x.dropout else 0
+    c_attn, c_proj, c_fc = x.ad("attn.c_attn"), x.ad("attn.c_proj"), x.ad("mlp.c_fc")
+    cut, cut_s2 = e * h + 2 * e, 0.0  # ln_1
+    cut += m * h if c_attn else attn  # c_attn's adapter keeps no mask; without it attention keeps nothing
+    cut_s2 = 0.0 if c_attn else s2
+    cut += m * q if c_proj and not c_attn else 0
+    g1 = c_attn or c_proj
+    if not g1:  # the residual dropout after attention, ln_2, c_fc's adapter mask
+        cut += (x.mask(e) * h if resid else 0) + e * h + 2 * e + m * h * c_fc
+    g_fc = g1 or c_fc
+    if not g_fc:
+        cut += 4 * e * i + m * i * x.ad("mlp.c_proj")
+    if not (g_fc or x.ad("mlp.c_proj")):
+        cut += x.mask(e) * h if resid else 0
+    return cut, cut_s2
+
+
+def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
+    e = x.e
+    h, nh, _, hd, i, L, V = _dims(c)
     q = nh * hd
-    drop = float(_get(c, "dropout", default=0.1)) > 0
-    attn_drop = float(_get(c, "attention_dropout", default=0.0)) > 0
+    trains = not x.lora
+    drop = float(c.get("dropout") or 0) > 0
+    attn_drop = float(c.get("attention_dropout") or 0) > 0
+    merged = 0.0
     if attention == "eager":
-        attn, s2 = _eager(e, q, nh, dropout=attn_drop)
+        attn, s2, merged = 3 * e * q, nh * _eager_s2(x, dropout=attn_drop), e * q
     else:
         attn, s2 = _sdpa(e, q, q, nh), 0.0
-    layer = 2 * _layernorm(h, e) + attn + e * i + (2 * e * h if drop else 0)
+    attn += merged if trains else 0
+    # ReLU keeps its output (fc2's input too) for its own gradient, frozen or not
+    layer = 2 * _layernorm(h, e, trains=trains) + attn + e * i + (2 * x.mask(e) * h if drop else 0)
+    if x.lora:
+        layer += (x.adapters(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), h)
+                  + x.adapters(("self_attn.out_proj",), q, input_kept=not merged)
+                  + x.adapters(("fc1",), h) + x.adapters(("fc2",), i))
     proj = int(_get(c, "word_embed_proj_dim", default=h) or h)
     pre_ln = bool(_get(c, "do_layer_norm_before", default=True))
-    post = (_layernorm(h, e) if pre_ln else e * h) + _loss(e, V)  # post-LN (opt-350m) has no final norm
+    post = (_layernorm(h, e, trains=trains) if pre_ln else (e * h if trains else 0)) + _loss(e, V)
     if proj != h:  # project_in / project_out keep their inputs
-        post += e * proj
+        post += e * proj if trains else 0
     g, gs2 = _grad(e, h, i, s2, nh)
-    return _Arch(16 + (e * proj if proj != h else 0), L * layer, L * s2, layer, s2, post, e * h, L, g, gs2, V,
-                 param_grad=e * h * i, hidden=h)
+    pre = 16 + (e * proj if proj != h else 0) if trains else 0
+    first_cut = first_cut_s2 = 0.0
+    if x.lora:  # the first layer keeps nothing upstream of its first adapter (see _gpt2_first_layer)
+        m = x.mask(4) if x.dropout else 0
+        qkv = sum(1 for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") if x.ad(n))
+        first_cut = (e * h + 2 * e if pre_ln else 0) + m * h * qkv
+        if qkv and attention == "eager":  # q @ k^T keeps q only for k's gradient and k only for q's
+            first_cut += (0 if x.ad("self_attn.k_proj") else e * q) + (0 if x.ad("self_attn.q_proj") else e * q)
+        if not qkv:
+            first_cut += attn + m * q * x.ad("self_attn.out_proj")
+            first_cut_s2 = s2
+            if not x.ad("self_attn.out_proj"):  # attention dropout, the second norm, fc1's adapter mask
+                first_cut += (x.mask(e) * h if drop else 0) + e * h + 2 * e + m * h * x.ad("fc1")
+                if not x.ad("fc1"):
+                    first_cut += e * i + m * i * x.ad("fc2")
+    return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
+                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
 
 
-def _gpt_neox(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
-    D = _dims(c, _NEOX_D)
-    h, nh, _, hd, i, L, V = D
+def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
+    e = x.e
+    h, nh, _, hd, i, L, V = _dims(c)
     q = nh * hd
+    trains = not x.lora
     parallel = bool(_get(c, "use_parallel_residual", default=True))
     if attention == "eager":
-        attn, s2 = _eager(e, q, nh)
-    else:  # q, k after rotary, the fused qkv storage behind v, lse, output and its merged copy
-        attn, s2 = e * (2 * q + 3 * q + 2 * q) + 4 * nh, 0.0
-    ln2 = _layernorm(h, e, new_input=not parallel)
-    layer = _layernorm(h, e) + ln2 + attn + 2 * e * i
+        attn, s2 = 3 * e * q, nh * _eager_s2(x)
+    else:  # q, k after rotary, the fused qkv storage behind v, lse, output
+        attn, s2 = e * (2 * q + 3 * q + q) + 4 * nh, 0.0
+    attn += e * q if trains else 0  # dense's input: a merged copy of the output
+    ln2 = _layernorm(h, e, new_input=not parallel, trains=trains)
+    layer = _layernorm(h, e, trains=trains) + ln2 + attn + (2 if trains else 1) * e * i
+    first_cut = first_cut_s2 = 0.0
+    if x.lora:
+        layer += (x.adapters(("attention.query_key_value",), h) + x.adapters(("attention.dense",), q)
+                  + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
+        # the first layer keeps nothing upstream of its first adapter (see _llama_first_layer)
+        m = x.mask(4) if x.dropout else 0
+        qkv, dense = x.ad("attention.query_key_value"), x.ad("attention.dense")
+        fc, proj = x.ad("mlp.dense_h_to_4h"), x.ad("mlp.dense_4h_to_h")
+        first_cut = e * h + 2 * e + (m * h if qkv else attn) + (m * q if dense and not qkv else 0)
+        first_cut_s2 = 0.0 if qkv else s2
+        mlp_input_grad = not parallel and (qkv or dense)  # sequential: the MLP reads the attention residual
+        if not mlp_input_grad:
+            first_cut += 2 * e + (0 if parallel else e * h)  # post_attention_layernorm
+            first_cut += m * h if fc else e * i  # gelu keeps its input only after an adapter
+            first_cut += m * i if proj and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
-    rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=0.25)))
+    rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=(c.get("rope_parameters") or {})
+                              .get("partial_rotary_factor", 0.25))))
     b1 = 2 * e * q if attention == "eager" else 0  # v stays a view of the fused qkv storage at micro-batch 1
-    return _Arch(8, L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V), e * h, L, g, gs2, V,
-                 param_grad=e * h * max(i, 3 * q), hidden=h,
-                 layer_pos=2 * e * rot, b1=L * b1)
+    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("embed_out",), h) if x.lora else 0)
+    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
+                 gs2, V, param_grad=e * h * max(i, 3 * q) if (trains or x.quantized) else 0, hidden=h,
+                 layer_pos=2 * e * rot, b1=(L - (1 if first_cut_s2 or (x.lora and not x.ad(
+                     "attention.query_key_value")) else 0)) * b1, head_weight_grad=trains)
 
 
-def _falcon(c: Mapping[str, Any], e: int, attention: str) -> _Arch:
-    D = _dims(c, _FALCON_D)
-    h, nh, _, hd, _, L, V = D
+def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
+    e = x.e
+    h, nh, _, hd, _, L, V = _dims(c)
     q = nh * hd
-    i = int(_get(c, "ffn_hidden_size", default=4 * h))
-    new_arch = bool(_get(c, "new_decoder_architecture", default=False))
-    multi_query = not new_arch and bool(_get(c, "multi_query", default=True))
+    trains = not x.lora
+    i = int(c.get("ffn_hidden_size") or 4 * h)
+    new_arch = bool(c.get("new_decoder_architecture"))
+    multi_query = not new_arch and bool(c.get("multi_query", True))
     mask = 0
+    math = False
+    merged = 0.0  # dense's input when it is a copy of its own (kept only for dense's weight gradient)
     if attention == "eager":
-        attn, s2 = 4 * e * q, nh * e  # softmax in the activation dtype, kv broadcast to all heads
+        attn, s2, merged = 3 * e * q, nh * e, e * q  # softmax in the activation dtype, kv broadcast to all heads
     elif attention == "flash":  # flash-attn takes multi-query/grouped k, v and needs no mask
         attn, s2 = _sdpa(e, q, (nh if new_arch or not multi_query else 1) * hd, nh), 0.0
     elif new_arch:  # k/v broadcast and flattened into copies at all heads; the mask is always materialised
         attn, s2, mask = e * 4 * q + 4 * nh, 0.0, e
     elif not multi_query:  # q, k after rotary, the fused qkv storage behind v, lse, output
         attn, s2, mask = e * 6 * q + 4 * nh, 0.0, e
+    elif x.cuda:  # efficient kernel, multi-query with the mask: q, k, the fused qkv storage (v), output, lse
+        attn, s2, mask = e * (q + hd + (q + 2 * hd) + q) + 4 * nh, 0.0, e
     else:  # explicit mask + unequal heads: CPU math kernel, fp32 q/k/v (broadcast) and probabilities
-        attn, s2 = 12 * q + e * q, 4 * nh
+        attn, s2, merged = 12 * q, 4 * nh, e * q
+        math = True
+    attn += merged if trains else 0
     n_ln = int(_get(c, "num_ln_in_parallel_attn", default=2 if new_arch else 1) or 1)
     parallel = bool(_get(c, "parallel_attn", default=True)) or new_arch
     if parallel:
-        lns = _layernorm(h, e) + (n_ln - 1) * _layernorm(h, e, new_input=False)
+        lns = _layernorm(h, e, trains=trains) + (n_ln - 1) * _layernorm(h, e, new_input=False, trains=trains)
     else:
-        lns = 2 * _layernorm(h, e)
-    layer = lns + attn + 2 * e * i
+        lns = 2 * _layernorm(h, e, trains=trains)
+    layer = lns + attn + (2 if trains else 1) * e * i
+    first_cut = first_cut_s2 = 0.0
+    if x.lora:
+        layer += (x.adapters(("self_attention.query_key_value",), h)
+                  + x.adapters(("self_attention.dense",), q, input_kept=not merged)
+                  + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
+        # the first layer: its norm(s) read an input that needs no gradient; with parallel attention so does the MLP
+        m = x.mask(4) if x.dropout else 0
+        qkv, fc = x.ad("self_attention.query_key_value"), x.ad("mlp.dense_h_to_4h")
+        first_cut = e * h + 2 * e + (n_ln - 1) * 2 * e if parallel else e * h + 2 * e
+        first_cut += m * h if qkv else attn
+        first_cut += m * q if x.ad("self_attention.dense") and not qkv else 0
+        first_cut_s2 = 0.0 if qkv else s2
+        if parallel:
+            first_cut += m * h if fc else e * i
+            first_cut += m * i if x.ad("mlp.dense_4h_to_h") and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
-    if attention == "sdpa" and multi_query:
+    if math:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
     b1 = 0.0  # micro-batch 1, eager: k/v of multi-query stay unbroadcast; v of plain MHA stays a view of qkv
     if attention == "eager" and multi_query:
         b1 = -2 * e * (q - hd)
-    elif attention == "sdpa" and multi_query:
+    elif math:
         b1 = -2 * 4 * (q - hd)  # the fp32 k/v of the math kernel
     elif attention == "eager" and not new_arch:
         b1 = 2 * e * q
-    rope = 0 if _get(c, "alibi", default=False) else 2 * e * hd
-    return _Arch(8, L * layer, L * s2, layer, s2, _layernorm(h, e) + _loss(e, V), e * h, L, g, gs2, V,
-                 param_grad=e * h * max(i, 3 * q), hidden=h,
-                 layer_pos=rope, b1=L * b1, window=1 if mask else 0, mask_s=L * mask)
+    rope = 0 if c.get("alibi") else 2 * e * hd
+    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
+    # layers whose attention keeps anything: not the first one under LoRA without an adapter on query_key_value
+    attending = L - (1 if x.lora and not x.ad("self_attention.query_key_value") else 0)
+    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2,
+                 V, param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
+                 layer_pos=rope, window=1 if mask else 0, mask_s=attending * mask, head_weight_grad=trains,
+                 b1=attending * b1, layer_fixed=16 * attending)  # two int64 scalars per attending layer
 
 
-_Family = Callable[[Mapping[str, Any], int, str], _Arch]
+_Builder = Callable[[Mapping[str, Any], _Ctx, str, Layout], _Arch]
 
-_FAMILIES: dict[str, _Family] = {
-    "llama": lambda c, e, a: _llama_like(c, e, a, defaults=_LLAMA_D),
-    "mistral": lambda c, e, a: _llama_like(c, e, a, defaults=_MISTRAL_D),
-    "qwen2": lambda c, e, a: _llama_like(c, e, a, defaults=_QWEN2_D),
-    "qwen3": lambda c, e, a: _llama_like(c, e, a, defaults=_QWEN3_D, qk_norm=True),
-    "gemma": lambda c, e, a: _llama_like(c, e, a, defaults=_GEMMA_D, gemma=1),
-    "gemma2": lambda c, e, a: _llama_like(c, e, a, defaults=_GEMMA2_D, gemma=2),
-    "phi3": lambda c, e, a: _llama_like(c, e, a, defaults=_PHI3_D, fused_qkv=True),
-    "mixtral": lambda c, e, a: _moe(c, e, a, defaults=_MIXTRAL_D, qwen=False),
-    "qwen2_moe": lambda c, e, a: _moe(c, e, a, defaults=_QWEN2_MOE_D, qwen=True),
-    "qwen3_moe": lambda c, e, a: _moe(c, e, a, defaults=_QWEN3_MOE_D, qwen=True, shared=False, qk_norm=True),
-    # granite = llama plus scalar multipliers, which keep nothing for backward (measured identical)
-    "granite": lambda c, e, a: _llama_like(c, e, a, defaults=_LLAMA_D),
+_WINDOW_RULE = {"qwen2": "qwen", "qwen3": "qwen", "gemma2": "gemma2", "gemma3_text": "gemma3"}
+_LAYOUTS: dict[str, _Builder] = {
+    "llama": lambda c, x, a, lay: _llama_like(c, x, a, lay, _WINDOW_RULE.get(str(c.get("model_type")), "all")),
+    "moe": _moe,
     "gpt2": _gpt2,
     "opt": _opt,
     "gpt_neox": _gpt_neox,
     "falcon": _falcon,
 }
-MODELLED_FAMILIES = tuple(sorted(_FAMILIES))
+MODELLED_FAMILIES = tuple(sorted(t for t, f in FAMILIES.items() if f.layout.kind in _LAYOUTS))
 
 
-_CACHE: dict[tuple[int, int, str], tuple[dict, _Arch]] = {}
+_CACHE: dict[tuple, tuple[dict, _Arch]] = {}
+_LOSS_SCALAR = 4  # the fp32 scalar the loss reduction keeps (every family)
+_LABELS_VIEW = 8  # micro-batch 1: the shifted labels stay a view of the padded (1, s + 1) labels, one more int64
 
 
-def _arch(config: Mapping[str, Any], family: _Family, e: int, attention: str) -> _Arch:
+def _arch(config: Mapping[str, Any], e: int, attention: str, device: str, lora: LoraSetup | None) -> _Arch:
     """The family's coefficients, memoised per config object: the planner asks thousands of times per config."""
-    key = (id(config), e, attention)
+    key = (id(config), e, attention, device, lora)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] == config:  # equality guards against a reused id or a mutated dict
         return hit[1]
-    arch = family(config, e, attention)
+    family = FAMILIES.get(str(config.get("model_type", "")))
+    ctx = _context(config, e, device, lora)
+    if family is None:  # generic: llama-like on whatever keys the config has
+        arch = _llama_like(dict(config), ctx, attention, Layout("llama"))
+    else:
+        arch = _LAYOUTS[family.layout.kind](complete_config(config), ctx, attention, family.layout)
     if len(_CACHE) > 256:
         _CACHE.clear()
     _CACHE[key] = (dict(config), arch)
     return arch
 
 
+def _context(config: Mapping[str, Any], e: int, device: str, lora: LoraSetup | None) -> _Ctx:
+    if lora is None:
+        return _Ctx(e, device == "cuda", False)
+    from zerokit.models.lora import lora_parameters
+
+    if str(config.get("model_type", "")) in FAMILIES:
+        adapted = lora_parameters(config, lora.rank, lora.targets, dropout=lora.dropout).adapted
+    else:  # generic llama-like layout: PEFT's all-linear, or the names as given
+        names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        wanted = names if lora.targets == "all-linear" else tuple(lora.targets)
+        adapted = frozenset(f"{'self_attn' if n in names[:4] else 'mlp'}.{n}" for n in wanted)
+    return _Ctx(e, device == "cuda", True, adapted, lora.rank, lora.dropout > 0, lora.quantized)
+
+
 def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: int, *, attention: str = "sdpa",
-                         dtype: str = "bf16", gradient_checkpointing: bool = False) -> ActivationEstimate:
-    """Predict activations and the backward transient of one micro-batch from a transformers config dict."""
+                         dtype: str = "bf16", gradient_checkpointing: bool = False, device: str = "cuda",
+                         lora: LoraSetup | None = None) -> ActivationEstimate:
+    """Predict activations and the backward transient of one micro-batch from a transformers config dict.
+
+    `device` is where the model trains ("cuda" for a GPU plan, "cpu" for DeepSpeed's CPU accelerator); `lora`
+    describes LoRA/QLoRA adapters on a frozen base (None: full fine-tuning).
+    """
     e = _DTYPE_BYTES.get(dtype)
     if e is None:
         raise ValueError(f"dtype must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
     if attention not in _ATTENTION:
         raise ValueError(f"attention must be one of {list(_ATTENTION)}, got {attention!r}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {list(DEVICES)}, got {device!r}")
     if seq_len < 1 or micro_batch < 1:
         raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
     model_type = str(config.get("model_type", ""))
-    family = _FAMILIES.get(model_type)
-    generic = family is None
-    arch = _arch(config, family or _FAMILIES["llama"], e, attention)
+    generic = model_type not in FAMILIES
+    arch = _arch(config, e, attention, device, lora)
     s, b = seq_len, micro_batch
     tokens = s * b
     note = arch.note
@@ -452,20 +777,21 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
                 "use zerokit.memory.calibrate for an exact figure")
     elif model_type == "gemma2" and attention == "sdpa":
         note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
-    masked = arch.window and s > arch.window
+    masked = arch.window and s >= arch.window
     if gradient_checkpointing:
-        acts = tokens * (arch.pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
+        acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
         # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
         layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
+        layer_peak += arch.max_layer_fixed
     else:
         acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)
         layer_peak = tokens * (arch.grad_tok + arch.grad_s2 * s)
-    acts += arch.fixed + arch.pre_const * s
+    acts += arch.fixed + _LOSS_SCALAR + arch.pre_const * s + (_LABELS_VIEW if b == 1 else 0)
     if not gradient_checkpointing:
         acts += arch.layer_fixed + arch.layer_pos * s + (arch.b1 * tokens if b == 1 else 0)
         if masked:
             acts += tokens * (arch.window_tok + arch.mask_s * s)
     loss_peak = tokens * 8 * arch.vocab  # fp32 grads of the log-probs and of the logits
-    head_peak = tokens * 2 * arch.vocab + e * arch.vocab * arch.hidden  # bf16 logits grad + lm_head weight grad
+    head_peak = tokens * 2 * arch.vocab + (e * arch.vocab * arch.hidden if arch.head_weight_grad else 0)
     layer_peak += arch.param_grad / (2 if gradient_checkpointing else 1)
     return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note)

@@ -10,12 +10,16 @@ Each family is a small function that lists the modules of `AutoModelForCausalLM.
 
 Family defaults are those of the transformers 5.x config classes, so a config.json that leaves a key out counts the
 same as transformers would build it. tests/test_models.py holds every family against a meta-device instantiation.
+
+`FAMILIES` is zerokit's one family registry: the same entry gives the parameter count (here), the LoRA targets
+(`Part.linear`, `Part.stacked`; zerokit.models.lora), the 4-bit storage (zerokit.models.quant) and, through
+`Family.layout` and the defaults, the activation model (zerokit.memory.activations).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from zerokit.errors import BadInput
@@ -32,17 +36,53 @@ class Part:
     """How many such modules the model has (one per layer, usually)."""
     tied: bool = False
     """Its weight is another module's (tied lm_head): counted once in the total, still a layer for DeepSpeed."""
+    linear: tuple[int, int] | None = None
+    """(in_features, out_features) when the module is an `nn.Linear` (or gpt2's `Conv1D`): what LoRA can adapt and
+    bitsandbytes can quantize."""
+    bias: bool = False
+    """The linear module has a bias."""
+    stacked: tuple[tuple[str, int, int, int], ...] = ()
+    """Parameters PEFT wraps directly (`lora.ParamWrapper`), as (name, experts, dim 1, dim 2): transformers 5's fused
+    MoE expert stacks, and the router weight as a 2-D one (experts = 1)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one decoder layer keeps for backward, as `zerokit.memory.activations` models it.
+
+    `kind` picks the activation builder (llama, moe, gpt2, opt, gpt_neox, falcon); the flags are the structural
+    switches inside it that the measurements showed to matter.
+    """
+
+    kind: str
+    qk_norm: bool = False
+    """RMSNorm on q and k per head (qwen3, gemma3)."""
+    gemma: int = 0
+    """0: llama RMSNorm; 1: gemma's fp32 (1 + w) norms; 2: gemma2 (4 norms, softcaps); 3: gemma3 (4 norms, gemma q/k
+    norms, sliding and global layers with their own rotary tables)."""
+    fused_qkv: bool = False
+    """phi3: one qkv projection, v stays a view of its output."""
+    qwen_router: bool = False
+    """Qwen-MoE routing (optional top-k renormalisation, moe_intermediate_size) rather than Mixtral's."""
+    shared_expert: bool = False
+    """qwen2_moe: a gated shared expert beside the routed ones."""
 
 
 @dataclass(frozen=True)
 class Family:
-    """How one `model_type` is built: its config defaults, derived keys and modules."""
+    """How one `model_type` is built: its config defaults, derived keys, modules and activation layout.
+
+    This is the one registry of model families: parameter counting (here), LoRA targets (`zerokit.models.lora`),
+    quantized storage (`zerokit.models.quant`) and activations (`zerokit.memory.activations`) all read it.
+    """
 
     defaults: Mapping[str, Any]
     parts: Callable[[dict], list[Part]]
     derive: Callable[[dict], None] = lambda c: None
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Canonical key -> the key this family's config class stores it under (transformers' `attribute_map`)."""
+    layout: Layout = Layout("llama")
+    """How the activation model lays out its layers."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -51,6 +91,11 @@ class Family:
 
 def _linear(n_in: int, n_out: int, bias: bool) -> int:
     return n_in * n_out + (n_out if bias else 0)
+
+
+def _lin(name: str, n_in: int, n_out: int, bias: bool = False) -> Part:
+    """An `nn.Linear(n_in, n_out)` (or a gpt2 `Conv1D` of the same shape)."""
+    return Part(name, _linear(n_in, n_out, bias), linear=(n_in, n_out), bias=bias)
 
 
 def _head_dim_or_split(c: dict) -> None:
@@ -75,12 +120,11 @@ def _attention(c: dict, *, qkv_bias: bool = False, o_bias: bool = False, qk_norm
     h, hd = c["hidden_size"], c["head_dim"]
     q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
     if fused_qkv:
-        parts = [Part("self_attn.qkv_proj", _linear(h, q + 2 * kv, qkv_bias))]
+        parts = [_lin("self_attn.qkv_proj", h, q + 2 * kv, qkv_bias)]
     else:
-        parts = [Part("self_attn.q_proj", _linear(h, q, qkv_bias)),
-                 Part("self_attn.k_proj", _linear(h, kv, qkv_bias)),
-                 Part("self_attn.v_proj", _linear(h, kv, qkv_bias))]
-    parts.append(Part("self_attn.o_proj", _linear(q, h, o_bias)))
+        parts = [_lin("self_attn.q_proj", h, q, qkv_bias), _lin("self_attn.k_proj", h, kv, qkv_bias),
+                 _lin("self_attn.v_proj", h, kv, qkv_bias)]
+    parts.append(_lin("self_attn.o_proj", q, h, o_bias))
     if qk_norm:
         parts += [Part("self_attn.q_norm", hd), Part("self_attn.k_norm", hd)]
     return parts
@@ -89,25 +133,32 @@ def _attention(c: dict, *, qkv_bias: bool = False, o_bias: bool = False, qk_norm
 def _gated_mlp(h: int, inter: int, *, bias: bool = False, fused: bool = False, prefix: str = "mlp") -> list[Part]:
     """SwiGLU / GeGLU: gate and up projections, then down."""
     if fused:
-        return [Part(f"{prefix}.gate_up_proj", _linear(h, 2 * inter, bias)), Part(f"{prefix}.down_proj",
-                                                                                  _linear(inter, h, bias))]
-    return [Part(f"{prefix}.gate_proj", _linear(h, inter, bias)), Part(f"{prefix}.up_proj", _linear(h, inter, bias)),
-            Part(f"{prefix}.down_proj", _linear(inter, h, bias))]
+        return [_lin(f"{prefix}.gate_up_proj", h, 2 * inter, bias), _lin(f"{prefix}.down_proj", inter, h, bias)]
+    return [_lin(f"{prefix}.gate_proj", h, inter, bias), _lin(f"{prefix}.up_proj", h, inter, bias),
+            _lin(f"{prefix}.down_proj", inter, h, bias)]
 
 
 def _experts(h: int, inter: int, n: int) -> list[Part]:
-    """transformers 5 fuses all experts of a layer into one module: gate_up_proj (n, 2i, h) and down_proj (n, h, i)."""
-    return [Part("mlp.gate", n * h), Part("mlp.experts", n * 3 * h * inter)]
+    """transformers 5 fuses all experts of a layer into one module: gate_up_proj (n, 2i, h) and down_proj (n, h, i).
+
+    The router (`mlp.gate`) is a plain module with an (n, h) weight, not an `nn.Linear`."""
+    return [Part("mlp.gate", n * h, stacked=(("weight", 1, n, h),)),
+            Part("mlp.experts", n * 3 * h * inter, stacked=(("gate_up_proj", n, 2 * inter, h), ("down_proj", n, h, inter)))]
 
 
 def _times(parts: list[Part], copies: int) -> list[Part]:
-    return [Part(p.name, p.params, p.copies * copies, p.tied) for p in parts if copies > 0]
+    return [replace(p, copies=p.copies * copies) for p in parts if copies > 0]
 
 
 def _embed_and_head(c: dict, layers: list[Part], final_norm: int) -> list[Part]:
     v, h = c["vocab_size"], c["hidden_size"]
-    return [Part("embed_tokens", v * h), *layers, Part("norm", final_norm),
-            Part("lm_head", v * h, tied=bool(c["tie_word_embeddings"]))]
+    return [Part("embed_tokens", v * h), *layers, Part("norm", final_norm), _head(c, h)]
+
+
+def _head(c: dict, n_in: int, name: str = "lm_head") -> Part:
+    """The output projection: a bias-free `nn.Linear`, tied to the input embedding when the config says so."""
+    v = c["vocab_size"]
+    return Part(name, n_in * v, tied=bool(c["tie_word_embeddings"]), linear=(n_in, v))
 
 
 def _sparse_layers(c: dict) -> int:
@@ -157,7 +208,7 @@ def _qwen2_moe(c: dict) -> list[Part]:
     common = [*_attention(c, qkv_bias=c["qkv_bias"]), Part("input_layernorm", h), Part("post_attention_layernorm", h)]
     moe = [*_experts(h, c["moe_intermediate_size"], c["num_experts"]),
            *_gated_mlp(h, c["shared_expert_intermediate_size"], prefix="mlp.shared_expert"),
-           Part("mlp.shared_expert_gate", h)]
+           _lin("mlp.shared_expert_gate", h, 1)]
     layers = _times(common, n_layers) + _times(moe, sparse) + _times(_gated_mlp(h, c["intermediate_size"]),
                                                                      n_layers - sparse)
     return _embed_and_head(c, layers, h)
@@ -204,42 +255,37 @@ def _phi3(c: dict) -> list[Part]:
 
 def _gpt2(c: dict) -> list[Part]:
     h, inter = c["n_embd"], c["intermediate_size"]
-    layer = [Part("ln_1", 2 * h), Part("attn.c_attn", _linear(h, 3 * h, True)),
-             Part("attn.c_proj", _linear(h, h, True)), Part("ln_2", 2 * h),
-             Part("mlp.c_fc", _linear(h, inter, True)), Part("mlp.c_proj", _linear(inter, h, True))]
+    layer = [Part("ln_1", 2 * h), _lin("attn.c_attn", h, 3 * h, True), _lin("attn.c_proj", h, h, True),
+             Part("ln_2", 2 * h), _lin("mlp.c_fc", h, inter, True), _lin("mlp.c_proj", inter, h, True)]
     if c.get("add_cross_attention"):
-        layer += [Part("crossattention.c_attn", _linear(h, 2 * h, True)),
-                  Part("crossattention.q_attn", _linear(h, h, True)),
-                  Part("crossattention.c_proj", _linear(h, h, True)), Part("ln_cross_attn", 2 * h)]
+        layer += [_lin("crossattention.c_attn", h, 2 * h, True), _lin("crossattention.q_attn", h, h, True),
+                  _lin("crossattention.c_proj", h, h, True), Part("ln_cross_attn", 2 * h)]
     return [Part("wte", c["vocab_size"] * h), Part("wpe", c["n_positions"] * h),
-            *_times(layer, c["n_layer"]), Part("ln_f", 2 * h),
-            Part("lm_head", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+            *_times(layer, c["n_layer"]), Part("ln_f", 2 * h), _head(c, h)]
 
 
 def _gpt_neox(c: dict) -> list[Part]:
     h, inter, bias = c["hidden_size"], c["intermediate_size"], c["attention_bias"]
     layer = [Part("input_layernorm", 2 * h), Part("post_attention_layernorm", 2 * h),
-             Part("attention.query_key_value", _linear(h, 3 * h, bias)), Part("attention.dense", _linear(h, h, bias)),
-             Part("mlp.dense_h_to_4h", _linear(h, inter, True)), Part("mlp.dense_4h_to_h", _linear(inter, h, True))]
+             _lin("attention.query_key_value", h, 3 * h, bias), _lin("attention.dense", h, h, bias),
+             _lin("mlp.dense_h_to_4h", h, inter, True), _lin("mlp.dense_4h_to_h", inter, h, True)]
     return [Part("embed_in", c["vocab_size"] * h), *_times(layer, c["num_hidden_layers"]),
-            Part("final_layer_norm", 2 * h),
-            Part("embed_out", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+            Part("final_layer_norm", 2 * h), _head(c, h, "embed_out")]
 
 
 def _opt(c: dict) -> list[Part]:
     h, ffn, bias = c["hidden_size"], c["ffn_dim"], c["enable_bias"]
     proj, v = c["word_embed_proj_dim"], c["vocab_size"]
     ln = 2 * h if c["layer_norm_elementwise_affine"] else 0
-    layer = [*(Part(f"self_attn.{n}", _linear(h, h, bias)) for n in ("k_proj", "v_proj", "q_proj", "out_proj")),
-             Part("self_attn_layer_norm", ln), Part("fc1", _linear(h, ffn, bias)), Part("fc2", _linear(ffn, h, bias)),
+    layer = [*(_lin(f"self_attn.{n}", h, h, bias) for n in ("k_proj", "v_proj", "q_proj", "out_proj")),
+             Part("self_attn_layer_norm", ln), _lin("fc1", h, ffn, bias), _lin("fc2", ffn, h, bias),
              Part("final_layer_norm", ln)]
     parts = [Part("embed_tokens", v * proj), Part("embed_positions", (c["max_position_embeddings"] + 2) * h)]
     if proj != h:
-        parts += [Part("project_out", h * proj), Part("project_in", proj * h)]
+        parts += [_lin("project_out", h, proj), _lin("project_in", proj, h)]
     if c["do_layer_norm_before"] and not c["_remove_final_layer_norm"]:
         parts.append(Part("decoder.final_layer_norm", ln))
-    return [*parts, *_times(layer, c["num_hidden_layers"]),
-            Part("lm_head", v * proj, tied=bool(c["tie_word_embeddings"]))]
+    return [*parts, *_times(layer, c["num_hidden_layers"]), _head(c, proj)]
 
 
 def _falcon(c: dict) -> list[Part]:
@@ -252,9 +298,8 @@ def _falcon(c: dict) -> list[Part]:
     else:
         qkv = 3 * h
     ffn = c["ffn_hidden_size"]
-    layer = [Part("self_attention.query_key_value", _linear(h, qkv, bias)),
-             Part("self_attention.dense", _linear(h, h, bias)),
-             Part("mlp.dense_h_to_4h", _linear(h, ffn, bias)), Part("mlp.dense_4h_to_h", _linear(ffn, h, bias))]
+    layer = [_lin("self_attention.query_key_value", h, qkv, bias), _lin("self_attention.dense", h, h, bias),
+             _lin("mlp.dense_h_to_4h", h, ffn, bias), _lin("mlp.dense_4h_to_h", ffn, h, bias)]
     n_ln = c.get("num_ln_in_parallel_attn")
     if n_ln is None and c["new_decoder_architecture"]:
         n_ln = 2
@@ -265,7 +310,7 @@ def _falcon(c: dict) -> list[Part]:
     else:
         layer.append(Part("input_layernorm", 2 * h))
     return [Part("word_embeddings", c["vocab_size"] * h), *_times(layer, c["num_hidden_layers"]), Part("ln_f", 2 * h),
-            Part("lm_head", c["vocab_size"] * h, tied=bool(c["tie_word_embeddings"]))]
+            _head(c, h)]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -310,29 +355,33 @@ def _derive_qwen_moe(c: dict) -> None:
         c["mlp_only_layers"] = []
 
 
-# Defaults of the transformers 5.x config classes (configuration_<family>.py), for the keys that change the count.
+# Defaults of the transformers 5.x config classes (configuration_<family>.py), for the keys that change the count or
+# what the activation model reads (dropouts, sliding windows, softcaps).
 _LLAMA = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": None, "head_dim": None, "tie_word_embeddings": False,
-    "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 2048,
+    "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 2048, "attention_dropout": 0.0,
 }
+_GRANITE = dict(_LLAMA)  # llama plus scalar multipliers (embedding, residual, attention, logits), same modules
 _MISTRAL = {
     "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "tie_word_embeddings": False,
-    "max_position_embeddings": 131072,
+    "max_position_embeddings": 131072, "attention_dropout": 0.0, "sliding_window": 4096,
 }
-_MIXTRAL = {**_MISTRAL, "num_local_experts": 8, "num_experts_per_tok": 2}
+_MIXTRAL = {**_MISTRAL, "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None}
 _QWEN2 = {
     "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": 32, "tie_word_embeddings": False,
-    "max_position_embeddings": 32768,
+    "max_position_embeddings": 32768, "attention_dropout": 0.0, "use_sliding_window": False, "sliding_window": 4096,
+    "max_window_layers": 28,
 }
 _QWEN2_MOE = {
     "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
     "num_attention_heads": 16, "num_key_value_heads": 16, "tie_word_embeddings": False,
     "max_position_embeddings": 32768, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
     "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60,
-    "mlp_only_layers": None, "qkv_bias": True,
+    "mlp_only_layers": None, "qkv_bias": True, "norm_topk_prob": False, "attention_dropout": 0.0,
+    "use_sliding_window": False,
 }
 _QWEN3 = {**_QWEN2, "head_dim": 128, "attention_bias": False}
 _QWEN3_MOE = {
@@ -340,61 +389,72 @@ _QWEN3_MOE = {
     "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": None, "tie_word_embeddings": False,
     "attention_bias": False, "max_position_embeddings": 32768, "decoder_sparse_step": 1,
     "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "mlp_only_layers": None,
+    "norm_topk_prob": False, "attention_dropout": 0.0, "use_sliding_window": False,
 }
 _GEMMA = {
     "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
     "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "tie_word_embeddings": True,
-    "attention_bias": False, "max_position_embeddings": 8192,
+    "attention_bias": False, "max_position_embeddings": 8192, "attention_dropout": 0.0,
 }
 _GEMMA2 = {**_GEMMA, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-           "num_attention_heads": 8, "num_key_value_heads": 4}
-_GEMMA3 = {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072}
+           "num_attention_heads": 8, "num_key_value_heads": 4, "sliding_window": 4096,
+           "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0}
+_GEMMA3 = {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072, "attn_logit_softcapping": None,
+           "final_logit_softcapping": None}
 _PHI3 = {
     "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
     "num_attention_heads": 32, "num_key_value_heads": None, "tie_word_embeddings": False,
-    "max_position_embeddings": 4096,
+    "max_position_embeddings": 4096, "attention_dropout": 0.0, "sliding_window": None,
 }
 _GPT2 = {
     "vocab_size": 50257, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None, "n_positions": 1024,
-    "tie_word_embeddings": True, "add_cross_attention": False,
+    "tie_word_embeddings": True, "add_cross_attention": False, "resid_pdrop": 0.1, "embd_pdrop": 0.1,
+    "attn_pdrop": 0.1,
 }
 _GPT_NEOX = {
     "vocab_size": 50432, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 44,
     "num_attention_heads": 64, "tie_word_embeddings": False, "attention_bias": True, "max_position_embeddings": 2048,
+    "attention_dropout": 0.0, "use_parallel_residual": True,
 }
 _OPT = {
     "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072, "num_attention_heads": 12,
     "max_position_embeddings": 2048, "word_embed_proj_dim": 768, "do_layer_norm_before": True, "enable_bias": True,
     "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False, "tie_word_embeddings": True,
+    "dropout": 0.1, "attention_dropout": 0.0,
 }
 _FALCON = {
     "vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
     "num_ln_in_parallel_attn": None, "num_kv_heads": None, "new_decoder_architecture": False, "multi_query": True,
     "parallel_attn": True, "bias": False, "ffn_hidden_size": None, "tie_word_embeddings": True,
-    "max_position_embeddings": 2048,
+    "max_position_embeddings": 2048, "attention_dropout": 0.0, "alibi": False,
 }
 
 _GPT2_ALIASES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
                  "num_hidden_layers": "n_layer"}
+_MOE_LAYOUT = Layout("moe")
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(_LLAMA, _llama, _derive_decoder),
+    "granite": Family(_GRANITE, _llama, _derive_decoder),
     "mistral": Family(_MISTRAL, _mistral, _derive_decoder),
-    "mixtral": Family(_MIXTRAL, _mixtral, _derive_decoder, {"num_experts": "num_local_experts"}),
+    "mixtral": Family(_MIXTRAL, _mixtral, _derive_decoder, {"num_experts": "num_local_experts"}, _MOE_LAYOUT),
     "qwen2": Family(_QWEN2, _qwen2, _derive_decoder),
-    "qwen2_moe": Family(_QWEN2_MOE, _qwen2_moe, _derive_qwen_moe),
-    "qwen3": Family(_QWEN3, _qwen3, _derive_decoder),
-    "qwen3_moe": Family(_QWEN3_MOE, _qwen3_moe, _derive_qwen_moe, {"num_local_experts": "num_experts"}),
-    "gemma": Family(_GEMMA, _gemma_family(2, qk_norm=False), _derive_decoder),
-    "gemma2": Family(_GEMMA2, _gemma_family(4, qk_norm=False), _derive_decoder),
-    "gemma3_text": Family(_GEMMA3, _gemma_family(4, qk_norm=True), _derive_decoder),
-    "phi3": Family(_PHI3, _phi3, _derive_decoder),
-    "gpt2": Family(_GPT2, _gpt2, _derive_gpt2, _GPT2_ALIASES),
-    "gpt_neox": Family(_GPT_NEOX, _gpt_neox, _derive_mha),
-    "opt": Family(_OPT, _opt, _derive_opt),
-    "falcon": Family(_FALCON, _falcon, _derive_falcon),
+    "qwen2_moe": Family(_QWEN2_MOE, _qwen2_moe, _derive_qwen_moe,
+                        layout=Layout("moe", qwen_router=True, shared_expert=True)),
+    "qwen3": Family(_QWEN3, _qwen3, _derive_decoder, layout=Layout("llama", qk_norm=True)),
+    "qwen3_moe": Family(_QWEN3_MOE, _qwen3_moe, _derive_qwen_moe, {"num_local_experts": "num_experts"},
+                        Layout("moe", qk_norm=True, qwen_router=True)),
+    "gemma": Family(_GEMMA, _gemma_family(2, qk_norm=False), _derive_decoder, layout=Layout("llama", gemma=1)),
+    "gemma2": Family(_GEMMA2, _gemma_family(4, qk_norm=False), _derive_decoder, layout=Layout("llama", gemma=2)),
+    "gemma3_text": Family(_GEMMA3, _gemma_family(4, qk_norm=True), _derive_decoder,
+                          layout=Layout("llama", qk_norm=True, gemma=3)),
+    "phi3": Family(_PHI3, _phi3, _derive_decoder, layout=Layout("llama", fused_qkv=True)),
+    "gpt2": Family(_GPT2, _gpt2, _derive_gpt2, _GPT2_ALIASES, Layout("gpt2")),
+    "gpt_neox": Family(_GPT_NEOX, _gpt_neox, _derive_mha, layout=Layout("gpt_neox")),
+    "opt": Family(_OPT, _opt, _derive_opt, layout=Layout("opt")),
+    "falcon": Family(_FALCON, _falcon, _derive_falcon, layout=Layout("falcon")),
 }
-"""model_type -> how to count it. Anything else goes through a meta-device instantiation (see resolve.py)."""
+"""model_type -> how it is built and what it keeps. Anything else is counted on the meta device (see resolve.py)."""
 
 KNOWN_FAMILIES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
