@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from zerokit.memory import calibration_cache
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
@@ -158,21 +158,40 @@ def _with_layers(config: Mapping[str, Any], n: int, full: int) -> dict:
 
 @contextlib.contextmanager
 def _faithful() -> Iterator[None]:
-    """Make transformers take the code path of a real CPU run while its tensors are fake.
+    """Make transformers and torch take the code paths of a real CPU run while the tensors are fake.
 
-    - ``is_tracing`` counts fake tensors as tracing, and then keeps causal masks the real run skips: answer no.
+    - transformers' ``is_tracing`` counts fake tensors as tracing, and then keeps causal masks the real run skips:
+      answer no.
     - ``find_packed_sequence_indices`` must read the positions: with only ``input_ids`` given, transformers builds
       ``arange(seq_len)``, which is one sequence, so the real answer is always None.
+    - torch's meta function of ``_grouped_mm`` (MoE experts) applies CUDA's rules: bf16 only, rows padded to 16
+      bytes on CUDA builds. The CPU kernel takes fp16 and fp32 too and returns a contiguous result: give that.
+
+    Fake-tensor results cached meanwhile are dropped on exit, so nothing computed under these answers outlives them.
     """
     import logging
     import warnings
 
+    import torch
     import transformers
+    from torch import _meta_registrations as meta
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import masking_utils
     from transformers.utils import import_utils
 
+    def grouped_mm_as_on_cpu(mat_a: Any, mat_b: Any, scale_a: Any, scale_b: Any, offs: Any = None, *args: Any,
+                             **kwargs: Any) -> Any:
+        if scale_a is not None or scale_b is not None:
+            return common(mat_a, mat_b, scale_a, scale_b, offs, *args, **kwargs)
+        out_dtype = kwargs.get("out_dtype", args[2] if len(args) > 2 else None)
+        shaped = meta._create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
+        return torch.empty(shaped.shape, dtype=shaped.dtype, device=shaped.device)
+
+    common = getattr(meta, "_meta_grouped_mm_common", None)
     patches = [(import_utils, "is_fake_tensor", lambda x: False),
                (masking_utils, "find_packed_sequence_indices", lambda *a, **k: None)]
+    if common is not None and hasattr(meta, "_create_grouped_mm_output_tensor"):
+        patches.append((meta, "_meta_grouped_mm_common", grouped_mm_as_on_cpu))
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches if hasattr(mod, name)]
     verbosity = transformers.logging.get_verbosity()
     fake_log = logging.getLogger("torch._subclasses.fake_tensor")  # logs a traceback before raising; we report
@@ -191,6 +210,7 @@ def _faithful() -> Iterator[None]:
             setattr(mod, name, orig)
         transformers.logging.set_verbosity(verbosity)
         fake_log.setLevel(fake_level)
+        FakeTensorMode.cache_clear()
 
 
 def _cast(model: Any, dtype: Any) -> None:
@@ -228,8 +248,7 @@ class _Tracer:
         if not self.model_type:
             raise CalibrationUnavailable("config.json has no model_type, so transformers cannot build the model")
         try:
-            with _faithful():
-                self.hf_config = AutoConfig.for_model(self.model_type, **self.raw)
+            self.hf_config = AutoConfig.for_model(self.model_type, **self.raw)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CalibrationUnavailable(f"transformers cannot build model_type {self.model_type!r}: "
                                          f"{_one_line(exc)}") from None
@@ -279,7 +298,7 @@ class _Tracer:
     def run(self, layers: int, checkpointing: bool, seq_len: int, micro_batch: int) -> int:
         import torch
 
-        with self.mode, _faithful():
+        with self.mode:  # the caller holds _faithful() around every trace of a calibration
             model = self._model(layers, checkpointing)
             params = {p.untyped_storage()._cdata for p in model.parameters()}
             held: dict[int, int] = {}
@@ -309,8 +328,9 @@ def _one_line(exc: BaseException) -> str:
 def trace(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention: str = "sdpa", dtype: str = "bf16",
           gradient_checkpointing: bool = False) -> int:
     """What ``measure`` returns as ``activations``, counted on fake tensors: no matmul runs, any width is cheap."""
-    tracer = _Tracer(config, attention, dtype)
-    return tracer.run(tracer.n_layers, gradient_checkpointing, seq_len, micro_batch)
+    with _faithful():
+        tracer = _Tracer(config, attention, dtype)
+        return tracer.run(tracer.n_layers, gradient_checkpointing, seq_len, micro_batch)
 
 
 # ----------------------------------------------------------------------------------------------- the fitted model
@@ -349,9 +369,8 @@ def _plan_seqs(lo: int, hi: int | None) -> tuple[list[int], int]:
         seqs = list(range(start, hi))[:3]
         return seqs, seqs[-1]
     step = _STEP if hi is None else max(1, min(_STEP, (hi - start) // 4))
-    base = lo if lo else 0
-    seqs = [base + step * k for k in (1, 2, 3)]
-    check = base + (5 * step) // 2
+    seqs = [lo + step * k for k in (1, 2, 3)]
+    check = lo + (5 * step) // 2
     if check in seqs:
         check = seqs[-1] + 1 if hi is None or seqs[-1] + 1 < hi else seqs[0]
     return seqs, check
@@ -424,9 +443,12 @@ class CalibratedActivations:
     seconds: float
     """Wall time the tracing took when it was measured (not when read from the cache)."""
     cached: bool = False
-    source: str = "calibrated"
+    """True when read from the cache instead of traced now."""
+    source: ClassVar[str] = "calibrated"
+    """What ``memory.activations_source`` says for an estimate from here."""
     _fits: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _layer_fits: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _estimates: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.attention not in _ATTENTION or self.dtype not in _DTYPES or self.n_layers < 1:
@@ -440,16 +462,18 @@ class CalibratedActivations:
                     raise ValueError(f"no probes for checkpointing={ckpt} in sequence regime [{lo}, {hi})")
                 need = [(s, b) for s in seqs for b in _FIT_BATCHES]
                 full = {(s, b): index.get((self.n_layers, ckpt, s, b)) for s, b in need}
+                m1 = {(s, b): index.get((1, ckpt, s, b)) for s, b in need}
+                m2 = {(s, b): index.get((2, ckpt, s, b)) for s, b in need}
+                minis = all(v is not None for v in (*m1.values(), *m2.values()))
                 if all(v is not None for v in full.values()):
                     self._fits[ckpt, r] = _fit(full)
-                else:
-                    m1 = {(s, b): index.get((1, ckpt, s, b)) for s, b in need}
-                    m2 = {(s, b): index.get((2, ckpt, s, b)) for s, b in need}
-                    if any(v is None for v in (*m1.values(), *m2.values())):
-                        raise ValueError(f"incomplete probes for checkpointing={ckpt} in regime [{lo}, {hi})")
+                elif minis:
                     self._fits[ckpt, r] = _fit({k: m1[k] + (self.n_layers - 1) * (m2[k] - m1[k]) for k in need})
-                    if not ckpt:
-                        self._layer_fits[r] = _fit({k: m2[k] - m1[k] for k in need})
+                else:
+                    raise ValueError(f"incomplete probes for checkpointing={ckpt} in regime [{lo}, {hi})")
+                alike = self.n_layers <= 2 or any(v is None for v in full.values())  # no full-depth refit
+                if minis and alike and not ckpt:
+                    self._layer_fits[r] = _fit({k: m2[k] - m1[k] for k in need})
 
     # -------------------------------------------------------------------------------------------------- queries
     def _regime(self, seq_len: int) -> int:
@@ -468,11 +492,21 @@ class CalibratedActivations:
         return None if fit is None else round(fit(seq_len, micro_batch))
 
     def estimate(self, seq_len: int, micro_batch: int, gradient_checkpointing: bool = False) -> ActivationEstimate:
-        """The calibrated ``activations``; ``transient`` stays modelled (a llama-like layer, the exact loss term)."""
-        acts = self.activations(seq_len, micro_batch, gradient_checkpointing)
-        modelled = estimate_activations(self.config, seq_len, micro_batch, attention=self.attention, dtype=self.dtype,
-                                        gradient_checkpointing=gradient_checkpointing)
-        return ActivationEstimate(acts, modelled.transient, False, self.note)
+        """The calibrated ``activations``; ``transient`` stays modelled (a llama-like layer, the exact loss term).
+
+        Memoised: a plan asks the same (seq_len, micro_batch, checkpointing) for every stage and offload candidate.
+        """
+        key = (seq_len, micro_batch, bool(gradient_checkpointing))
+        hit = self._estimates.get(key)
+        if hit is None:
+            acts = self.activations(seq_len, micro_batch, gradient_checkpointing)
+            modelled = estimate_activations(self.config, seq_len, micro_batch, attention=self.attention,
+                                            dtype=self.dtype, gradient_checkpointing=gradient_checkpointing)
+            hit = ActivationEstimate(acts, modelled.transient, False, self.note)
+            if len(self._estimates) > 4096:
+                self._estimates.clear()
+            self._estimates[key] = hit
+        return hit
 
     @property
     def exact(self) -> bool:
@@ -586,15 +620,16 @@ def calibrated_activations(config: Mapping[str, Any], *, attention: str = "sdpa"
             except ValueError:
                 pass  # corrupt or foreign: measure again and overwrite it
     t0 = time.perf_counter()
-    tracer = _Tracer(config, attention, dtype)
-    if progress:
-        progress(f"calibrating the activations of {tracer.model_type} ({tracer.n_layers} layers, {attention}, "
-                 f"{dtype}) on fake-tensor miniatures")
-    try:
-        windows, probes, checks = _measure_all(tracer, progress)
-    except _TRACE_ERRORS as exc:  # transformers code we have never seen: a failure means "not calibrated"
-        raise CalibrationUnavailable(f"tracing {tracer.model_type} failed ({type(exc).__name__}: "
-                                     f"{_one_line(exc)})") from None
+    with _faithful():
+        tracer = _Tracer(config, attention, dtype)
+        if progress:
+            progress(f"calibrating the activations of {tracer.model_type} ({tracer.n_layers} layers, {attention}, "
+                     f"{dtype}) on fake-tensor miniatures")
+        try:
+            windows, probes, checks = _measure_all(tracer, progress)
+        except _TRACE_ERRORS as exc:  # transformers code we have never seen: a failure means "not calibrated"
+            raise CalibrationUnavailable(f"tracing {tracer.model_type} failed ({type(exc).__name__}: "
+                                         f"{_one_line(exc)})") from None
     cal = CalibratedActivations(config=config, attention=attention, dtype=dtype, n_layers=tracer.n_layers,
                                 windows=windows, probes=tuple(probes), checks=tuple(checks), versions=versions,
                                 seconds=round(time.perf_counter() - t0, 3))
