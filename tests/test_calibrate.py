@@ -261,17 +261,22 @@ def _versions() -> dict:
     return _versions()
 
 
-def test_cache_hit_skips_tracing(tmp_path):
-    from zerokit.memory.calibrate import FORMAT, calibrated_activations
+def test_cache_hit_skips_tracing_and_imports_neither_torch_nor_transformers(tmp_path):
+    from zerokit.memory.calibrate import FORMAT
 
     case = CASES["olmoe", "sdpa", "bf16"]
     config = FAMILIES["olmoe"]["config"]
     key = calibration_cache.cache_key(config, attention="sdpa", dtype="bf16", versions=_versions(), format=FORMAT)
     assert calibration_cache.store(key, case["calibration"], tmp_path)
-    t0 = time.perf_counter()
-    cal = calibrated_activations(config, attention="sdpa", dtype="bf16", cache_dir=tmp_path)
-    assert time.perf_counter() - t0 < 0.5
-    assert cal.cached is True and cal.to_dict() == case["calibration"]
+    code = ("import json, sys, time\n"
+            "from zerokit.memory.calibrate import calibrated_activations\n"
+            "t0 = time.perf_counter()\n"
+            f"cal = calibrated_activations(json.loads({json.dumps(json.dumps(config))}), cache_dir={str(tmp_path)!r})\n"
+            "print(json.dumps({'seconds': time.perf_counter() - t0, 'cached': cal.cached, 'payload': cal.to_dict(),\n"
+            "                  'imported': sorted({'torch', 'transformers'} & set(sys.modules))}))\n")
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert out["cached"] is True and out["payload"] == case["calibration"]
+    assert out["imported"] == [] and out["seconds"] < 0.5
 
 
 def test_miss_then_hit_and_corrupt_entry_is_recomputed(tmp_path):

@@ -620,6 +620,8 @@ def calibrated_activations(config: Mapping[str, Any], *, attention: str = "sdpa"
             except ValueError:
                 pass  # corrupt or foreign: measure again and overwrite it
     t0 = time.perf_counter()
+    for name in _LIBRARIES:
+        _import(name)
     with _faithful():
         tracer = _Tracer(config, attention, dtype)
         if progress:
@@ -642,18 +644,30 @@ _TRACE_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, AttributeError, 
                  AssertionError, ImportError, OSError)
 
 
+_LIBRARIES = ("torch", "transformers")
+
+
 def _versions() -> dict[str, str]:
+    """torch and transformers versions from their package metadata, so a cache hit imports neither."""
+    from importlib import metadata
+
+    versions = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:  # an install without metadata: ask the module
+            versions[name] = str(getattr(_import(name), "__version__", "unknown"))
+    return versions
+
+
+def _import(name: str) -> Any:
+    import importlib
+
     try:
-        import torch
+        return importlib.import_module(name)
     except ImportError:
-        raise CalibrationUnavailable("torch is not installed: activations of an unmodelled architecture stay "
-                                     "generic (pip install torch transformers to calibrate them)") from None
-    try:
-        import transformers
-    except ImportError:
-        raise CalibrationUnavailable("transformers is not installed: activations of an unmodelled architecture "
-                                     "stay generic (pip install transformers to calibrate them)") from None
-    return {"torch": str(torch.__version__), "transformers": str(transformers.__version__)}
+        raise CalibrationUnavailable(f"{name} is not installed: activations of an unmodelled architecture stay "
+                                     f"generic (pip install torch transformers to calibrate them)") from None
 
 
 def calibrate(config: Mapping[str, Any], seq_len: int, micro_batch: int, *, attention: str = "sdpa",
