@@ -28,7 +28,15 @@ extrapolation; when it disagrees (layers that are not all alike) that regime is 
 The fit is exact rational arithmetic on the traced integers.
 
 Results are cached on disk per config, attention, dtype and torch/transformers versions
-(``zerokit.memory.calibration_cache``). torch and transformers are imported lazily: importing this module is free.
+(``zerokit.memory.calibration_cache``); a cache hit imports neither library. torch and transformers are imported
+lazily: importing this module is free. Use (in the CLI layer; the pure planner receives the result)::
+
+    try:
+        cal = calibrated_activations(config, attention="sdpa", dtype="bf16", progress=lambda m: print(m, file=sys.stderr))
+    except CalibrationUnavailable as exc:
+        warnings.append(str(exc))  # activations stay generic
+    else:
+        est = cal.estimate(seq_len, micro_batch, gradient_checkpointing)  # an ActivationEstimate, microseconds
 """
 
 from __future__ import annotations
@@ -363,16 +371,19 @@ def _regimes(windows: tuple[int, ...]) -> list[tuple[int, int | None]]:
 
 
 def _plan_seqs(lo: int, hi: int | None) -> tuple[list[int], int]:
-    """Three fit lengths and one check length inside [lo, hi) (fewer fit lengths when the regime is that narrow)."""
+    """Three fit lengths and one check length inside [lo, hi) (fewer fit lengths when the regime is that narrow).
+
+    The last regime is unbounded: its check lies well beyond the fit lengths, so it tests the extrapolation.
+    """
     start = max(lo, 1)
     if hi is not None and hi - start < 4:
         seqs = list(range(start, hi))[:3]
         return seqs, seqs[-1]
     step = _STEP if hi is None else max(1, min(_STEP, (hi - start) // 4))
     seqs = [lo + step * k for k in (1, 2, 3)]
-    check = lo + (5 * step) // 2
+    check = lo + 8 * step + 1 if hi is None else lo + (5 * step) // 2
     if check in seqs:
-        check = seqs[-1] + 1 if hi is None or seqs[-1] + 1 < hi else seqs[0]
+        check = seqs[-1] + 1 if seqs[-1] + 1 < hi else seqs[0]
     return seqs, check
 
 

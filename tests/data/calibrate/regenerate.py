@@ -92,6 +92,9 @@ def main() -> int:
     ap.add_argument("--family", action="append", help="only these (repeatable); others are kept from golden.json")
     ap.add_argument("--resume", action="store_true",
                     help="keep cases already in the output whose config is unchanged (an interrupted run goes on)")
+    ap.add_argument("--recalibrate-only", action="store_true",
+                    help="trace the calibrations again but keep the measurements of unchanged configs (after a "
+                         "change to the tracer or its probe plan; the real runs do not depend on either)")
     ap.add_argument("--out", type=Path, default=HERE / "golden.json")
     a = ap.parse_args()
     _, source = _load_measure(a.script)
@@ -112,9 +115,11 @@ def main() -> int:
             print(f"{fam} {att} {dtype}: not calibrated: {exc}")
             continue
         measured = []
+        kept = {(s, b, ck): v for s, b, ck, v in old["measured"]} if a.recalibrate_only and old and (
+            old.get("config") == config) else {}
         for s, b in list(SHAPES) + [(w, 2) for w in cal.windows]:
             for ckpt in (False, True):
-                value = measure_real(a.script, config, s, b, att, dtype, ckpt)
+                value = kept.get((s, b, ckpt)) or measure_real(a.script, config, s, b, att, dtype, ckpt)
                 measured.append([s, b, ckpt, value])
                 err = cal.activations(s, b, ckpt) - value
                 print(f"{fam:12} {att:5} {dtype} seq {s:4} mb {b} ckpt {ckpt!s:5} measured {value:>11} "
