@@ -452,7 +452,7 @@ class CalibratedActivations:
     """Traces of the real depth at points the fit did not use; ``exact`` says whether the fit reproduces them."""
     versions: Mapping[str, str]
     seconds: float
-    """Wall time the tracing took when it was measured (not when read from the cache)."""
+    """Wall time of the tracing (torch and transformers already imported), as measured when it was traced."""
     cached: bool = False
     """True when read from the cache instead of traced now."""
     source: ClassVar[str] = "calibrated"
@@ -630,9 +630,9 @@ def calibrated_activations(config: Mapping[str, Any], *, attention: str = "sdpa"
                 return CalibratedActivations.from_dict(payload, config)
             except ValueError:
                 pass  # corrupt or foreign: measure again and overwrite it
-    t0 = time.perf_counter()
     for name in _LIBRARIES:
         _import(name)
+    t0 = time.perf_counter()
     with _faithful():
         tracer = _Tracer(config, attention, dtype)
         if progress:
