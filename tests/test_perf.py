@@ -12,8 +12,18 @@ import pytest
 from zerokit.errors import BadInput
 from zerokit.hardware import GPU_PRESETS
 from zerokit.models.params import count_parameters
-from zerokit.perf import (DEVICE_FIGURES, MachinePerf, build_machine, load_profile, machine_from_preset, model_flops,
-                          parse_bandwidth, profile_to_json, step_time, time_to_train_s)
+from zerokit.perf import (
+    DEVICE_FIGURES,
+    MachinePerf,
+    build_machine,
+    load_profile,
+    machine_from_preset,
+    model_flops,
+    parse_bandwidth,
+    profile_to_json,
+    step_time,
+    time_to_train_s,
+)
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
