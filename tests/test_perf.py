@@ -310,20 +310,26 @@ def test_zero_communication_by_hand():
     assert z2.communication_s == pytest.approx(3 * P * per + P * per)  # reduce-scatter in every backward
     assert z2.exposed_communication_s == z2.communication_s  # this machine cannot overlap
     assert z2.optimizer_s == pytest.approx(P / 2 / 1e9)
-    z3 = _t(gpus_per_node=2, zero_stage=3)
+    z3 = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
     assert z3.communication_s == pytest.approx(2 * P * per + P * per)  # gathers in forward and backward + reduce
-    two_nodes = _t(gpus_per_node=1, nodes=2, zero_stage=3)
+    # DeepSpeed's default stage3_param_persistence_threshold (1e5) keeps every tensor of this tiny model whole
+    assert _t(gpus_per_node=2, zero_stage=3).communication_s == pytest.approx(P * per)
+    mf = model_flops(TINY_LLAMA)
+    assert mf.gathered(30000) == (2, 2 * 32768)  # only the embedding and the LM head are above 30,000
+    assert mf.gathered(0) == (2 + 2 * 9 + 1, P)
+    two_nodes = _t(gpus_per_node=1, nodes=2, zero_stage=3, persistence_threshold=0)
     assert two_nodes.communication_s == pytest.approx(z3.communication_s)  # 1 GB/s node NIC, one GPU per node
-    four = _t(gpus_per_node=2, nodes=2, zero_stage=3)  # the NIC is shared by 2 GPUs: 0.5 GB/s each, 3/4 ring
+    four = _t(gpus_per_node=2, nodes=2, zero_stage=3, persistence_threshold=0)  # NIC shared: 0.5 GB/s each
     assert four.communication_s == pytest.approx(3 * P * 0.75 * 2 / 0.5e9)
 
 
 def test_overlap_hides_what_compute_covers():
     overlapping = replace(FLAT, comm_overlaps_compute=True, intra_node_bandwidth=1e12)
-    t = step_time(TINY_LLAMA, overlapping, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3)
+    t = step_time(TINY_LLAMA, overlapping, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
+                  persistence_threshold=0)
     assert t.communication_s > 0 and t.exposed_communication_s < t.communication_s
     off = step_time(TINY_LLAMA, overlapping, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
-                    overlap_comm=False)
+                    overlap_comm=False, persistence_threshold=0)
     assert off.exposed_communication_s == pytest.approx(off.communication_s)
 
 
@@ -333,17 +339,18 @@ def test_offload_by_hand():
     # gradients down in every backward (2 bytes at 0.5 GB/s), the updated bf16 partition up once (1 GB/s)
     assert z2.offload_s == pytest.approx(2 * shard * 2 / 5e8 + shard * 2 / 1e9)
     assert z2.optimizer_s == pytest.approx(shard * 2 / 1e8)  # both ranks share the node's CPU-Adam rate
-    z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu")
+    z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0)
     assert z3.offload_s == pytest.approx(shard * 2 / 5e8 + 2 * shard * 2 / 1e9)  # params up in forward and backward
-    pageable = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False)
+    pageable = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
+                  persistence_threshold=0)
     assert pageable.offload_s == pytest.approx(shard * 2 / 2.5e8 + 2 * shard * 2 / 2.5e8)
     nvme = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="nvme")
     assert nvme.offload_s == pytest.approx(shard * 2 / 5e8 + shard * 2 / 1e9 + shard * 12 * 2 * (1 / 2e9 + 1 / 1e9))
 
 
 def test_lora_trains_few_parameters_but_gathers_all():
-    full = _t(gpus_per_node=2, zero_stage=3)
-    lora = _t(gpus_per_node=2, zero_stage=3, trainable_parameters=1000)
+    full = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
+    lora = _t(gpus_per_node=2, zero_stage=3, trainable_parameters=1000, persistence_threshold=0)
     per = 0.5 * 2 / 1e9
     assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)  # frozen weights are still gathered
     assert lora.optimizer_s == pytest.approx(500 / 1e9)

@@ -70,6 +70,9 @@ class ModelFlops:
     attention: tuple[AttentionLayers, ...]
     parameter_modules: int
     """Modules that own parameters: ZeRO-3 fetches and releases each one in every forward and backward."""
+    module_sizes: tuple[tuple[int, int], ...] = ()
+    """(parameters of its own, copies) of every parameter-owning module: ZeRO-3 gathers the ones above
+    `stage3_param_persistence_threshold` and keeps the others whole on every rank."""
     elementwise_per_token: float = 0.0
     """Element passes of the forward's elementwise kernels per token, all layers (`elementwise_passes`)."""
     _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
@@ -95,6 +98,17 @@ class ModelFlops:
                 pairs = full
             out.append((group, pairs))
         return out
+
+    def gathered(self, persistence_threshold: float) -> tuple[int, int]:
+        """(modules, parameters) ZeRO-3 all-gathers in each pass: those above the persistence threshold. A tied
+        LM head is the embedding's weight, gathered twice (DeepSpeed fetches it for each module that uses it)."""
+        key = ("gathered", persistence_threshold)
+        hit = self._cache.get(key)
+        if hit is None:
+            big = [(n, c) for n, c in self.module_sizes if n > persistence_threshold]
+            hit = (sum(c for _, c in big), sum(n * c for n, c in big))
+            self._cache[key] = hit
+        return hit
 
     def score_flops(self, seq_len: int, attention: str = "sdpa") -> float:
         """Forward QK^T + PV FLOPs of one sequence."""
@@ -283,7 +297,8 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         layer, head, width = build(c)
         attention = (_decoder_attention(c) if build is _decoder
                      else (AttentionLayers(c["num_hidden_layers"], c["num_attention_heads"], c["head_dim"]),))
-        modules = sum(p.copies for p in model_parts(c) if p.params > 0)
+        parts = [p for p in model_parts(c) if p.params > 0 and p.copies > 0]
+        modules = sum(p.copies for p in parts)
     except (TypeError, KeyError) as e:
         raise BadInput(f"{c['model_type']} config has a missing or wrongly typed value ({e}); fix the config.json") \
             from None
@@ -291,6 +306,7 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         model_type=c["model_type"], hidden_size=c["hidden_size"], num_layers=c["num_hidden_layers"],
         vocab_size=c["vocab_size"], intermediate_size=width, layer_matmuls=tuple(m for m in layer if m.copies > 0),
         head_matmuls=tuple(head), attention=attention, parameter_modules=int(modules),
+        module_sizes=tuple((p.params, p.copies) for p in parts),
         elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder))
     if len(_CACHE) > 256:
         _CACHE.clear()

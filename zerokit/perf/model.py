@@ -142,15 +142,17 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
               offload_optimizer: str = "none", offload_param: str = "none", gradient_checkpointing: bool = False,
               precision: str = "bf16", attention: str = "sdpa", overlap_comm: bool = True,
               reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
-              prefetch_bucket_size: float = 5e7, pin_memory: bool = True,
+              prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
               trainable_parameters: int | None = None) -> StepTime:
     """The time of one optimizer step of this setup on `perf`'s machine.
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
     `parameters`: total parameters; `trainable_parameters`: those with gradients (default: all; LoRA: the adapters).
     Bucket sizes are DeepSpeed's, in elements (`reduce_bucket_size`, `allgather_bucket_size`,
-    `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `pin_memory` is the
-    offload config's: pinned host buffers copy at the pinned rate.
+    `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
+    `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
+    keeps smaller parameters whole and gathers only the rest. `pin_memory` is the offload config's: pinned host
+    buffers copy at the pinned rate.
     """
     mf = model if model.__class__ is ModelFlops else model_flops(model)
     nbytes = _BYTES.get(precision)
@@ -195,11 +197,12 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
         if zero_stage == 0:
             boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
         elif zero_stage == 3:
-            ag = 2.0 * total * per_element + 2.0 * mf.parameter_modules * lat
+            gathers, gathered = mf.gathered(persistence_threshold)
+            ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
             micro_comm = ag + reduce
             if overlap and prefetch_bucket_size > 0:
                 half = ag / 2.0
-                micro_exposed = min(micro_comm, max(0.0, half - fwd) + half / max(mf.parameter_modules, 1)
+                micro_exposed = min(micro_comm, max(0.0, half - fwd) + half / max(gathers, 1)
                                     + max(0.0, half + reduce - bwd - rec))
             else:
                 micro_exposed = micro_comm
@@ -233,7 +236,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
             if offload_optimizer == "nvme":
                 boundary_off += shard_t * OPTIMIZER_STATE_BYTES * gpn * (1.0 / perf.nvme_read + 1.0 / perf.nvme_write)
         if offload_param != "none":
-            shard_p = total / world
+            shard_p = mf.gathered(persistence_threshold)[1] / world  # persistent parameters stay on the device
             micro_off += 2.0 * shard_p * nbytes / h2d  # the rank's partition, to the device in forward and backward
             if offload_param == "nvme":
                 micro_off += 2.0 * shard_p * nbytes * gpn / perf.nvme_read
