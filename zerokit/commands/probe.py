@@ -73,6 +73,9 @@ def render_table(perf, raw: dict) -> str:
     for dtype, curve in perf.matmul.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
         rows.append((f"matmul {dtype} GFLOP/s by size", pts, perf.sources.get("matmul", "probe")))
+    for dtype, curve in perf.attention.items():
+        pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
+        rows.append((f"attention {dtype} GFLOP/s by size", pts, perf.sources.get("attention", "probe")))
     rows.append(("elementwise by activation size", ", ".join(f"{format_bytes(s)}: {rate(b)}" for s, b in
                                                              perf.elementwise), perf.sources.get("elementwise", "")))
     rows += [

@@ -59,6 +59,9 @@ class MachinePerf:
     """`gpu` or `cpu` (DeepSpeed's CPU accelerator)."""
     matmul: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     """dtype -> ((size, FLOP/s), ...): matmul throughput of one rank at each size (cube root of m*n*k), ascending."""
+    attention: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """dtype -> ((size, FLOP/s), ...): the attention kernel's QK^T and PV throughput (SDPA, causal, forward and
+    backward) by the cube root of (query-key pairs x head_dim); empty = the matmul curve's."""
     elementwise: tuple[tuple[float, float], ...] = ()
     """((tensor bytes, bytes/s), ...): what one rank's elementwise kernels (norms, activations, residuals, loss) move
     per second, by the size of the tensor they work on (small ones stay in cache on a CPU), ascending."""
@@ -103,6 +106,15 @@ class MachinePerf:
         """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
         smallest size measured the rate falls in proportion (a product that small is latency-bound)."""
         curve = self._curve(dtype)
+        if size < curve[0][0]:
+            return curve[0][1] * max(size, 1.0) / curve[0][0]
+        return interpolate(curve, size)
+
+    def attention_flops_at(self, dtype: str, size: float) -> float:
+        """The attention kernel's FLOP/s at a size; the matmul curve's where no attention curve was measured."""
+        curve = self.attention.get(dtype)
+        if not curve:
+            return self.matmul_flops_at(dtype, size)
         if size < curve[0][0]:
             return curve[0][1] * max(size, 1.0) / curve[0][0]
         return interpolate(curve, size)
@@ -266,7 +278,7 @@ def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -
     out: dict[str, Any] = {"zerokit_profile": PROFILE_VERSION}
     for f in fields(MachinePerf):
         value = getattr(perf, f.name)
-        if f.name == "matmul":
+        if f.name in ("matmul", "attention"):
             value = {k: [[s, fl] for s, fl in v] for k, v in value.items()}
         elif f.name == "elementwise":
             value = [[s, b] for s, b in value]
@@ -300,6 +312,8 @@ def load_profile(path: str) -> MachinePerf:
     if values["device"] not in ("gpu", "cpu"):
         raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
     values["matmul"] = _matmul_from_json(data["matmul"], where)
+    if data.get("attention"):
+        values["attention"] = _matmul_from_json(data["attention"], where, "attention")
     values["elementwise"] = _curve_from_json(data["elementwise"], f"{where}: elementwise", 1e15)
     for key in _NUMBER_FIELDS:
         if key not in data:
@@ -357,14 +371,14 @@ def _read_profile(path: str) -> Any:
         raise BadInput(f"--hardware {path}: cannot read it ({e.strerror}); check the permissions") from None
 
 
-def _matmul_from_json(value: Any, where: str) -> dict[str, tuple[tuple[float, float], ...]]:
+def _matmul_from_json(value: Any, where: str, what: str = "matmul") -> dict[str, tuple[tuple[float, float], ...]]:
     if not isinstance(value, dict) or not value:
-        raise BadInput(f"{where}: matmul must map dtypes ({', '.join(DTYPES)}) to [[size, FLOP/s], ...]")
+        raise BadInput(f"{where}: {what} must map dtypes ({', '.join(DTYPES)}) to [[size, FLOP/s], ...]")
     out = {}
     for dtype, curve in value.items():
         if dtype not in DTYPES:
-            raise BadInput(f"{where}: matmul has unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-        out[dtype] = _curve_from_json(curve, f"{where}: matmul.{dtype}", 1e18)
+            raise BadInput(f"{where}: {what} has unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+        out[dtype] = _curve_from_json(curve, f"{where}: {what}.{dtype}", 1e18)
     return out
 
 

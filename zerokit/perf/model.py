@@ -88,7 +88,7 @@ def forward_backward_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, 
         size = (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3)
         matmul += 3.0 * m.flops_per_token * tokens / perf.matmul_flops_at(dtype, size)
     for g, pairs in mf.attention_pairs(seq_len, attention):
-        matmul += 12.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch / perf.matmul_flops_at(
+        matmul += 12.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch / perf.attention_flops_at(
             dtype, (pairs * g.head_dim) ** (1 / 3))
     nbytes = _BYTES[dtype]
     elem = 3.0 * tokens * mf.elementwise_per_token * nbytes + tokens * mf.vocab_size * 4.0 * _LOSS_PASSES
@@ -118,7 +118,7 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     score_t = score_flops = 0.0
     for g, pairs in mf.attention_pairs(seq_len, attention):
         f = 4.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch
-        score_t += f / perf.matmul_flops_at(dtype, (pairs * g.head_dim) ** (1 / 3))
+        score_t += f / perf.attention_flops_at(dtype, (pairs * g.head_dim) ** (1 / 3))
         score_flops += f
     nbytes = _BYTES[dtype]
     elem = tokens * mf.elementwise_per_token * nbytes / perf.elementwise_at(tokens * mf.hidden_size * nbytes)
@@ -148,6 +148,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
     `parameters`: total parameters; `trainable_parameters`: those with gradients (default: all; LoRA: the adapters).
+    A setup asked for again (the planner re-plans the same candidates) is answered from a memo on the ModelFlops.
     Bucket sizes are DeepSpeed's, in elements (`reduce_bucket_size`, `allgather_bucket_size`,
     `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
     `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
@@ -155,6 +156,27 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     buffers copy at the pinned rate.
     """
     mf = model if model.__class__ is ModelFlops else model_flops(model)
+    key = (id(perf), parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes, zero_stage, offload_optimizer,
+           offload_param, gradient_checkpointing, precision, attention, overlap_comm, reduce_bucket_size,
+           allgather_bucket_size, prefetch_bucket_size, persistence_threshold, pin_memory, trainable_parameters)
+    memo = mf._cache.get(key)
+    if memo is not None and memo[0] is perf:
+        return memo[1]
+    result = _step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes, zero_stage,
+                        offload_optimizer, offload_param, gradient_checkpointing, precision, attention, overlap_comm,
+                        reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size, persistence_threshold,
+                        pin_memory, trainable_parameters)
+    if len(mf._cache) > 8192:
+        mf._cache.clear()
+    mf._cache[key] = (perf, result)
+    return result
+
+
+def _step_time(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
+               gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
+               gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
+               reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
+               persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None) -> StepTime:
     nbytes = _BYTES.get(precision)
     if nbytes is None:
         raise BadInput(f"precision {precision!r} is not one of bf16, fp16, fp32")

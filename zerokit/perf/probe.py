@@ -137,7 +137,7 @@ def _gpu_count() -> int:
 def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     from zerokit.perf.machine import DEFAULT_NOTES
 
-    sources = {k: "probe" for k in ("matmul", "elementwise", "op_overhead_s", "intra_node_bandwidth",
+    sources = {k: "probe" for k in ("matmul", "attention", "elementwise", "op_overhead_s", "intra_node_bandwidth",
                                     "collective_latency_s", "pcie", "cpu_adam_params_per_s",
                                     "device_adam_params_per_s")}
     sources["cpu_adam_params_per_s"] = m["cpu_adam"]["source"]
@@ -151,11 +151,13 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         read, write = 6.5e9, 3.5e9
     coll = m.get("collectives") or {}
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
-    for k in ("zero3_module_overhead_s",):
-        sources[k] = "default: " + DEFAULT_NOTES[k]
+    ds = m.get("deepspeed")
+    for k in ("zero3_module_overhead_s", "step_overhead_s"):
+        sources[k] = "probe: DeepSpeed ZeRO-2/ZeRO-3 steps of a small stack" if ds else "default"
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
+        attention={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m.get("attention", {}).items()},
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
         intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=12.5e9,
         collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
@@ -164,7 +166,9 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         h2d_pageable=m["copies"]["h2d_pageable"], d2h_pageable=m["copies"]["d2h_pageable"],
         cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
-        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6, step_overhead_s=0.0,
+        nvme_read=read, nvme_write=write,
+        zero3_module_overhead_s=ds["zero3_module_overhead_s"] if ds else 100e-6,
+        step_overhead_s=ds["step_overhead_s"] if ds else 0.0,
         ranks_measured=m["ranks"], sources=sources)
 
 
@@ -188,7 +192,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 9
+        self.step_no, self.steps = 0, 11
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -216,19 +220,21 @@ class _Worker:
         return (time.perf_counter() - start) / reps
 
     def seconds(self, fn: Callable[[], Any], min_reps: int = 3) -> float:
-        """Seconds per call: one warm-up, then repeats until the time budget is spent (all ranks at once)."""
+        """Seconds per call: one warm-up, then calls timed one by one until the time budget is spent (all ranks at
+        once); the median call, so a moment of outside load does not decide the figure."""
         self.dist.barrier()
         fn()
         self.sync()
-        reps, start = 0, time.perf_counter()
-        while True:
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < min_reps or (spent < self.budget and len(times) < 10000):
+            start = time.perf_counter()
             fn()
-            reps += 1
-            if reps >= min_reps:
-                self.sync()
-                elapsed = time.perf_counter() - start
-                if elapsed >= self.budget or reps >= 10000:
-                    return elapsed / reps
+            self.sync()
+            times.append(time.perf_counter() - start)
+            spent += times[-1]
+        times.sort()
+        return times[len(times) // 2]
 
     def begin(self, what: str) -> float:
         self.step_no += 1
@@ -264,6 +270,27 @@ class _Worker:
                 torch.backends.cuda.matmul.allow_tf32 = False
         return out
 
+    def attention(self) -> dict[str, list[list[float]]]:
+        """FLOP/s of causal scaled_dot_product_attention forward and backward in bf16 (the kernel transformers' sdpa
+        path calls), counted as the time model counts it: 12 x heads x head_dim per (query, key) pair computed."""
+        torch = self.torch
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        seqs = (64, 128) if self.quick else ((512, 1024, 2048, 4096) if self.gpu else (64, 128, 256, 512))
+        heads, hd, batch = 4, 64, (4 if self.gpu else 2)
+        points = []
+        for s in seqs:
+            q, k, v = (torch.randn(batch, heads, s, hd, device=self.device).to(torch.bfloat16).requires_grad_()
+                       for _ in range(3))
+            g = torch.randn(batch, heads, s, hd, device=self.device).to(torch.bfloat16)
+
+            def fwd_bwd(q=q, k=k, v=v, g=g) -> None:
+                torch.autograd.backward(sdpa(q, k, v, is_causal=True), g, inputs=[q, k, v])
+                q.grad = k.grad = v.grad = None
+            t = self.seconds(fwd_bwd)
+            pairs = s * (s + 1) / 2
+            points.append([(pairs * hd) ** (1 / 3), self.mean(12.0 * batch * heads * hd * pairs / t)])
+        return {"bf16": points}
+
     def elementwise(self) -> tuple[list[list[float]], float]:
         """Bytes/s of a bf16 product z = x * y (read two, write one) by tensor size, and one kernel's launch time."""
         torch = self.torch
@@ -283,7 +310,8 @@ class _Worker:
         overhead = self.mean(self.seconds(launches) / 100)
         return curve, overhead
 
-    def reference_block(self, matmul: dict[str, list[list[float]]], launch_s: float) -> list[list[float]] | None:
+    def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
+                        launch_s: float) -> list[list[float]] | None:
         """Elementwise bytes/s as training meets them, by activation size. A 2-layer llama (transformers' own code,
         vocabulary 256) runs forward and backward in bf16 at three widths; its time less the matmuls (from the curve
         just measured) and the kernel launches, over the element passes the time model counts for it
@@ -300,6 +328,7 @@ class _Worker:
         from zerokit.perf.model import forward_backward_parts
 
         perf = MachinePerf(name="probe", matmul={d: tuple((s, f) for s, f in pts) for d, pts in matmul.items()},
+                           attention={d: tuple((s, f) for s, f in pts) for d, pts in attention.items()},
                            elementwise=((1.0, 1.0),), op_overhead_s=launch_s)
         shapes = ((64, 256), (128, 512)) if self.quick else (((1024, 4096), (2048, 4096), (4096, 4096)) if self.gpu
                                                               else ((128, 512), (320, 1024), (640, 1024)))
@@ -370,8 +399,13 @@ class _Worker:
             except ImportError:
                 pass
             from torch.utils.cpp_extension import _get_build_directory
-            so = os.path.join(_get_build_directory(builder.name, verbose=False), f"{builder.name}.so")
-            return os.path.exists(so), so
+            build = _get_build_directory(builder.name, verbose=False)
+            so = os.path.join(build, f"{builder.name}.so")
+            if not os.path.exists(so) or os.path.exists(os.path.join(build, "lock")):
+                return False, so
+            # Loading runs ninja; when it has work to do, that is a compile of minutes, not a measurement.
+            dry = subprocess.run(["ninja", "-n", "-C", build], capture_output=True, text=True, timeout=60, check=False)
+            return "no work to do" in dry.stdout, so
         except Exception as e:  # noqa: BLE001 (deepspeed missing or broken: the fallback says so)
             return False, f"{type(e).__name__}: {e}"
 
@@ -392,8 +426,8 @@ class _Worker:
             source = "probe: DeepSpeedCPUAdam"
         else:
             rate = self._adam_rate(lambda ps: torch.optim.AdamW(ps, lr=1e-5), n, "cpu")
-            source = ("probe: torch.optim.AdamW, because DeepSpeed's cpu_adam is not compiled yet (it builds on "
-                      "first use; re-run the probe after one offload run)")
+            source = ("probe: torch.optim.AdamW, because DeepSpeed's cpu_adam is not compiled (or is out of date) "
+                      "and would build now, for minutes; re-run the probe after one offload run")
         return {"params_per_s_rank": rate, "params_per_s_node": rate * self.ranks, "source": source,
                 "built": built, "where": where}
 
@@ -411,6 +445,55 @@ class _Worker:
         rate = self._adam_rate(lambda ps: torch.optim.AdamW(ps, lr=1e-5), n, self.device)
         return {"params_per_s": rate, "source": "probe: torch.optim.AdamW, because DeepSpeed's fused_adam is not "
                                                  "compiled yet (it builds on first use)"}
+
+    def deepspeed_overheads(self) -> dict[str, Any] | None:
+        """DeepSpeed's own time per step, beyond compute, communication and Adam: a stack of small linear layers
+        (every weight below ZeRO-3's persistence threshold, so nothing is gathered) trains a full step under ZeRO-2
+        and under ZeRO-3, in bf16 on all ranks at once. ZeRO-2's step less the same layers' plain forward and
+        backward, its two collectives and its Adam is the fixed cost of an optimizer step (bf16 master copies,
+        gradient norm, clipping, bookkeeping); ZeRO-3's step less ZeRO-2's, per parameter-owning module and pass, is
+        what ZeRO-3's fetch/release hooks cost. None without deepspeed."""
+        try:
+            import deepspeed
+        except ImportError:
+            return None
+        torch = self.torch
+        layers, width = (4, 32) if self.quick else (24, 64)
+        x = torch.randn(8, width, device=self.device).to(torch.bfloat16)
+
+        def stack() -> Any:
+            torch.manual_seed(0)
+            return torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
+
+        plain = stack().to(device=self.device, dtype=torch.bfloat16)
+
+        def plain_step() -> None:
+            plain(x).float().sum().backward()
+            for p in plain.parameters():
+                p.grad = None
+        t_plain = self.seconds(plain_step)
+        deepspeed.init_distributed(dist_backend=self.dist.get_backend(), verbose=False)
+        reps = 5 if self.quick else 20
+        times = {}
+        for stage in (2, 3):
+            config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                      "train_batch_size": self.ranks, "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+                      "steps_per_print": 10**9, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+                      "zero_optimization": {"stage": stage, "overlap_comm": True}}
+            with deepspeed.zero.Init(config_dict_or_path=config, enabled=stage == 3):
+                model = stack()
+            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+
+            def train_step(engine=engine) -> None:
+                engine.backward(engine(x).float().sum())
+                engine.step()
+            times[stage] = self.mean(self.fixed(train_step, reps))
+        params = layers * (width * width + width)
+        adam = params / 2 / max(self._device_adam_rate, 1.0)
+        step = max(0.0, times[2] - t_plain - adam - 2 * self._latency)
+        hooks = max(0.0, (times[3] - times[2]) / (2 * layers))
+        return {"zero2_step_s": times[2], "zero3_step_s": times[3], "plain_s": t_plain, "layers": layers,
+                "step_overhead_s": step, "zero3_module_overhead_s": hooks}
 
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
@@ -468,13 +551,17 @@ class _Worker:
         out["matmul"] = self.matmul()
         best = ", ".join(f"{d} {max(f for _, f in pts) / 1e9:.1f}" for d, pts in out["matmul"].items())
         self.say(f"      best linear forward+backward GFLOP/s per rank: {best} ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("attention kernel (causal sdpa, forward and backward, bf16)")
+        out["attention"] = self.attention()
+        best = max(f for _, f in out["attention"]["bf16"])
+        self.say(f"      up to {best / 1e9:.1f} GFLOP/s per rank ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("elementwise bandwidth and kernel launch time")
         out["elementwise"], out["op_overhead_s"] = self.elementwise()
         best = max(b for _, b in out["elementwise"])
         self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op "
                  f"({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
-        block = self.reference_block(out["matmul"], out["op_overhead_s"])
+        block = self.reference_block(out["matmul"], out["attention"], out["op_overhead_s"])
         out["elementwise_product"] = out["elementwise"]
         if block:
             out["elementwise"] = block
@@ -499,6 +586,15 @@ class _Worker:
         out["device_adam"] = self.device_adam()
         self.say(f"      {out['device_adam']['params_per_s'] / 1e6:.0f} M params/s per rank "
                  f"({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("DeepSpeed's own overheads: an optimizer step, ZeRO-3's hooks")
+        self._device_adam_rate = out["device_adam"]["params_per_s"]
+        self._latency = (out["collectives"] or {}).get("latency_s", 0.0)
+        out["deepspeed"] = self.deepspeed_overheads()
+        ds = out["deepspeed"]
+        self.say("      " + (f"{ds['step_overhead_s'] * 1e3:.1f} ms per optimizer step, "
+                             f"{ds['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass under ZeRO-3"
+                             if ds else "deepspeed is not installed: defaults stand in")
+                 + f" ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
