@@ -151,9 +151,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         read, write = 6.5e9, 3.5e9
     coll = m.get("collectives") or {}
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
-    ds = m.get("deepspeed")
     for k in ("zero3_module_overhead_s", "step_overhead_s"):
-        sources[k] = "probe: DeepSpeed ZeRO-2/ZeRO-3 steps of a small stack" if ds else "default"
+        sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
@@ -166,9 +165,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         h2d_pageable=m["copies"]["h2d_pageable"], d2h_pageable=m["copies"]["d2h_pageable"],
         cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
-        nvme_read=read, nvme_write=write,
-        zero3_module_overhead_s=ds["zero3_module_overhead_s"] if ds else 100e-6,
-        step_overhead_s=ds["step_overhead_s"] if ds else 0.0,
+        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6, step_overhead_s=0.0,
         ranks_measured=m["ranks"], sources=sources)
 
 
@@ -192,7 +189,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 11
+        self.step_no, self.steps = 0, 10
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -446,55 +443,6 @@ class _Worker:
         return {"params_per_s": rate, "source": "probe: torch.optim.AdamW, because DeepSpeed's fused_adam is not "
                                                  "compiled yet (it builds on first use)"}
 
-    def deepspeed_overheads(self) -> dict[str, Any] | None:
-        """DeepSpeed's own time per step, beyond compute, communication and Adam: a stack of small linear layers
-        (every weight below ZeRO-3's persistence threshold, so nothing is gathered) trains a full step under ZeRO-2
-        and under ZeRO-3, in bf16 on all ranks at once. ZeRO-2's step less the same layers' plain forward and
-        backward, its two collectives and its Adam is the fixed cost of an optimizer step (bf16 master copies,
-        gradient norm, clipping, bookkeeping); ZeRO-3's step less ZeRO-2's, per parameter-owning module and pass, is
-        what ZeRO-3's fetch/release hooks cost. None without deepspeed."""
-        try:
-            import deepspeed
-        except ImportError:
-            return None
-        torch = self.torch
-        layers, width = (4, 32) if self.quick else (24, 64)
-        x = torch.randn(8, width, device=self.device).to(torch.bfloat16)
-
-        def stack() -> Any:
-            torch.manual_seed(0)
-            return torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers)))
-
-        plain = stack().to(device=self.device, dtype=torch.bfloat16)
-
-        def plain_step() -> None:
-            plain(x).float().sum().backward()
-            for p in plain.parameters():
-                p.grad = None
-        t_plain = self.seconds(plain_step)
-        deepspeed.init_distributed(dist_backend=self.dist.get_backend(), verbose=False)
-        reps = 5 if self.quick else 20
-        times = {}
-        for stage in (2, 3):
-            config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-                      "train_batch_size": self.ranks, "bf16": {"enabled": True}, "gradient_clipping": 1.0,
-                      "steps_per_print": 10**9, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
-                      "zero_optimization": {"stage": stage, "overlap_comm": True}}
-            with deepspeed.zero.Init(config_dict_or_path=config, enabled=stage == 3):
-                model = stack()
-            engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
-
-            def train_step(engine=engine) -> None:
-                engine.backward(engine(x).float().sum())
-                engine.step()
-            times[stage] = self.mean(self.fixed(train_step, reps))
-        params = layers * (width * width + width)
-        adam = params / 2 / max(self._device_adam_rate, 1.0)
-        step = max(0.0, times[2] - t_plain - adam - 2 * self._latency)
-        hooks = max(0.0, (times[3] - times[2]) / (2 * layers))
-        return {"zero2_step_s": times[2], "zero3_step_s": times[3], "plain_s": t_plain, "layers": layers,
-                "step_overhead_s": step, "zero3_module_overhead_s": hooks}
-
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
         if not path:
@@ -586,15 +534,6 @@ class _Worker:
         out["device_adam"] = self.device_adam()
         self.say(f"      {out['device_adam']['params_per_s'] / 1e6:.0f} M params/s per rank "
                  f"({time.perf_counter() - t0:.1f} s)")
-        t0 = self.begin("DeepSpeed's own overheads: an optimizer step, ZeRO-3's hooks")
-        self._device_adam_rate = out["device_adam"]["params_per_s"]
-        self._latency = (out["collectives"] or {}).get("latency_s", 0.0)
-        out["deepspeed"] = self.deepspeed_overheads()
-        ds = out["deepspeed"]
-        self.say("      " + (f"{ds['step_overhead_s'] * 1e3:.1f} ms per optimizer step, "
-                             f"{ds['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass under ZeRO-3"
-                             if ds else "deepspeed is not installed: defaults stand in")
-                 + f" ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
