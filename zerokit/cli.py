@@ -22,6 +22,7 @@ COMMANDS = {
     "preflight": ("preflight", "Check this machine can run a config: ops, memory, NVMe, ports, hosts."),
     "launch": ("launch", "Preflight, then start the deepspeed runner on one node or many."),
     "schema": ("schema", "Print the JSON Schema of a DeepSpeed config (for editors and CI)."),
+    "probe": ("probe", "Measure this machine (matmul, copies, collectives, CPU Adam, NVMe) for step-time plans."),
 }
 
 

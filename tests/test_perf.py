@@ -1,0 +1,376 @@
+"""The step-time library without torch: device figures, bandwidth parsing, profiles, FLOPs and the model's arithmetic,
+each against values computed by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from zerokit.errors import BadInput
+from zerokit.hardware import GPU_PRESETS
+from zerokit.models.params import count_parameters
+from zerokit.perf import (
+    DEVICE_FIGURES,
+    MachinePerf,
+    build_machine,
+    load_profile,
+    machine_from_preset,
+    model_flops,
+    parse_bandwidth,
+    profile_to_json,
+    step_time,
+    time_to_train_s,
+)
+
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
+              "tie_word_embeddings": False}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Device figures
+
+
+def test_every_gpu_preset_has_cited_figures():
+    assert set(DEVICE_FIGURES) == set(GPU_PRESETS)
+    for fig in DEVICE_FIGURES.values():
+        assert fig.sources and all(s for s in fig.sources)
+        assert any("http" in s for s in fig.sources), fig.name
+        assert {"fp16", "fp32"} <= set(fig.tflops)
+        assert fig.memory_bandwidth > 1e11 and fig.intra_node_bandwidth > 1e10 and fig.inter_node_bandwidth > 1e9
+
+
+def test_dense_figures_are_half_the_sparsity_ones():
+    assert DEVICE_FIGURES["h100-80gb"].tflops["bf16"] == 989.5e12  # 1,979 TF with sparsity
+    assert DEVICE_FIGURES["a100-80gb"].tflops["bf16"] == 312e12
+    assert DEVICE_FIGURES["a100-80gb"].tflops["tf32"] == 156e12
+    assert DEVICE_FIGURES["a100-80gb"].tflops["fp32"] == 19.5e12
+    assert DEVICE_FIGURES["l4"].tflops["bf16"] == 121e12  # 242 with sparsity
+    assert "bf16" not in DEVICE_FIGURES["v100-32gb"].tflops and "bf16" not in DEVICE_FIGURES["t4"].tflops
+    assert DEVICE_FIGURES["h100-80gb"].intra_node_bandwidth == 450e9  # NVLink 4: 900 GB/s both ways
+    assert DEVICE_FIGURES["h100-80gb"].pcie_bandwidth == 63e9 and DEVICE_FIGURES["v100-16gb"].pcie_bandwidth == 15.75e9
+
+
+def test_preset_machine_and_overrides():
+    perf = machine_from_preset("h100")  # alias
+    assert perf.name == "h100-80gb"
+    assert perf.peak_flops("bf16") == pytest.approx(989.5e12 * 0.8)
+    assert perf.matmul_flops_at("bf16", 512) == pytest.approx(989.5e12 * 0.5)
+    assert perf.matmul_flops_at("bf16", 32) == pytest.approx(989.5e12 * 0.02 * 32 / 64)  # below the curve: linear
+    assert perf.h2d_pinned == pytest.approx(0.8 * 63e9) and perf.d2h_pageable == pytest.approx(0.4 * 63e9)
+    assert perf.inter_node_bandwidth == 400e9 and perf.sources["inter_node_bandwidth"] == "preset:h100-80gb"
+    over = build_machine(gpu="h100-80gb", intra_node_bandwidth="300GB/s", inter_node_bandwidth="3200Gbps",
+                         pcie_bandwidth="25GiB/s")
+    assert over.intra_node_bandwidth == 300e9 and over.inter_node_bandwidth == 400e9
+    assert over.h2d_pinned == pytest.approx(0.8 * 25 * 2**30)
+    assert over.sources["pcie"] == "option:--pcie-bandwidth"
+    with pytest.raises(BadInput, match="unknown GPU preset 'h1000'"):
+        machine_from_preset("h1000")
+    with pytest.raises(BadInput, match="needs --gpu"):
+        build_machine()
+    with pytest.raises(BadInput, match="no bf16 matmul figure"):
+        machine_from_preset("v100-32gb").peak_flops("bf16")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bandwidth strings
+
+
+@pytest.mark.parametrize("text, value", [
+    ("300GB/s", 300e9), ("300 GB/s", 300e9), ("400Gbps", 50e9), ("400Gb/s", 50e9), ("25GiB/s", 25 * 2**30),
+    ("3.2Tb/s", 400e9), ("1.6Tbps", 200e9), ("100MB/s", 100e6), ("900GBps", 900e9), (12.5e9, 12.5e9),
+])
+def test_parse_bandwidth(text, value):
+    assert parse_bandwidth(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("300", r"add a unit: 300GB/s \(bytes\) or 300Gbps \(bits\)"),
+    ("300G", r"write it as a rate: 300GB/s"),
+    ("300GB", r"write it as a rate: 300GB/s"),
+    ("fast", "is not a bandwidth; write it like 300GB/s"),
+    ("300XB/s", "is not a bandwidth"),
+    ("0GB/s", "must be a positive bandwidth"),
+    ("-5GB/s", "is not a bandwidth"),
+    ("1000TB/s", "above 100 TB/s"),
+    ("25iB/s", "'i' needs a prefix"),
+    (float("nan"), "must be a positive bandwidth"),
+])
+def test_parse_bandwidth_refuses(text, message):
+    with pytest.raises(BadInput, match=message):
+        parse_bandwidth(text, "--intra-node-bandwidth")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Profiles
+
+
+def _profile(tmp_path, **changes) -> str:
+    perf = replace(machine_from_preset("a100-80gb"), name="test box", ranks_measured=2)
+    data = profile_to_json(perf, {"ranks": 2})
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_profile_round_trip(tmp_path):
+    perf = load_profile(_profile(tmp_path))
+    base = machine_from_preset("a100-80gb")
+    assert perf.name == "test box" and perf.ranks_measured == 2
+    assert perf.matmul == base.matmul and perf.elementwise == base.elementwise
+    assert perf.intra_node_bandwidth == base.intra_node_bandwidth and perf.sources["pcie"] == "preset:a100-80gb"
+    over = build_machine(hardware_profile=_profile(tmp_path), inter_node_bandwidth="100Gbps")
+    assert over.inter_node_bandwidth == 12.5e9 and over.intra_node_bandwidth == base.intra_node_bandwidth
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"zerokit_profile": None}, "not a zerokit probe profile"),
+    ({"zerokit_profile": 99}, "not a zerokit probe profile"),
+    ({"matmul": None}, "missing matmul"),
+    ({"bogus": 1}, r"unknown key\(s\) bogus"),
+    ({"name": ""}, "name must be a non-empty string"),
+    ({"device": "tpu"}, 'device must be "gpu" or "cpu"'),
+    ({"matmul": {}}, "matmul must map dtypes"),
+    ({"matmul": {"int8": [[1, 1e12]]}}, "unknown dtype 'int8'"),
+    ({"matmul": {"bf16": [[512, 1e12], [256, 1e12]]}}, "strictly ascending"),
+    ({"matmul": {"bf16": [[512, -1]]}}, r"point \[512, -1\] is not \[size > 0, rate > 0\]"),
+    ({"matmul": {"bf16": [[512, True]]}}, "is not"),
+    ({"elementwise": "fast"}, "elementwise must be a list"),
+    ({"h2d_pinned": -1}, "h2d_pinned must be a finite number >= 0"),
+    ({"h2d_pinned": "1GB/s"}, "h2d_pinned must be a finite number"),
+    ({"h2d_pinned": 0}, "h2d_pinned must be > 0"),
+    ({"h2d_pinned": 1e30}, "outside"),
+    ({"collective_efficiency": 3}, "collective_efficiency = 3 is outside 0.01..1"),
+    ({"comm_overlaps_compute": "yes"}, "comm_overlaps_compute must be true or false"),
+    ({"ranks_measured": 0}, "ranks_measured must be a whole number 1..1024"),
+    ({"sources": {"a": 1}}, "sources must map figure names to strings"),
+])
+def test_profile_refuses(tmp_path, changes, message):
+    with pytest.raises(BadInput, match=message):
+        load_profile(_profile(tmp_path, **changes))
+
+
+def test_profile_file_errors(tmp_path):
+    with pytest.raises(BadInput, match="no such file; write one with `zerokit probe -o"):
+        load_profile(str(tmp_path / "missing.json"))
+    with pytest.raises(BadInput, match="not a regular file"):
+        load_profile(str(tmp_path))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput, match="not a regular file"):
+        load_profile(str(fifo))
+    big = tmp_path / "big.json"
+    big.write_text(" " * (2 << 20))
+    with pytest.raises(BadInput, match="over the 1 MiB"):
+        load_profile(str(big))
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"zerokit_profile": 1,')
+    with pytest.raises(BadInput, match="malformed JSON at line 1"):
+        load_profile(str(bad))
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(BadInput, match="not UTF-8"):
+        load_profile(str(binary))
+    listing = tmp_path / "list.json"
+    listing.write_text("[]")
+    with pytest.raises(BadInput, match="not a zerokit probe profile"):
+        load_profile(str(listing))
+    with pytest.raises(BadInput, match="--hardware is empty"):
+        load_profile("")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# FLOPs, by hand
+
+
+def test_llama_flops_by_hand():
+    mf = model_flops(TINY_LLAMA)
+    # per layer: q 64x64, k and v 64x32, o 64x64, gate/up/down 3 x 64x172; LM head 64x512; 2 FLOPs per weight
+    layer = 2 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 172)
+    assert layer == 90624
+    assert mf.matmul_flops_per_token == 2 * layer + 2 * 64 * 512 == 246784
+    # scores: QK^T and PV, 4 x heads x head_dim FLOPs per (query, key) pair, 2 layers, seq 32
+    assert mf.score_flops(32, "eager") == 4 * 4 * 16 * 2 * 32 * 32 == 524288
+    assert mf.score_flops(32, "sdpa") == 4 * 4 * 16 * 2 * (32 * 33 // 2) == 270336
+    assert mf.score_flops(32, "flash") == mf.score_flops(32, "sdpa")
+    assert mf.forward_flops(32, 2, "sdpa") == 2 * (32 * 246784 + 270336)
+    assert model_flops(TINY_LLAMA) is mf  # cached per dict
+
+
+def test_moe_counts_only_the_active_experts():
+    mixtral = {"model_type": "mixtral", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+               "vocab_size": 100, "sliding_window": None}
+    mf = model_flops(mixtral)
+    attention = 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32)
+    router, experts, head = 2 * 32 * 4, 2 * 2 * 3 * 32 * 64, 2 * 32 * 100
+    assert mf.matmul_flops_per_token == attention + router + experts + head == 37376
+    expert = next(m for m in mf.layer_matmuls if m.name == "mlp.experts.gate_proj")
+    assert expert.token_share == 0.5  # each expert sees top-k / experts of the tokens
+
+
+def test_plain_families_by_hand():
+    gpt2 = {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 64}
+    per_layer = 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 * 32)
+    assert model_flops(gpt2).matmul_flops_per_token == 2 * per_layer + 2 * 32 * 100 == 55552
+    falcon = {"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "vocab_size": 100, "multi_query": True}
+    # multi-query: q = 64, one k and v head of 16
+    assert model_flops(falcon).matmul_flops_per_token == 2 * (64 * (64 + 32) + 64 * 64 + 2 * 64 * 256) + 2 * 64 * 100
+    phi3 = {"model_type": "phi3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100}
+    mf = model_flops(phi3)
+    assert [m.name for m in mf.layer_matmuls] == ["qkv_proj", "o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
+    assert mf.matmul_flops_per_token == 2 * (64 * 192 + 64 * 64 + 64 * 256 + 128 * 64) + 2 * 64 * 100
+
+
+def test_sliding_window_by_kernel():
+    mistral = {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+               "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100, "sliding_window": 8}
+    mf = model_flops(mistral)
+    per_pair = 4 * 4 * 16
+    assert mf.score_flops(32, "flash") == per_pair * (8 * 9 / 2 + (32 - 8) * 8)  # each query sees at most 8 keys
+    assert mf.score_flops(32, "sdpa") == per_pair * 32 * 32  # the window reaches sdpa as an explicit mask
+    assert mf.score_flops(8, "sdpa") == per_pair * 8 * 9 / 2  # within the window: plain causal
+    gemma2 = {"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
+              "sliding_window": 8}
+    groups = model_flops(gemma2).attention
+    assert [(g.layers, g.window) for g in groups] == [(2, None), (2, 8)]  # even layers slide
+
+
+def test_every_family_has_flops():
+    from zerokit.models.presets import PRESET_NAMES
+    from zerokit.models.resolve import resolve_model
+
+    seen = set()
+    for name in PRESET_NAMES:
+        spec = resolve_model(name)
+        mf = model_flops(spec.config)
+        seen.add(mf.model_type)
+        # forward matmul FLOPs per token are about 2 x the parameters that multiply (embeddings excluded);
+        # an MoE multiplies by its active experts only
+        low = 0.15 if mf.model_type.endswith("moe") or mf.model_type == "mixtral" else 1.2
+        assert low * spec.parameters < mf.matmul_flops_per_token < 2.2 * spec.parameters, name
+    assert len(seen) == 15
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The model's arithmetic, on a flat machine: 1 TFLOP/s at every size, free elementwise work and launches
+
+
+FLAT = MachinePerf(name="flat", device="gpu", matmul={"bf16": ((1.0, 1e12),)}, elementwise=((1.0, 1e30),),
+                   op_overhead_s=0.0, intra_node_bandwidth=1e9, inter_node_bandwidth=1e9, collective_efficiency=1.0,
+                   collective_latency_s=0.0, comm_overlaps_compute=False, h2d_pinned=1e9, d2h_pinned=5e8,
+                   h2d_pageable=2.5e8, d2h_pageable=2.5e8, cpu_adam_params_per_s=1e8, device_adam_params_per_s=1e9,
+                   nvme_read=2e9, nvme_write=1e9, zero3_module_overhead_s=0.0, step_overhead_s=0.0)
+P = 156480  # count_parameters(TINY_LLAMA): embed 32768 + 2 x 45440 + norm 64 + head 32768
+FWD = 2 * (32 * 246784 + 270336)  # forward FLOPs of micro-batch 2 x seq 32, sdpa
+RECOMPUTE = 2 * (32 * (246784 - 2 * 64 * 512) + 270336)  # the layers again, LM head excluded
+
+
+def _t(**kw):
+    args = {"parameters": P, "seq_len": 32, "micro_batch": 2}
+    args.update(kw)
+    return step_time(TINY_LLAMA, FLAT, **args)
+
+
+def test_single_rank_step_by_hand():
+    assert count_parameters(TINY_LLAMA)[0] == P
+    t = _t()
+    assert t.compute_s == pytest.approx(3 * FWD / 1e12)
+    assert t.optimizer_s == pytest.approx(P / 1e9)
+    assert t.communication_s == 0 and t.offload_s == 0
+    assert t.step_time_s == pytest.approx(3 * FWD / 1e12 + P / 1e9)
+    assert t.tokens_per_step == 64 and t.tokens_per_s == pytest.approx(64 / t.step_time_s)
+    assert t.mfu == pytest.approx(3 * FWD / (t.step_time_s * 1e12))
+    ckpt = _t(gradient_checkpointing=True)
+    assert ckpt.compute_s - t.compute_s == pytest.approx(RECOMPUTE / 1e12)
+    assert ckpt.flops_per_step == t.flops_per_step  # recomputation is not model FLOPs
+    assert time_to_train_s(t, 640) == pytest.approx(10 * t.step_time_s)
+    assert t.time_to_train_s(650) == pytest.approx(11 * t.step_time_s)  # a partial step is a step
+
+
+def test_zero_communication_by_hand():
+    # 2 ranks: a ring moves half the data per rank; bf16 = 2 bytes; 1 GB/s -> 1e-9 s per element
+    per = 0.5 * 2 / 1e9
+    z0 = _t(gpus_per_node=2, zero_stage=0, grad_accum=3)
+    assert z0.communication_s == pytest.approx(2 * P * per)  # one all-reduce per optimizer step
+    z1 = _t(gpus_per_node=2, zero_stage=1, grad_accum=3)
+    assert z1.communication_s == pytest.approx(2 * P * per)  # reduce-scatter + all-gather, once per step
+    z2 = _t(gpus_per_node=2, zero_stage=2, grad_accum=3)
+    assert z2.communication_s == pytest.approx(3 * P * per + P * per)  # reduce-scatter in every backward
+    assert z2.exposed_communication_s == z2.communication_s  # this machine cannot overlap
+    assert z2.optimizer_s == pytest.approx(P / 2 / 1e9)
+    z3 = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
+    assert z3.communication_s == pytest.approx(2 * P * per + P * per)  # gathers in forward and backward + reduce
+    # DeepSpeed's default stage3_param_persistence_threshold (1e5) keeps every tensor of this tiny model whole
+    assert _t(gpus_per_node=2, zero_stage=3).communication_s == pytest.approx(P * per)
+    mf = model_flops(TINY_LLAMA)
+    assert mf.gathered(30000) == (2, 2 * 32768)  # only the embedding and the LM head are above 30,000
+    assert mf.gathered(0) == (2 + 2 * 9 + 1, P)
+    two_nodes = _t(gpus_per_node=1, nodes=2, zero_stage=3, persistence_threshold=0)
+    assert two_nodes.communication_s == pytest.approx(z3.communication_s)  # 1 GB/s node NIC, one GPU per node
+    four = _t(gpus_per_node=2, nodes=2, zero_stage=3, persistence_threshold=0)  # NIC shared: 0.5 GB/s each
+    assert four.communication_s == pytest.approx(3 * P * 0.75 * 2 / 0.5e9)
+
+
+def test_overlap_hides_what_compute_covers():
+    overlapping = replace(FLAT, comm_overlaps_compute=True, intra_node_bandwidth=1e12)
+    t = step_time(TINY_LLAMA, overlapping, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
+                  persistence_threshold=0)
+    assert t.communication_s > 0 and t.exposed_communication_s < t.communication_s
+    off = step_time(TINY_LLAMA, overlapping, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
+                    overlap_comm=False, persistence_threshold=0)
+    assert off.exposed_communication_s == pytest.approx(off.communication_s)
+
+
+def test_offload_by_hand():
+    z2 = _t(gpus_per_node=2, zero_stage=2, offload_optimizer="cpu", grad_accum=2)
+    shard = P / 2
+    # gradients down in every backward (2 bytes at 0.5 GB/s), the updated bf16 partition up once (1 GB/s)
+    assert z2.offload_s == pytest.approx(2 * shard * 2 / 5e8 + shard * 2 / 1e9)
+    assert z2.optimizer_s == pytest.approx(shard * 2 / 1e8)  # both ranks share the node's CPU-Adam rate
+    z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0)
+    assert z3.offload_s == pytest.approx(shard * 2 / 5e8 + 2 * shard * 2 / 1e9)  # params up in forward and backward
+    pageable = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
+                  persistence_threshold=0)
+    assert pageable.offload_s == pytest.approx(shard * 2 / 2.5e8 + 2 * shard * 2 / 2.5e8)
+    nvme = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="nvme")
+    assert nvme.offload_s == pytest.approx(shard * 2 / 5e8 + shard * 2 / 1e9 + shard * 12 * 2 * (1 / 2e9 + 1 / 1e9))
+
+
+def test_lora_trains_few_parameters_but_gathers_all():
+    full = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
+    lora = _t(gpus_per_node=2, zero_stage=3, trainable_parameters=1000, persistence_threshold=0)
+    per = 0.5 * 2 / 1e9
+    assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)  # frozen weights are still gathered
+    assert lora.optimizer_s == pytest.approx(500 / 1e9)
+    # no weight gradients for frozen weights; the adapters' own products (2 FLOPs per parameter and token, 3 passes)
+    weight_grads = 2 * 32 * 246784 * (1 - 1000 / P)
+    assert full.compute_s - lora.compute_s == pytest.approx((weight_grads - 3 * 2 * 1000 * 64) / 1e12)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"zero_stage": 1, "offload_param": "cpu"}, "parameter offload needs ZeRO-3"),
+    ({"zero_stage": 0, "offload_optimizer": "cpu"}, "optimizer offload needs ZeRO-1, 2 or 3"),
+    ({"precision": "int4"}, "precision 'int4' is not one of"),
+    ({"zero_stage": 5}, "zero_stage must be 0-3"),
+    ({"micro_batch": 0}, "must be >= 1"),
+])
+def test_step_time_refuses(kw, message):
+    with pytest.raises(BadInput, match=message):
+        _t(**kw)
+
+
+def test_time_to_train_refuses_nothing_to_train():
+    with pytest.raises(BadInput, match="--train-tokens must be positive"):
+        time_to_train_s(_t(), 0)

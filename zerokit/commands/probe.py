@@ -1,0 +1,137 @@
+"""`zerokit probe`: measure this machine for the step-time model; prints a table, writes a profile JSON.
+
+Only parsing, printing and the exit code live here; the measurements are `zerokit.perf.probe.run_probe` (torch is
+imported in the rank processes it starts, never here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+
+import click
+
+from zerokit.errors import EXIT_OK, BadInput
+
+
+def check_output_path(path: str, force: bool) -> None:
+    """Refuse before measuring: a regular file only, kept unless --force, in a directory that exists."""
+    if not path.strip():
+        raise BadInput("-o is empty; give a file name such as profile.json")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise BadInput(f"-o {path}: cannot check it ({e.strerror}); choose another path") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"-o {path}: is a directory; give a file name such as {os.path.join(path, 'profile.json')}")
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"-o {path}: not a regular file (a FIFO, socket or device); give a file name")
+        if not force:
+            raise BadInput(f"-o {path}: file exists; pass --force to overwrite it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise BadInput(f"-o {path}: directory {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise BadInput(f"-o {path}: directory {parent} is not writable; choose another path")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Temp file in the same directory, then os.replace: a reader never sees half a profile."""
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def render_table(perf, raw: dict) -> str:
+    """The measured figures, one per line, with where each came from."""
+    from zerokit.units import format_bytes
+
+    def rate(x: float) -> str:
+        return f"{x / 1e9:.2f} GB/s"
+
+    lines = [f"zerokit probe: {perf.name} ({raw.get('ranks')} ranks at once, torch {raw.get('torch')})", ""]
+    rows = [("device memory", format_bytes(raw.get("device_memory_bytes", 0)), "probe")]
+    for dtype, curve in perf.matmul.items():
+        pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
+        rows.append((f"matmul {dtype} GFLOP/s by size", pts, perf.sources.get("matmul", "probe")))
+    for dtype, curve in perf.attention.items():
+        pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
+        rows.append((f"attention {dtype} GFLOP/s by size", pts, perf.sources.get("attention", "probe")))
+    rows.append(("elementwise by activation size", ", ".join(f"{format_bytes(s)}: {rate(b)}" for s, b in
+                                                             perf.elementwise), perf.sources.get("elementwise", "")))
+    rows += [
+        ("kernel launch", f"{perf.op_overhead_s * 1e6:.1f} us", "probe"),
+        ("host->device pinned / pageable", f"{rate(perf.h2d_pinned)} / {rate(perf.h2d_pageable)}", "probe"),
+        ("device->host pinned / pageable", f"{rate(perf.d2h_pinned)} / {rate(perf.d2h_pageable)}", "probe"),
+        ("collective bus bandwidth", rate(perf.intra_node_bandwidth),
+         f"probe ({(raw.get('collectives') or {}).get('backend', 'one rank: not measured')})"),
+        ("collective latency", f"{perf.collective_latency_s * 1e6:.0f} us", "probe"),
+        ("CPU Adam, whole node", f"{perf.cpu_adam_params_per_s / 1e6:.0f} M params/s",
+         perf.sources.get("cpu_adam_params_per_s", "")),
+        ("optimizer step on the device", f"{perf.device_adam_params_per_s / 1e6:.0f} M params/s per rank",
+         perf.sources.get("device_adam_params_per_s", "")),
+        ("NVMe read / write", f"{rate(perf.nvme_read)} / {rate(perf.nvme_write)}", perf.sources.get("nvme", "")),
+        ("inter-node network", rate(perf.inter_node_bandwidth), perf.sources.get("inter_node_bandwidth", "")),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for name, value, source in rows:
+        lines.append(f"  {name:{width}}  {value}")
+        if source and source != "probe":
+            lines.append(f"  {'':{width}}  ({source})")
+    return "\n".join(lines) + "\n"
+
+
+@click.command("probe", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("-o", "--output", metavar="PATH", help="Write the profile JSON here, atomically; an existing file is "
+              "kept unless --force is given. `zerokit plan --hardware PATH` reads it.")
+@click.option("--force", is_flag=True, help="Let -o/--output overwrite an existing file.")
+@click.option("--nvme-path", metavar="PATH", help="Measure NVMe read/write bandwidth with a temporary file here.")
+@click.option("--ranks", metavar="N", help="Local ranks to measure at once (default: one per GPU; 2 on DeepSpeed's "
+              "CPU accelerator). Use the --num_gpus your `deepspeed` runs start.")
+@click.option("--quick", is_flag=True, help="A rough probe in seconds: tiny sizes, few repeats (for tests).")
+def command(output: str | None, force: bool, nvme_path: str | None, ranks: str | None, quick: bool) -> int:
+    """Measure this machine for the step-time model: matmul, memory, copies, collectives, CPU Adam, NVMe.
+
+    \b
+    Every measurement runs on all local ranks at once, started as the deepspeed runner starts them, so the
+    figures are what a real run meets. Progress goes to stderr, the table to stdout. Exit 0, or 2 on bad input.
+
+    \b
+      zerokit probe -o profile.json --nvme-path /local_nvme
+      zerokit plan --model llama-2-7b --hardware profile.json --seq-len 4096
+    """
+    from zerokit.units import parse_positive_int
+
+    if output:
+        check_output_path(output, force)
+    n_ranks = parse_positive_int(ranks, "--ranks") if ranks is not None else None
+    from zerokit.perf import profile_to_json
+    from zerokit.perf.probe import run_probe
+
+    perf, raw = run_probe(ranks=n_ranks, nvme_path=nvme_path, quick=quick,
+                          progress=lambda line: click.echo(line, err=True))
+    sys.stdout.write(render_table(perf, raw))
+    if output:
+        write_atomic(output, json.dumps(profile_to_json(perf, raw), indent=1) + "\n")
+        sys.stdout.write(f"profile written to {output}\n")
+    sys.stdout.flush()
+    return EXIT_OK

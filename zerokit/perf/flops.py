@@ -1,0 +1,314 @@
+"""Matrix-multiply FLOPs of one forward pass, from a transformers config dict: no torch, no transformers.
+
+Each family lists the matmuls its decoder layer runs for one token, as (name, in, out, copies) weight matmuls, and
+the shape of its attention. FLOPs of a weight matmul are 2 x in x out per token (a multiply and an add); biases,
+norms, activations and the embedding lookup are no matmuls and are left to the elementwise term of the time model.
+
+The attention scores are QK^T and PV, 2 x 2 x heads x head_dim FLOPs for every (query, key) pair the kernel
+computes. What it computes depends on the kernel (`attention_pairs`):
+- eager builds the full s x s score matrix and masks it afterwards: s^2 pairs;
+- sdpa with a causal mask and flash skip the blocks above the diagonal: s(s+1)/2 pairs;
+- a sliding-window layer computes min(position + 1, window) keys per query under flash; sdpa and eager get the window
+  as an explicit mask (transformers builds one), so they compute every pair once the sequence is longer than it.
+
+tests/test_perf_flops.py holds these counts against torch.utils.flop_counter.FlopCounterMode on real transformers
+models (eager attention, where both count s^2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerokit.errors import BadInput
+from zerokit.models.params import complete_config, model_parts
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """One weight matmul of the model: `in_features` -> `out_features`, `copies` times per token."""
+
+    name: str
+    in_features: int
+    out_features: int
+    copies: float = 1.0
+    """How many such matmuls one token passes through: layers, times top-k for MoE experts."""
+    token_share: float = 1.0
+    """The share of a batch's tokens one such product sees (top-k / experts for an MoE expert): sets its size."""
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.in_features * self.out_features * self.copies
+
+
+@dataclass(frozen=True)
+class AttentionLayers:
+    """The attention shape of a group of layers that score alike."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    window: int | None = None
+    """Sliding-window width; None = full causal attention."""
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """What the time model needs from an architecture, computed once per config (`model_flops`)."""
+
+    model_type: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    intermediate_size: int
+    """The MLP width one token passes through (top-k experts and the shared expert summed, for MoE)."""
+    layer_matmuls: tuple[Matmul, ...]
+    """Weight matmuls inside the decoder layers (recomputed under gradient checkpointing)."""
+    head_matmuls: tuple[Matmul, ...]
+    """Matmuls outside the layers: the LM head (and OPT's projections)."""
+    attention: tuple[AttentionLayers, ...]
+    parameter_modules: int
+    """Modules that own parameters: ZeRO-3 fetches and releases each one in every forward and backward."""
+    module_sizes: tuple[tuple[int, int], ...] = ()
+    """(parameters of its own, copies) of every parameter-owning module: ZeRO-3 gathers the ones above
+    `stage3_param_persistence_threshold` and keeps the others whole on every rank."""
+    elementwise_per_token: float = 0.0
+    """Element passes of the forward's elementwise kernels per token, all layers (`elementwise_passes`)."""
+    _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @property
+    def matmul_flops_per_token(self) -> float:
+        """Forward weight-matmul FLOPs per token (scores excluded)."""
+        return sum(m.flops_per_token for m in self.layer_matmuls + self.head_matmuls)
+
+    def attention_pairs(self, seq_len: int, attention: str = "sdpa") -> list[tuple[AttentionLayers, float]]:
+        """(layers, query-key pairs one sequence computes in each of them) for this kernel."""
+        full, causal = float(seq_len) * seq_len, seq_len * (seq_len + 1) / 2.0
+        out = []
+        for group in self.attention:
+            w = group.window
+            if attention == "eager":
+                pairs = full
+            elif w is None or w >= seq_len:
+                pairs = causal
+            elif attention == "flash":
+                pairs = w * (w + 1) / 2.0 + (seq_len - w) * float(w)  # the first w queries see all before them
+            else:
+                pairs = full
+            out.append((group, pairs))
+        return out
+
+    def gathered(self, persistence_threshold: float) -> tuple[int, int]:
+        """(modules, parameters) ZeRO-3 all-gathers in each pass: those above the persistence threshold. A tied
+        LM head is the embedding's weight, gathered twice (DeepSpeed fetches it for each module that uses it)."""
+        key = ("gathered", persistence_threshold)
+        hit = self._cache.get(key)
+        if hit is None:
+            big = [(n, c) for n, c in self.module_sizes if n > persistence_threshold]
+            hit = (sum(c for _, c in big), sum(n * c for n, c in big))
+            self._cache[key] = hit
+        return hit
+
+    def score_flops(self, seq_len: int, attention: str = "sdpa") -> float:
+        """Forward QK^T + PV FLOPs of one sequence."""
+        return sum(4.0 * g.heads * g.head_dim * g.layers * pairs for g, pairs in self.attention_pairs(seq_len, attention))
+
+    def forward_flops(self, seq_len: int, micro_batch: int = 1, attention: str = "sdpa") -> float:
+        """Forward matmul FLOPs of one micro-batch: weight matmuls of every token plus the attention scores."""
+        return micro_batch * (seq_len * self.matmul_flops_per_token + self.score_flops(seq_len, attention))
+
+
+def _cfg_int(c: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = c.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadInput(f"{c.get('model_type')} config: {key} must be a whole number >= 0, got {value!r}; "
+                       "fix the config.json")
+    return value
+
+
+def _attention_matmuls(c: Mapping[str, Any], fused_qkv: bool) -> list[Matmul]:
+    h, hd, n = c["hidden_size"], c["head_dim"], c["num_hidden_layers"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    if fused_qkv:
+        proj = [Matmul("qkv_proj", h, q + 2 * kv, n)]
+    else:
+        proj = [Matmul("q_proj", h, q, n), Matmul("k_proj", h, kv, n), Matmul("v_proj", h, kv, n)]
+    return [*proj, Matmul("o_proj", q, h, n)]
+
+
+def _gated(h: int, inter: int, copies: float, fused: bool = False, prefix: str = "mlp",
+           share: float = 1.0) -> list[Matmul]:
+    if fused:
+        return [Matmul(f"{prefix}.gate_up_proj", h, 2 * inter, copies, share),
+                Matmul(f"{prefix}.down_proj", inter, h, copies, share)]
+    return [Matmul(f"{prefix}.gate_proj", h, inter, copies, share), Matmul(f"{prefix}.up_proj", h, inter, copies, share),
+            Matmul(f"{prefix}.down_proj", inter, h, copies, share)]
+
+
+def _sparse_layer_count(c: Mapping[str, Any]) -> int:
+    only = set(c.get("mlp_only_layers") or ())
+    step, n_exp = c["decoder_sparse_step"], c["num_experts"]
+    return sum(1 for i in range(c["num_hidden_layers"]) if i not in only and n_exp > 0 and (i + 1) % step == 0)
+
+
+def _layer_types(c: Mapping[str, Any]) -> list[bool]:
+    """Per layer: True if it is a sliding-window layer, the way each family's config class sets `layer_types`."""
+    n, mt = c["num_hidden_layers"], c["model_type"]
+    types = c.get("layer_types")
+    if isinstance(types, list) and len(types) == n:
+        return [t == "sliding_attention" for t in types]
+    if mt == "gemma2":
+        return [i % 2 == 0 for i in range(n)]
+    if mt == "gemma3_text":
+        pattern = c.get("sliding_window_pattern") or 6
+        return [bool((i + 1) % pattern) for i in range(n)]
+    if mt in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        if not c.get("use_sliding_window"):
+            return [False] * n
+        return [i >= (c.get("max_window_layers") or 0) for i in range(n)]
+    if mt in ("mistral", "mixtral", "phi3"):
+        return [c.get("sliding_window") is not None] * n
+    return [False] * n
+
+
+def _decoder_attention(c: Mapping[str, Any]) -> tuple[AttentionLayers, ...]:
+    heads, hd = c["num_attention_heads"], c["head_dim"]
+    sliding = _layer_types(c)
+    window = c.get("sliding_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise BadInput(f"{c['model_type']} config: sliding_window must be a whole number >= 1 or null, got {window!r}")
+    n_sliding = sum(sliding) if window is not None else 0
+    groups = [AttentionLayers(len(sliding) - n_sliding, heads, hd)]
+    if n_sliding:
+        groups.append(AttentionLayers(n_sliding, heads, hd, window))
+    return tuple(g for g in groups if g.layers)
+
+
+def _decoder(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
+    """llama-like families: attention projections, gated MLP or MoE experts; returns (layer, head, mlp width)."""
+    mt, h, n = c["model_type"], c["hidden_size"], c["num_hidden_layers"]
+    fused = mt == "phi3"
+    layer = _attention_matmuls(c, fused_qkv=fused)
+    width = c["intermediate_size"]
+    if mt == "mixtral":
+        e, k = _cfg_int(c, "num_local_experts"), _cfg_int(c, "num_experts_per_tok")
+        layer += [Matmul("mlp.gate", h, e, n), *_gated(h, c["intermediate_size"], n * k, prefix="mlp.experts",
+                                                            share=k / e)]
+        width = k * c["intermediate_size"]
+    elif mt in ("qwen2_moe", "qwen3_moe"):
+        sparse = _sparse_layer_count(c)
+        e, k, mi = _cfg_int(c, "num_experts"), _cfg_int(c, "num_experts_per_tok"), _cfg_int(c, "moe_intermediate_size")
+        layer += [Matmul("mlp.gate", h, e, sparse), *_gated(h, mi, sparse * k, prefix="mlp.experts", share=k / e)]
+        width = k * mi
+        if mt == "qwen2_moe":
+            si = _cfg_int(c, "shared_expert_intermediate_size")
+            layer += [*_gated(h, si, sparse, prefix="mlp.shared_expert"), Matmul("mlp.shared_expert_gate", h, 1, sparse)]
+            width += si
+        layer += _gated(h, c["intermediate_size"], n - sparse)
+        if sparse == 0:
+            width = c["intermediate_size"]
+    else:
+        layer += _gated(h, c["intermediate_size"], n, fused=fused)
+    return layer, [Matmul("lm_head", h, c["vocab_size"])], width
+
+
+def _gpt2(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
+    h, n, i = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
+    layer = [Matmul("attn.c_attn", h, 3 * h, n), Matmul("attn.c_proj", h, h, n), Matmul("mlp.c_fc", h, i, n),
+             Matmul("mlp.c_proj", i, h, n)]
+    return layer, [Matmul("lm_head", h, c["vocab_size"])], i
+
+
+def _gpt_neox(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
+    h, n, i = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
+    layer = [Matmul("attention.query_key_value", h, 3 * h, n), Matmul("attention.dense", h, h, n),
+             Matmul("mlp.dense_h_to_4h", h, i, n), Matmul("mlp.dense_4h_to_h", i, h, n)]
+    return layer, [Matmul("embed_out", h, c["vocab_size"])], i
+
+
+def _opt(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
+    h, n, i, proj = c["hidden_size"], c["num_hidden_layers"], c["ffn_dim"], c["word_embed_proj_dim"]
+    layer = [*(Matmul(f"self_attn.{x}", h, h, n) for x in ("q_proj", "k_proj", "v_proj", "out_proj")),
+             Matmul("fc1", h, i, n), Matmul("fc2", i, h, n)]
+    head = [Matmul("lm_head", proj, c["vocab_size"])]
+    if proj != h:
+        head = [Matmul("project_in", proj, h), Matmul("project_out", h, proj), *head]
+    return layer, head, i
+
+
+def _falcon(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
+    h, n, heads, ffn = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["ffn_hidden_size"]
+    hd = h // heads
+    if c["new_decoder_architecture"]:
+        qkv = (2 * c["num_kv_heads"] + heads) * hd
+    elif c["multi_query"]:
+        qkv = h + 2 * hd
+    else:
+        qkv = 3 * h
+    layer = [Matmul("self_attention.query_key_value", h, qkv, n), Matmul("self_attention.dense", h, h, n),
+             Matmul("mlp.dense_h_to_4h", h, ffn, n), Matmul("mlp.dense_4h_to_h", ffn, h, n)]
+    return layer, [Matmul("lm_head", h, c["vocab_size"])], ffn
+
+
+# Element passes (an element read or written once) of a decoder layer's elementwise kernels in the forward, per token,
+# counted from transformers' modeling code: an RMSNorm in decomposed ops (upcast, square, mean, scale, downcast,
+# weight) is ~18 passes of the hidden width, a fused LayerNorm ~3, a residual add 3; rotary embeddings ~12 passes of
+# the query and key widths (two products, a negation, a concatenation, a sum); the MLP's activation 2 passes of its
+# width, plus 3 for a gated MLP's product; attention's output transpose 2 passes of the query width. The backward
+# moves about twice as much. `zerokit probe` turns these passes into seconds by timing a reference llama block.
+_RMS_NORM, _LAYER_NORM, _RESIDUAL, _ROPE, _ACT, _GATE, _ATTN_OUT = 18, 3, 3, 12, 2, 3, 2
+_RMS_FAMILIES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                 "gemma3_text", "phi3"}
+_NORMS = {"gemma2": 4, "gemma3_text": 4}
+_NO_ROPE = {"gpt2", "opt"}
+
+
+def elementwise_passes(c: Mapping[str, Any], mlp_width: int, gated: bool) -> float:
+    """Forward element passes of the elementwise kernels of all layers, per token (see the constants above)."""
+    mt, h = c["model_type"], c["hidden_size"]
+    q = c["num_attention_heads"] * c["head_dim"]
+    qk = q + c["num_key_value_heads"] * c["head_dim"]
+    norm = _RMS_NORM if mt in _RMS_FAMILIES else _LAYER_NORM
+    per_layer = (_NORMS.get(mt, 2) * norm * h + 2 * _RESIDUAL * h + (0 if mt in _NO_ROPE else _ROPE * qk)
+                 + (_ACT + (_GATE if gated else 0)) * mlp_width + _ATTN_OUT * q)
+    return float(per_layer * c["num_hidden_layers"] + norm * h)
+
+
+_FAMILY_MATMULS = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon}
+
+_CACHE: dict[int, tuple[Mapping[str, Any], ModelFlops]] = {}
+
+
+def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
+    """The ModelFlops of a transformers config dict (any of the 15 families zerokit counts).
+
+    Cached by the identity of the dict (the planner passes the same ModelSpec.config for every candidate), so a
+    repeated call costs a dictionary lookup.
+    """
+    if isinstance(config, ModelFlops):
+        return config
+    hit = _CACHE.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    c = complete_config(config)
+    build = _FAMILY_MATMULS.get(c["model_type"], _decoder)
+    try:
+        layer, head, width = build(c)
+        attention = (_decoder_attention(c) if build is _decoder
+                     else (AttentionLayers(c["num_hidden_layers"], c["num_attention_heads"], c["head_dim"]),))
+        parts = [p for p in model_parts(c) if p.params > 0 and p.copies > 0]
+        modules = sum(p.copies for p in parts)
+    except (TypeError, KeyError) as e:
+        raise BadInput(f"{c['model_type']} config has a missing or wrongly typed value ({e}); fix the config.json") \
+            from None
+    result = ModelFlops(
+        model_type=c["model_type"], hidden_size=c["hidden_size"], num_layers=c["num_hidden_layers"],
+        vocab_size=c["vocab_size"], intermediate_size=width, layer_matmuls=tuple(m for m in layer if m.copies > 0),
+        head_matmuls=tuple(head), attention=attention, parameter_modules=int(modules),
+        module_sizes=tuple((p.params, p.copies) for p in parts),
+        elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder))
+    if len(_CACHE) > 256:
+        _CACHE.clear()
+    _CACHE[id(config)] = (config, result)
+    return result

@@ -1,0 +1,398 @@
+"""`MachinePerf`: the speeds the step-time model reads, from a GPU preset (+ overrides) or a `zerokit probe` profile.
+
+Every figure is per rank as a real run meets it (all local ranks busy at once), except the node-wide ones named so.
+`sources` says where each came from: `preset:<gpu>` (a datasheet, see devices.py), `default` (an assumed typical
+value, with the reason in DEFAULT_NOTES), `option:--<flag>`, or `probe` (measured by `zerokit probe`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from zerokit.errors import BadInput
+from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
+
+PROFILE_VERSION = 1
+MAX_PROFILE_BYTES = 1 << 20  # a probe profile is a few KB; anything near a MiB is not one
+DTYPES = ("bf16", "fp16", "fp32", "tf32")
+
+# Matmul efficiency of a GPU at a size, as a fraction of the dense peak, by the cube root of m*n*k of the product.
+# The shape of NVIDIA's "Matrix Multiplication Background" guide (docs.nvidia.com/deeplearning/performance/
+# dl-performance-matrix-multiplication): small products cannot fill the SMs; large ones reach ~80% of peak, which is
+# what an 8192^3 bf16 product ran at on an H100 SXM lent to this project (798 of 989 TFLOP/s).
+GPU_EFFICIENCY = ((64, 0.02), (128, 0.08), (256, 0.25), (512, 0.5), (1024, 0.68), (2048, 0.76), (4096, 0.8),
+                  (8192, 0.8))
+
+DEFAULT_NOTES = {
+    "collective_efficiency": "NCCL's all-reduce bus bandwidth reaches about 80% of the link rate at large messages "
+                             "(nccl-tests PERFORMANCE.md: busbw vs link rate)",
+    "collective_latency_s": "NCCL ring latency, tens of microseconds per collective at small messages",
+    "pcie": "pinned copies reach ~80% of the PCIe x16 link rate per direction; pageable ones about half of pinned "
+            "(NVIDIA CUDA C++ Best Practices Guide, 'Pinned Memory')",
+    "cpu_adam_params_per_s": "DeepSpeed CPU-Adam: ~1e9 parameters/s for a node's cores (ZeRO-Offload, Ren et al. "
+                             "2021, arXiv:2101.06840, Table 2: 1B-parameter Adam step in ~1 s on one socket "
+                             "with AVX512, 6.4x PyTorch's); per rank = node / ranks",
+    "nvme": "one datacenter PCIe Gen4 NVMe SSD: ~6.5 GB/s read, ~3.5 GB/s write sequential; measure with "
+            "`zerokit probe --nvme-path`",
+    "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
+    "op_overhead_s": "~10 us of launch and framework time per kernel (PyTorch eager)",
+    "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.1 ms of host time per parameter-owning "
+                               "module per pass",
+}
+
+
+@dataclass(frozen=True)
+class MachinePerf:
+    """The speeds of one node type, as the step-time model reads them. Bandwidths in bytes/s, one direction."""
+
+    name: str
+    """The GPU preset, or what the probe measured (e.g. `cpu: Intel Xeon, 2 ranks x 2 threads`)."""
+    device: str = "gpu"
+    """`gpu` or `cpu` (DeepSpeed's CPU accelerator)."""
+    matmul: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """dtype -> ((size, FLOP/s), ...): matmul throughput of one rank at each size (cube root of m*n*k), ascending."""
+    attention: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """dtype -> ((size, FLOP/s), ...): the attention kernel's QK^T and PV throughput (SDPA, causal, forward and
+    backward) by the cube root of (query-key pairs x head_dim); empty = the matmul curve's."""
+    elementwise: tuple[tuple[float, float], ...] = ()
+    """((tensor bytes, bytes/s), ...): what one rank's elementwise kernels (norms, activations, residuals, loss) move
+    per second, by the size of the tensor they work on (small ones stay in cache on a CPU), ascending."""
+    op_overhead_s: float = 10e-6
+    """Launch/dispatch time of one kernel."""
+    intra_node_bandwidth: float = 0.0
+    """Collective bus bandwidth per rank between ranks of one node (NVLink, PCIe or shared memory)."""
+    inter_node_bandwidth: float = 0.0
+    """Network bandwidth of one node to the others, all NICs together (shared by its ranks)."""
+    collective_efficiency: float = 0.8
+    """Fraction of the link rates a large collective reaches (1.0 for probe figures: they are measured)."""
+    collective_latency_s: float = 30e-6
+    """Fixed time of one collective call."""
+    comm_overlaps_compute: bool = True
+    """Whether collectives run beside compute (GPU: own engines; CPU accelerator: they share the cores)."""
+    h2d_pinned: float = 0.0
+    """Host -> device copy bandwidth per rank from pinned memory."""
+    d2h_pinned: float = 0.0
+    h2d_pageable: float = 0.0
+    d2h_pageable: float = 0.0
+    cpu_adam_params_per_s: float = 0.0
+    """DeepSpeed CPU-Adam parameters/s of the whole node (all local ranks stepping at once); per rank = / ranks."""
+    device_adam_params_per_s: float = 0.0
+    """Optimizer-step parameters/s of one rank when the optimizer stays on the device."""
+    nvme_read: float = 0.0
+    """NVMe read bandwidth of the node (shared by its ranks)."""
+    nvme_write: float = 0.0
+    zero3_module_overhead_s: float = 100e-6
+    """Host time ZeRO-3's hooks spend per parameter-owning module in each forward and backward pass."""
+    step_overhead_s: float = 0.0
+    """Fixed time per optimizer step (engine bookkeeping, scheduler, logging)."""
+    ranks_measured: int | None = None
+    """Local ranks that ran at once while a probe measured these figures (None for presets)."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+    """Figure -> where it came from: preset:<gpu>, default, option:--<flag>, probe."""
+
+    def peak_flops(self, dtype: str) -> float:
+        """The highest matmul FLOP/s measured or published for `dtype` (MFU's denominator)."""
+        return max(f for _, f in self._curve(dtype))
+
+    def matmul_flops_at(self, dtype: str, size: float) -> float:
+        """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
+        smallest size measured the rate falls in proportion (a product that small is latency-bound)."""
+        curve = self._curve(dtype)
+        if size < curve[0][0]:
+            return curve[0][1] * max(size, 1.0) / curve[0][0]
+        return interpolate(curve, size)
+
+    def attention_flops_at(self, dtype: str, size: float) -> float:
+        """The attention kernel's FLOP/s at a size; the matmul curve's where no attention curve was measured."""
+        curve = self.attention.get(dtype)
+        if not curve:
+            return self.matmul_flops_at(dtype, size)
+        if size < curve[0][0]:
+            return curve[0][1] * max(size, 1.0) / curve[0][0]
+        return interpolate(curve, size)
+
+    def elementwise_at(self, nbytes: float) -> float:
+        """Elementwise bytes/s for tensors of `nbytes`, interpolated on log(size), clamped at the ends."""
+        if not self.elementwise:
+            raise BadInput(f"{self.name} has no elementwise bandwidth; re-run `zerokit probe`")
+        return interpolate(self.elementwise, nbytes)
+
+    def _curve(self, dtype: str) -> tuple[tuple[float, float], ...]:
+        curve = self.matmul.get(dtype)
+        if not curve:
+            raise BadInput(f"{self.name} has no {dtype} matmul figure; choose a precision it supports "
+                           f"({', '.join(sorted(self.matmul))})")
+        return curve
+
+
+def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:
+    """y at x on an ascending ((x, y), ...) curve, linear in log(x); the end values beyond the ends."""
+    if x <= curve[0][0] or len(curve) == 1:
+        return curve[0][1]
+    i = bisect.bisect_left([p[0] for p in curve], x)
+    if i >= len(curve):
+        return curve[-1][1]
+    (x0, y0), (x1, y1) = curve[i - 1], curve[i]
+    return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bandwidth strings
+
+_BANDWIDTH = re.compile(r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<prefix>[kKMGTP]?)(?P<i>i?)"
+                        r"(?P<unit>B|b)(?:/s|ps)")
+_PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"": 1, "k": 2**10, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+MAX_BANDWIDTH = 100e12  # 100 TB/s: above any link or memory sold today
+
+
+def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
+    """Bytes/s from `300GB/s`, `25GiB/s`, `400Gbps`, `3.2Tb/s` (B = bytes, b = bits) or a number of bytes/s."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        s = str(text).strip().replace(" ", "").replace("_", "")
+        m = _BANDWIDTH.fullmatch(s)
+        if not m:
+            hint = ""
+            if re.fullmatch(r"[0-9.eE+-]+", s):
+                hint = f"; add a unit: {s}GB/s (bytes) or {s}Gbps (bits)"
+            elif re.fullmatch(r"[0-9.eE+-]+[kKMGTP]i?[Bb]?", s):
+                hint = f"; write it as a rate: {s.rstrip('Bb')}B/s (bytes) or {s.rstrip('Bb')}bps (bits)"
+            raise BadInput(f"{what} {text!r} is not a bandwidth{hint or '; write it like 300GB/s, 25GiB/s or 400Gbps'}")
+        scale = (_BINARY if m["i"] else _PREFIX)[m["prefix"]]
+        if m["i"] and not m["prefix"]:
+            raise BadInput(f"{what} {text!r}: 'i' needs a prefix, e.g. 25GiB/s")
+        value = float(m["num"]) * scale / (8 if m["unit"] == "b" else 1)
+    if not math.isfinite(value) or value <= 0:
+        raise BadInput(f"{what} {text!r} must be a positive bandwidth, e.g. 300GB/s")
+    if value > MAX_BANDWIDTH:
+        raise BadInput(f"{what} {text!r} is above 100 TB/s, more than any link sold; check the unit "
+                       "(GB/s is bytes, Gbps bits)")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# From a preset
+
+
+def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = None,
+                        inter_node_bandwidth: str | float | None = None,
+                        pcie_bandwidth: str | float | None = None) -> MachinePerf:
+    """MachinePerf of a GPU preset (zerokit/hardware.py name or alias), with the CLI's overrides applied.
+
+    `pcie_bandwidth` is the host link's rate per direction; pinned copies reach 80% of it, pageable ones 40%.
+    """
+    from zerokit.hardware import gpu_preset
+
+    preset = gpu_preset(gpu)
+    fig: DeviceFigures = DEVICE_FIGURES[preset.name]
+    src = f"preset:{preset.name}"
+    matmul = {dtype: tuple((float(s), peak * e) for s, e in GPU_EFFICIENCY) for dtype, peak in fig.tflops.items()}
+    sources = {"matmul": src, "elementwise": src, "intra_node_bandwidth": src,
+               "inter_node_bandwidth": src, "pcie": src, "collective_efficiency": "default",
+               "collective_latency_s": "default", "cpu_adam_params_per_s": "default", "nvme": "default",
+               "op_overhead_s": "default", "zero3_module_overhead_s": "default", "device_adam_params_per_s": src}
+    intra, inter, pcie = fig.intra_node_bandwidth, fig.inter_node_bandwidth, fig.pcie_bandwidth
+    if intra_node_bandwidth is not None:
+        intra = parse_bandwidth(intra_node_bandwidth, "--intra-node-bandwidth")
+        sources["intra_node_bandwidth"] = "option:--intra-node-bandwidth"
+    if inter_node_bandwidth is not None:
+        inter = parse_bandwidth(inter_node_bandwidth, "--inter-node-bandwidth")
+        sources["inter_node_bandwidth"] = "option:--inter-node-bandwidth"
+    if pcie_bandwidth is not None:
+        pcie = parse_bandwidth(pcie_bandwidth, "--pcie-bandwidth")
+        sources["pcie"] = "option:--pcie-bandwidth"
+    # A fused Adam step reads fp32 param, grad, m, v (16 B) and writes param, m, v and the half copy (14 B).
+    return MachinePerf(
+        name=preset.name, device="gpu", matmul=matmul, elementwise=((1.0, 0.7 * fig.memory_bandwidth),),
+        op_overhead_s=10e-6, intra_node_bandwidth=intra, inter_node_bandwidth=inter, collective_efficiency=0.8,
+        collective_latency_s=30e-6, comm_overlaps_compute=True,
+        h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie,
+        cpu_adam_params_per_s=1e9, device_adam_params_per_s=0.7 * fig.memory_bandwidth / 30.0,
+        nvme_read=6.5e9, nvme_write=3.5e9, zero3_module_overhead_s=100e-6, step_overhead_s=0.0,
+        sources=sources)
+
+
+def with_overrides(perf: MachinePerf, *, intra_node_bandwidth: str | float | None = None,
+                   inter_node_bandwidth: str | float | None = None,
+                   pcie_bandwidth: str | float | None = None) -> MachinePerf:
+    """`perf` with the CLI's bandwidth overrides (for a probe profile: the network it could not measure)."""
+    changes: dict[str, Any] = {}
+    sources = dict(perf.sources)
+    if intra_node_bandwidth is not None:
+        changes["intra_node_bandwidth"] = parse_bandwidth(intra_node_bandwidth, "--intra-node-bandwidth")
+        sources["intra_node_bandwidth"] = "option:--intra-node-bandwidth"
+    if inter_node_bandwidth is not None:
+        changes["inter_node_bandwidth"] = parse_bandwidth(inter_node_bandwidth, "--inter-node-bandwidth")
+        sources["inter_node_bandwidth"] = "option:--inter-node-bandwidth"
+    if pcie_bandwidth is not None:
+        pcie = parse_bandwidth(pcie_bandwidth, "--pcie-bandwidth")
+        changes.update(h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie)
+        sources["pcie"] = "option:--pcie-bandwidth"
+    return replace(perf, **changes, sources=sources) if changes else perf
+
+
+def build_machine(gpu: str | None = None, hardware_profile: str | None = None, *,
+                  intra_node_bandwidth: str | float | None = None, inter_node_bandwidth: str | float | None = None,
+                  pcie_bandwidth: str | float | None = None) -> MachinePerf:
+    """What `zerokit plan` builds from `--gpu`, `--hardware` and the bandwidth overrides: the profile wins over the
+    preset (it was measured), and the options win over both."""
+    if hardware_profile is not None:
+        perf = load_profile(hardware_profile)
+        return with_overrides(perf, intra_node_bandwidth=intra_node_bandwidth,
+                              inter_node_bandwidth=inter_node_bandwidth, pcie_bandwidth=pcie_bandwidth)
+    if gpu is None:
+        raise BadInput("the step-time model needs --gpu (a preset such as h100-80gb) or --hardware profile.json "
+                       "(from `zerokit probe`)")
+    return machine_from_preset(gpu, intra_node_bandwidth=intra_node_bandwidth,
+                               inter_node_bandwidth=inter_node_bandwidth, pcie_bandwidth=pcie_bandwidth)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Probe profiles
+
+_NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth",
+                  "collective_efficiency", "collective_latency_s", "h2d_pinned", "d2h_pinned", "h2d_pageable",
+                  "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "nvme_read", "nvme_write",
+                  "zero3_module_overhead_s", "step_overhead_s")
+_REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
+             "cpu_adam_params_per_s", "device_adam_params_per_s")
+# Plausible ranges: a figure outside is a broken or hand-edited profile, not a machine.
+_RANGES = {
+    "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
+    "zero3_module_overhead_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
+}
+
+
+def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The profile JSON `zerokit probe` writes: every MachinePerf field, plus free-form `measurements`."""
+    out: dict[str, Any] = {"zerokit_profile": PROFILE_VERSION}
+    for f in fields(MachinePerf):
+        value = getattr(perf, f.name)
+        if f.name in ("matmul", "attention"):
+            value = {k: [[s, fl] for s, fl in v] for k, v in value.items()}
+        elif f.name == "elementwise":
+            value = [[s, b] for s, b in value]
+        elif f.name == "sources":
+            value = dict(value)
+        out[f.name] = value
+    if extra:
+        out["measurements"] = dict(extra)
+    return out
+
+
+def load_profile(path: str) -> MachinePerf:
+    """A MachinePerf from a `zerokit probe` profile; BadInput (one line, with the fix) for anything else."""
+    data = _read_profile(path)
+    where = f"--hardware {path}"
+    if not isinstance(data, dict) or data.get("zerokit_profile") != PROFILE_VERSION:
+        raise BadInput(f"{where}: not a zerokit probe profile (no \"zerokit_profile\": {PROFILE_VERSION}); "
+                       "write one with `zerokit probe -o profile.json`")
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise BadInput(f"{where}: missing {', '.join(missing)}; write a fresh one with `zerokit probe -o {path} --force`")
+    known = {f.name for f in fields(MachinePerf)} | {"zerokit_profile", "measurements"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise BadInput(f"{where}: unknown key(s) {', '.join(unknown)}; write a fresh one with `zerokit probe`")
+    values: dict[str, Any] = {}
+    for key in ("name", "device"):
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise BadInput(f"{where}: {key} must be a non-empty string")
+        values[key] = data[key]
+    if values["device"] not in ("gpu", "cpu"):
+        raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
+    values["matmul"] = _matmul_from_json(data["matmul"], where)
+    if data.get("attention"):
+        values["attention"] = _matmul_from_json(data["attention"], where, "attention")
+    values["elementwise"] = _curve_from_json(data["elementwise"], f"{where}: elementwise", 1e15)
+    for key in _NUMBER_FIELDS:
+        if key not in data:
+            continue
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise BadInput(f"{where}: {key} must be a finite number >= 0, got {value!r}")
+        low, high = _RANGES.get(key, (0.0, MAX_BANDWIDTH))
+        if not low <= value <= high:
+            raise BadInput(f"{where}: {key} = {value!r} is outside {low:g}..{high:g}; re-run `zerokit probe`")
+        values[key] = float(value)
+    for key in ("h2d_pinned", "d2h_pinned", "cpu_adam_params_per_s",
+                "device_adam_params_per_s"):
+        if values[key] <= 0:
+            raise BadInput(f"{where}: {key} must be > 0; re-run `zerokit probe`")
+    if "comm_overlaps_compute" in data:
+        if not isinstance(data["comm_overlaps_compute"], bool):
+            raise BadInput(f"{where}: comm_overlaps_compute must be true or false")
+        values["comm_overlaps_compute"] = data["comm_overlaps_compute"]
+    ranks = data.get("ranks_measured")
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1024):
+        raise BadInput(f"{where}: ranks_measured must be a whole number 1..1024, got {ranks!r}")
+    values["ranks_measured"] = ranks
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
+        raise BadInput(f"{where}: sources must map figure names to strings")
+    values["sources"] = {**{k: "probe" for k in _NUMBER_FIELDS if k in values}, "matmul": "probe", **sources}
+    return MachinePerf(**values)
+
+
+def _read_profile(path: str) -> Any:
+    if not isinstance(path, str) or not path.strip():
+        raise BadInput("--hardware is empty; give the profile JSON `zerokit probe -o profile.json` wrote")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise BadInput(f"--hardware {path}: no such file; write one with `zerokit probe -o {path}`") from None
+    except OSError as e:
+        raise BadInput(f"--hardware {path}: cannot read it ({e.strerror}); check the path") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"--hardware {path}: not a regular file; give the profile JSON `zerokit probe` wrote")
+    if st.st_size > MAX_PROFILE_BYTES:
+        raise BadInput(f"--hardware {path}: {st.st_size} bytes, over the 1 MiB a probe profile can be; "
+                       "is this the right file?")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise BadInput(f"--hardware {path}: not UTF-8 text; give the profile JSON `zerokit probe` wrote") from None
+    except json.JSONDecodeError as e:
+        raise BadInput(f"--hardware {path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}; "
+                       "re-run `zerokit probe`") from None
+    except OSError as e:
+        raise BadInput(f"--hardware {path}: cannot read it ({e.strerror}); check the permissions") from None
+
+
+def _matmul_from_json(value: Any, where: str, what: str = "matmul") -> dict[str, tuple[tuple[float, float], ...]]:
+    if not isinstance(value, dict) or not value:
+        raise BadInput(f"{where}: {what} must map dtypes ({', '.join(DTYPES)}) to [[size, FLOP/s], ...]")
+    out = {}
+    for dtype, curve in value.items():
+        if dtype not in DTYPES:
+            raise BadInput(f"{where}: {what} has unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+        out[dtype] = _curve_from_json(curve, f"{where}: {what}.{dtype}", 1e18)
+    return out
+
+
+def _curve_from_json(curve: Any, what: str, high: float) -> tuple[tuple[float, float], ...]:
+    if not isinstance(curve, list) or not curve or len(curve) > 64:
+        raise BadInput(f"{what} must be a list of 1..64 [size, rate] pairs")
+    points = []
+    for point in curve:
+        if (not isinstance(point, list) or len(point) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                           for x in point) or point[1] > high):
+            raise BadInput(f"{what}: point {point!r} is not [size > 0, rate > 0] (rate at most {high:g})")
+        points.append((float(point[0]), float(point[1])))
+    sizes = [s for s, _ in points]
+    if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+        raise BadInput(f"{what}: sizes must be strictly ascending")
+    return tuple(points)

@@ -1,0 +1,285 @@
+"""The step-time model: one optimizer step of one candidate setup, from FLOPs, bytes and a MachinePerf.
+
+    step = accumulation x (forward + backward + recomputation + per-micro-batch communication and offload)
+           + the communication, offload and optimizer step that happen once per optimizer step
+
+What DeepSpeed 0.19 does, and so what is counted (deepspeed/runtime/engine.py `allreduce_gradients`,
+zero/stage_1_and_2.py, zero/stage3.py):
+- ZeRO-0/1 reduce gradients once per optimizer step, after the last micro-batch's backward (all-reduce for 0,
+  reduce-scatter for 1): accumulation amortises them. ZeRO-2/3 reduce-scatter in *every* backward, overlapped with
+  it when `overlap_comm` is on and the device runs collectives beside compute.
+- ZeRO-1/2 all-gather the updated parameters after the optimizer step. ZeRO-3 all-gathers every parameter-owning
+  module in the forward and again in the backward (frozen ones too), prefetching the next while one computes.
+- Ring collectives move (W-1)/W of the data per rank for a reduce-scatter or an all-gather, twice that for an
+  all-reduce; a multi-node ring runs at the slower of the NVLink share and the node's network share per GPU.
+- Optimizer offload copies each micro-batch's reduced gradient partition to the host (ZeRO-2/3; ZeRO-1 once per
+  step), runs CPU-Adam on it, and copies the updated half-precision partition back. Parameter offload (ZeRO-3)
+  copies the rank's partition to the device in every forward and backward. NVMe offload adds reading and writing
+  the optimizer states (12 bytes per parameter) or the parameters from the drive.
+- Only the trainable parameters have gradients, optimizer states and gradient reduces (LoRA); frozen ones still cost
+  FLOPs and ZeRO-3 all-gathers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zerokit.errors import BadInput
+from zerokit.perf.flops import ModelFlops, model_flops
+from zerokit.perf.machine import MachinePerf
+
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+OPTIMIZER_STATE_BYTES = 12  # fp32 master weights, Adam m and v, per parameter (what NVMe offload swaps)
+_LOSS_PASSES = 6  # logits upcast, log-softmax, loss and their gradients: fp32 passes over b x s x vocab
+_OPTIMIZER_PASSES = 6  # per trainable parameter of the shard: gradient to fp32, norm, clip, fp32 -> half copy
+_OPS_PER_LAYER = 40  # kernels one decoder layer launches in the forward (backward: twice as many)
+
+
+@dataclass(slots=True)
+class StepTime:
+    """One optimizer step of one setup; CONTRACT.md's `performance` fields (seconds unless named otherwise)."""
+
+    step_time_s: float
+    tokens_per_s: float
+    """Tokens of the whole job (every rank) per second."""
+    mfu: float
+    """Model FLOPs utilisation: forward + backward matmul FLOPs (no recomputation) / (step time x dense peak)."""
+    compute_s: float
+    """Forward, backward and recomputation of every micro-batch: matmuls, elementwise kernels, launches."""
+    communication_s: float
+    """Every collective of the step, hidden or not."""
+    exposed_communication_s: float
+    """The part of communication_s that overlap_comm and prefetch do not hide."""
+    offload_s: float
+    """Host <-> device copies and NVMe reads/writes of offload."""
+    optimizer_s: float
+    """The optimizer step: CPU-Adam when offloaded, the device's Adam otherwise."""
+    overhead_s: float
+    """ZeRO-3's per-module fetch/release hooks and the fixed per-step cost."""
+    tokens_per_step: int
+    flops_per_step: float
+    """Model FLOPs of one rank per optimizer step (the MFU numerator)."""
+
+    def time_to_train_s(self, tokens: float) -> float:
+        """Seconds to train `tokens` tokens at this step time."""
+        return time_to_train_s(self, tokens)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def time_to_train_s(step: StepTime, tokens: float) -> float:
+    """Seconds to process `tokens` tokens (whole optimizer steps: a partial last step still takes a step)."""
+    if tokens <= 0:
+        raise BadInput(f"--train-tokens must be positive, got {tokens!r}")
+    return math.ceil(tokens / step.tokens_per_step) * step.step_time_s
+
+
+def forward_backward_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str = "bf16",
+                           attention: str = "sdpa") -> tuple[float, float, float]:
+    """(matmul s, elementwise bytes, kernel-launch s) of one micro-batch's forward and backward, without
+    recomputation; `zerokit probe` inverts this on a reference block to measure the elementwise rate."""
+    tokens = micro_batch * seq_len
+    matmul = 0.0
+    for m in mf.layer_matmuls + mf.head_matmuls:
+        size = (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3)
+        matmul += 3.0 * m.flops_per_token * tokens / perf.matmul_flops_at(dtype, size)
+    for g, pairs in mf.attention_pairs(seq_len, attention):
+        matmul += 12.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch / perf.attention_flops_at(
+            dtype, (pairs * g.head_dim) ** (1 / 3))
+    nbytes = _BYTES[dtype]
+    elem = 3.0 * tokens * mf.elementwise_per_token * nbytes + tokens * mf.vocab_size * 4.0 * _LOSS_PASSES
+    return matmul, elem, 3.0 * (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
+
+
+def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
+                   attention: str) -> tuple[float, ...]:
+    """Per micro-batch: (forward s, backward input-gradient s (scores: gradients of Q, K, P and V), backward
+    weight-gradient s at full training, recomputation s, forward weight-matmul FLOPs, forward score FLOPs, peak). Forward and backward include elementwise kernels, the loss
+    and kernel launches. Cached on the ModelFlops: the planner asks for the same (micro-batch, sequence, dtype) for
+    several setups, and the cache turns a call into a dictionary lookup."""
+    key = (id(perf), micro_batch, seq_len, dtype, attention)
+    hit = mf._cache.get(key)
+    if hit is not None and hit[0] is perf:
+        return hit[1]
+    tokens = micro_batch * seq_len
+    layer_t = head_t = weight_flops = 0.0
+    for m in mf.layer_matmuls:
+        f = m.flops_per_token * tokens
+        layer_t += f / perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3))
+        weight_flops += f
+    for m in mf.head_matmuls:
+        f = m.flops_per_token * tokens
+        head_t += f / perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3))
+        weight_flops += f
+    score_t = score_flops = 0.0
+    for g, pairs in mf.attention_pairs(seq_len, attention):
+        f = 4.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch
+        score_t += f / perf.attention_flops_at(dtype, (pairs * g.head_dim) ** (1 / 3))
+        score_flops += f
+    nbytes = _BYTES[dtype]
+    elem = tokens * mf.elementwise_per_token * nbytes / perf.elementwise_at(tokens * mf.hidden_size * nbytes)
+    logits = tokens * mf.vocab_size * 4.0
+    loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
+    ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
+    weights = layer_t + head_t
+    result = (weights + score_t + elem + loss / 3.0 + ops,                        # forward
+              weights + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops,  # backward: input gradients
+              weights,                                                            # backward: weight gradients
+              layer_t + score_t + elem + ops,                                     # recomputing the layers
+              weight_flops, score_flops, perf.peak_flops(dtype))
+    if len(mf._cache) > 4096:
+        mf._cache.clear()
+    mf._cache[key] = (perf, result)
+    return result
+
+
+def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, parameters: int, seq_len: int,
+              micro_batch: int, grad_accum: int = 1, gpus_per_node: int = 1, nodes: int = 1, zero_stage: int = 0,
+              offload_optimizer: str = "none", offload_param: str = "none", gradient_checkpointing: bool = False,
+              precision: str = "bf16", attention: str = "sdpa", overlap_comm: bool = True,
+              reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
+              prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
+              trainable_parameters: int | None = None) -> StepTime:
+    """The time of one optimizer step of this setup on `perf`'s machine.
+
+    `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
+    `parameters`: total parameters; `trainable_parameters`: those with gradients (default: all; LoRA: the adapters).
+    A setup asked for again (the planner re-plans the same candidates) is answered from a memo on the ModelFlops.
+    Bucket sizes are DeepSpeed's, in elements (`reduce_bucket_size`, `allgather_bucket_size`,
+    `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
+    `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
+    keeps smaller parameters whole and gathers only the rest. `pin_memory` is the offload config's: pinned host
+    buffers copy at the pinned rate.
+    """
+    mf = model if model.__class__ is ModelFlops else model_flops(model)
+    key = (id(perf), parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes, zero_stage, offload_optimizer,
+           offload_param, gradient_checkpointing, precision, attention, overlap_comm, reduce_bucket_size,
+           allgather_bucket_size, prefetch_bucket_size, persistence_threshold, pin_memory, trainable_parameters)
+    memo = mf._cache.get(key)
+    if memo is not None and memo[0] is perf:
+        return memo[1]
+    result = _step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes, zero_stage,
+                        offload_optimizer, offload_param, gradient_checkpointing, precision, attention, overlap_comm,
+                        reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size, persistence_threshold,
+                        pin_memory, trainable_parameters)
+    if len(mf._cache) > 8192:
+        mf._cache.clear()
+    mf._cache[key] = (perf, result)
+    return result
+
+
+def _step_time(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
+               gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
+               gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
+               reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
+               persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None) -> StepTime:
+    nbytes = _BYTES.get(precision)
+    if nbytes is None:
+        raise BadInput(f"precision {precision!r} is not one of bf16, fp16, fp32")
+    if zero_stage not in (0, 1, 2, 3):
+        raise BadInput(f"zero_stage must be 0-3, got {zero_stage!r}")
+    if offload_param != "none" and zero_stage != 3:
+        raise BadInput("parameter offload needs ZeRO-3")
+    if offload_optimizer != "none" and zero_stage == 0:
+        raise BadInput("optimizer offload needs ZeRO-1, 2 or 3")
+    if min(micro_batch, seq_len, grad_accum, gpus_per_node, nodes, parameters) < 1:
+        raise BadInput("micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1")
+    total = float(parameters)
+    trainable = total if trainable_parameters is None else float(min(trainable_parameters, parameters))
+    share = trainable / total
+    gpn, ga = gpus_per_node, grad_accum
+    world = gpn * nodes
+
+    # Compute of one micro-batch. LoRA: frozen weights skip their weight gradients; the adapters' own products
+    # (2 FLOPs per trainable parameter and token, three passes) are tiny and run at the peak.
+    fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak = _compute_parts(mf, perf, micro_batch, seq_len,
+                                                                                    precision, attention)
+    tokens = micro_batch * seq_len
+    adapters = 2.0 * trainable * tokens if share < 1.0 else 0.0
+    bwd = bwd_in + bwd_w * share + 3.0 * adapters / peak
+    rec = recompute if gradient_checkpointing else 0.0
+    micro_compute = fwd + bwd + rec
+    flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + 3.0 * adapters
+
+    # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
+    micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
+    if world > 1:
+        bus = perf.intra_node_bandwidth
+        if nodes > 1:
+            bus = min(bus, perf.inter_node_bandwidth / gpn)
+        per_element = (world - 1) / world * nbytes / (bus * perf.collective_efficiency)
+        lat = perf.collective_latency_s
+        overlap = overlap_comm and perf.comm_overlaps_compute
+        reduce_calls = max(1.0, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
+        reduce = trainable * per_element + reduce_calls * lat
+        if zero_stage == 0:
+            boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
+        elif zero_stage == 3:
+            gathers, gathered = mf.gathered(persistence_threshold)
+            ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
+            micro_comm = ag + reduce
+            if overlap and prefetch_bucket_size > 0:
+                half = ag / 2.0
+                micro_exposed = min(micro_comm, max(0.0, half - fwd) + half / max(gathers, 1)
+                                    + max(0.0, half + reduce - bwd - rec))
+            else:
+                micro_exposed = micro_comm
+        else:
+            gather = trainable * per_element + max(1.0, math.ceil(trainable / max(allgather_bucket_size, 1.0))) * lat
+            # ZeRO-2 reduces in every backward; ZeRO-1 in the last one (overlap_comm) or after it.
+            hidden = min(reduce * (1.0 - 1.0 / reduce_calls), bwd + rec) if overlap else 0.0
+            if zero_stage == 2:
+                micro_comm, micro_exposed = reduce, reduce - hidden
+                boundary_comm = boundary_exposed = gather
+            else:
+                boundary_comm = reduce + gather
+                boundary_exposed = boundary_comm - hidden
+    communication = ga * micro_comm + boundary_comm
+    exposed = ga * micro_exposed + boundary_exposed
+
+    # Offload per rank (the node's NVMe is shared by its ranks).
+    micro_off = boundary_off = 0.0
+    shard_t = trainable / world
+    if offload_optimizer != "none" or offload_param != "none":
+        h2d = perf.h2d_pinned if pin_memory else perf.h2d_pageable
+        d2h = perf.d2h_pinned if pin_memory else perf.d2h_pageable
+        if offload_optimizer != "none":
+            grads = shard_t * nbytes / d2h
+            if zero_stage == 1:
+                boundary_off += grads
+            else:
+                micro_off += grads
+            if offload_param == "none":
+                boundary_off += shard_t * nbytes / h2d  # the updated half-precision partition goes back
+            if offload_optimizer == "nvme":
+                boundary_off += shard_t * OPTIMIZER_STATE_BYTES * gpn * (1.0 / perf.nvme_read + 1.0 / perf.nvme_write)
+        if offload_param != "none":
+            shard_p = mf.gathered(persistence_threshold)[1] / world  # persistent parameters stay on the device
+            micro_off += 2.0 * shard_p * nbytes / h2d  # the rank's partition, to the device in forward and backward
+            if offload_param == "nvme":
+                micro_off += 2.0 * shard_p * nbytes * gpn / perf.nvme_read
+    offload = ga * micro_off + boundary_off
+
+    if offload_optimizer != "none":
+        optimizer = shard_t * gpn / perf.cpu_adam_params_per_s  # every local rank steps at once on the node's cores
+    else:
+        owned = trainable if zero_stage == 0 else shard_t
+        grad_bytes = owned * 4.0
+        optimizer = owned / perf.device_adam_params_per_s + (
+            grad_bytes * _OPTIMIZER_PASSES / perf.elementwise_at(grad_bytes))
+
+    overhead = perf.step_overhead_s
+    if zero_stage == 3:
+        passes = 3.0 if gradient_checkpointing else 2.0
+        overhead += ga * mf.parameter_modules * passes * perf.zero3_module_overhead_s
+
+    compute = ga * micro_compute
+    step = compute + exposed + offload + optimizer + overhead
+    tokens_step = tokens * ga * world
+    flops_step = ga * flops_micro
+    return StepTime(step, tokens_step / step, flops_step / (step * peak), compute, communication, exposed, offload,
+                    optimizer, overhead, tokens_step, flops_step)

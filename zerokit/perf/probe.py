@@ -1,0 +1,573 @@
+"""`zerokit probe`'s measurements: this machine's speeds, taken the way a real run meets them.
+
+The probe starts the ranks the `deepspeed` runner would (one per GPU, or `--ranks` on DeepSpeed's CPU accelerator),
+with the environment the runner gives them: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, MASTER_ADDR/PORT and nothing
+for threads (deepspeed/launcher/launch.py sets OMP_NUM_THREADS only with --bind_cores_to_rank), so each rank runs
+torch's default thread count, as in training. Every measurement runs on all ranks at once, so a figure is what one
+rank gets while the others are busy too; rank 0 reports the mean over the ranks.
+
+Imported by the CLI only when `zerokit probe` runs; the worker imports torch (and deepspeed, for its Adam ops).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zerokit.errors import BadInput, ZerokitError
+from zerokit.perf.machine import MachinePerf
+
+CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
+GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
+QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
+WORKER_TIMEOUT_S = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment deepspeed/launcher/launch.py gives local rank `rank` of one node (no core binding)."""
+    env = dict(os.environ if base is None else base)
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_SIZE=str(ranks),
+               CROSS_RANK="0", CROSS_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return env
+
+
+def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: bool = False,
+              progress: Callable[[str], None] | None = None) -> tuple[MachinePerf, dict[str, Any]]:
+    """Measure this machine; returns the MachinePerf and the raw measurements (for the table and the profile)."""
+    if nvme_path is not None:
+        if not os.path.isdir(nvme_path):
+            raise BadInput(f"--nvme-path {nvme_path}: not a directory; give the NVMe mount, e.g. /local_nvme")
+        if not os.access(nvme_path, os.W_OK):
+            raise BadInput(f"--nvme-path {nvme_path}: not writable; choose a directory on the NVMe drive you can write")
+    if ranks is None:
+        ranks = _gpu_count() or 2
+    if not 1 <= ranks <= 64:
+        raise BadInput(f"--ranks must be 1..64, got {ranks}")
+    port = _free_port()
+    previous = _raise_on_sigterm()
+    try:
+        return _run_ranks(ranks, port, nvme_path, quick, progress)
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_on_sigterm() -> Any:
+    """SIGTERM becomes SystemExit, so the ranks are killed on the way out (no rank outlives the probe)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
+               progress: Callable[[str], None] | None) -> tuple[MachinePerf, dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="zerokit-probe-") as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        args = json.dumps({"nvme_path": nvme_path, "quick": quick, "result": result_file, "tmp": tmp})
+        procs, logs = [], []
+        for rank in range(ranks):
+            log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")  # noqa: SIM115 (closed below, after the ranks)
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, "-u", "-m", "zerokit.perf.probe", args],
+                                          env=runner_env(rank, ranks, port),
+                                          stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True))
+        try:
+            for line in procs[0].stdout:  # rank 0 prints one progress line per measurement
+                if progress is not None:
+                    progress(line.rstrip("\n"))
+            deadline = time.monotonic() + WORKER_TIMEOUT_S
+            codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+        except BaseException:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            raise
+        finally:
+            for log in logs:
+                log.flush()
+        if any(codes) or not os.path.exists(result_file):
+            bad = next((r for r, c in enumerate(codes) if c), 0)
+            logs[bad].seek(0)
+            lines = [x.strip() for x in logs[bad].read().splitlines() if x.strip()]
+            last = lines[-1] if lines else f"exit code {codes[bad]}"
+            for log in logs:
+                log.close()
+            if "No module named 'torch'" in last:
+                raise BadInput("zerokit probe needs torch: pip install 'zerokit[deepspeed]'")
+            raise ZerokitError(f"probe rank {bad} failed: {last}")
+        for log in logs:
+            log.close()
+        with open(result_file, encoding="utf-8") as f:
+            data = json.load(f)
+    return _machine_from_measurements(data), data
+
+
+def _gpu_count() -> int:
+    """GPUs visible here, asked of nvidia-smi/rocm-smi-free torch in a child (the parent stays torch-free)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                             capture_output=True, text=True, timeout=120, check=False)
+        return int(out.stdout.strip() or 0)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return 0
+
+
+def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
+    from zerokit.perf.machine import DEFAULT_NOTES
+
+    sources = {k: "probe" for k in ("matmul", "attention", "elementwise", "op_overhead_s", "intra_node_bandwidth",
+                                    "collective_latency_s", "pcie", "cpu_adam_params_per_s",
+                                    "device_adam_params_per_s")}
+    sources["cpu_adam_params_per_s"] = m["cpu_adam"]["source"]
+    sources["device_adam_params_per_s"] = m["device_adam"]["source"]
+    nvme = m.get("nvme")
+    if nvme:
+        sources["nvme"] = "probe"
+        read, write = nvme["read"], nvme["write"]
+    else:
+        sources["nvme"] = "default: " + DEFAULT_NOTES["nvme"]
+        read, write = 6.5e9, 3.5e9
+    coll = m.get("collectives") or {}
+    sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
+    for k in ("zero3_module_overhead_s", "step_overhead_s"):
+        sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
+    return MachinePerf(
+        name=m["name"], device=m["device"],
+        matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
+        attention={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m.get("attention", {}).items()},
+        elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
+        intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=12.5e9,
+        collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
+        comm_overlaps_compute=m["device"] == "gpu",
+        h2d_pinned=m["copies"]["h2d_pinned"], d2h_pinned=m["copies"]["d2h_pinned"],
+        h2d_pageable=m["copies"]["h2d_pageable"], d2h_pageable=m["copies"]["d2h_pageable"],
+        cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
+        device_adam_params_per_s=m["device_adam"]["params_per_s"],
+        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6, step_overhead_s=0.0,
+        ranks_measured=m["ranks"], sources=sources)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The worker: one per rank, started by run_probe with the runner's environment.
+
+
+class _Worker:
+    def __init__(self, opts: dict[str, Any]):
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist, self.opts = torch, dist, opts
+        self.rank, self.ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        self.gpu = torch.cuda.is_available()
+        if self.gpu:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+        self.quick = bool(opts.get("quick"))
+        self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
+        dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
+        self.step_no, self.steps = 0, 10
+
+    def say(self, text: str) -> None:
+        if self.rank == 0:
+            print(text, flush=True)
+
+    def sync(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+    def mean(self, value: float) -> float:
+        """The mean over the ranks of a figure each measured."""
+        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.device)
+        self.dist.all_reduce(t)
+        return float(t.item()) / self.ranks
+
+    def fixed(self, fn: Callable[[], Any], reps: int) -> float:
+        """Seconds per call over a fixed count: collectives must be called as often on every rank."""
+        self.dist.barrier()
+        fn()
+        self.sync()
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        self.sync()
+        return (time.perf_counter() - start) / reps
+
+    def seconds(self, fn: Callable[[], Any], min_reps: int = 3) -> float:
+        """Seconds per call: one warm-up, then calls timed one by one until the time budget is spent (all ranks at
+        once); the median call, so a moment of outside load does not decide the figure."""
+        self.dist.barrier()
+        fn()
+        self.sync()
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < min_reps or (spent < self.budget and len(times) < 10000):
+            start = time.perf_counter()
+            fn()
+            self.sync()
+            times.append(time.perf_counter() - start)
+            spent += times[-1]
+        times.sort()
+        return times[len(times) // 2]
+
+    def begin(self, what: str) -> float:
+        self.step_no += 1
+        self.say(f"[{self.step_no}/{self.steps}] {what} ...")
+        return time.perf_counter()
+
+    # -- measurements ---------------------------------------------------------------------------------------------
+
+    def matmul(self) -> dict[str, list[list[float]]]:
+        """FLOP/s of a linear layer's forward and backward (x W^T, then g W and g^T x: 3 products of 2n^3 FLOPs), the
+        pattern training runs: on some CPUs a transposed operand takes another kernel than a plain a @ b."""
+        torch = self.torch
+        sizes = QUICK_SIZES if self.quick else (GPU_SIZES if self.gpu else CPU_SIZES)
+        dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
+        linear = torch.nn.functional.linear
+        out = {}
+        for name, ns in sizes.items():
+            if self.gpu:
+                torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
+            points = []
+            for n in ns:
+                x = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
+                w = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
+                g = torch.randn(n, n, device=self.device).to(dtypes[name])
+
+                def fwd_bwd(x=x, w=w, g=g) -> None:
+                    torch.autograd.backward(linear(x, w), g, inputs=[x, w])
+                    x.grad = w.grad = None
+                t = self.seconds(fwd_bwd)
+                points.append([float(n), self.mean(6.0 * n**3 / t)])
+            out[name] = points
+            if self.gpu:
+                torch.backends.cuda.matmul.allow_tf32 = False
+        return out
+
+    def attention(self) -> dict[str, list[list[float]]]:
+        """FLOP/s of causal scaled_dot_product_attention forward and backward in bf16 (the kernel transformers' sdpa
+        path calls), counted as the time model counts it: 12 x heads x head_dim per (query, key) pair computed."""
+        torch = self.torch
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        seqs = (64, 128) if self.quick else ((512, 1024, 2048, 4096) if self.gpu else (64, 128, 256, 512))
+        heads, hd, batch = 4, 64, (4 if self.gpu else 2)
+        points = []
+        for s in seqs:
+            q, k, v = (torch.randn(batch, heads, s, hd, device=self.device).to(torch.bfloat16).requires_grad_()
+                       for _ in range(3))
+            g = torch.randn(batch, heads, s, hd, device=self.device).to(torch.bfloat16)
+
+            def fwd_bwd(q=q, k=k, v=v, g=g) -> None:
+                torch.autograd.backward(sdpa(q, k, v, is_causal=True), g, inputs=[q, k, v])
+                q.grad = k.grad = v.grad = None
+            t = self.seconds(fwd_bwd)
+            pairs = s * (s + 1) / 2
+            points.append([(pairs * hd) ** (1 / 3), self.mean(12.0 * batch * heads * hd * pairs / t)])
+        return {"bf16": points}
+
+    def elementwise(self) -> tuple[list[list[float]], float]:
+        """Bytes/s of a bf16 product z = x * y (read two, write one) by tensor size, and one kernel's launch time."""
+        torch = self.torch
+        exps = (16, 20) if self.quick else ((20, 24, 28) if self.gpu else (14, 16, 18, 20, 22, 24))
+        curve = []
+        for e in exps:
+            n = 1 << e
+            x = torch.randn(n, device=self.device).to(torch.bfloat16)
+            y, z = x.clone(), torch.empty_like(x)
+            t = self.seconds(lambda x=x, y=y, z=z: torch.mul(x, y, out=z))
+            curve.append([float(n * 2), self.mean(3 * n * 2 / t)])
+        tiny = torch.ones(1, device=self.device)
+
+        def launches() -> None:
+            for _ in range(100):
+                tiny.add_(1.0)
+        overhead = self.mean(self.seconds(launches) / 100)
+        return curve, overhead
+
+    def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
+                        launch_s: float) -> list[list[float]] | None:
+        """Elementwise bytes/s as training meets them, by activation size. A 2-layer llama (transformers' own code,
+        vocabulary 256) runs forward and backward in bf16 at three widths; its time less the matmuls (from the curve
+        just measured) and the kernel launches, over the element passes the time model counts for it
+        (zerokit/perf/flops.py), is the rate at that width's activation size (tokens x hidden x 2 bytes). At small
+        sizes this rate holds the framework's per-kernel costs too, as training pays them. None without
+        transformers."""
+        torch = self.torch
+        try:
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except ImportError:
+            return None
+        from zerokit.perf.flops import model_flops
+        from zerokit.perf.machine import MachinePerf
+        from zerokit.perf.model import forward_backward_parts
+
+        perf = MachinePerf(name="probe", matmul={d: tuple((s, f) for s, f in pts) for d, pts in matmul.items()},
+                           attention={d: tuple((s, f) for s, f in pts) for d, pts in attention.items()},
+                           elementwise=((1.0, 1.0),), op_overhead_s=launch_s)
+        shapes = ((64, 256), (128, 512)) if self.quick else (((1024, 4096), (2048, 4096), (4096, 4096)) if self.gpu
+                                                              else ((128, 512), (320, 1024), (640, 1024)))
+        curve = []
+        for hidden, tokens in shapes:
+            config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
+                      "num_hidden_layers": 2, "num_attention_heads": max(1, hidden // 64),
+                      "num_key_value_heads": max(1, hidden // 64), "vocab_size": 256, "tie_word_embeddings": False,
+                      "max_position_embeddings": 256}
+            model = LlamaForCausalLM(LlamaConfig(**{**config, "attn_implementation": "sdpa"}))
+            model = model.to(device=self.device, dtype=torch.bfloat16)
+            ids = torch.randint(0, 256, (tokens // 256, 256), device=self.device)
+
+            def step(model=model, ids=ids) -> None:
+                model(input_ids=ids, labels=ids).loss.backward()
+                for p in model.parameters():
+                    p.grad = None
+            t = self.seconds(step, min_reps=2)
+            mm, elem_bytes, launches = forward_backward_parts(model_flops(config), perf, tokens // 256, 256)
+            rest = max(t - mm - launches, 0.1 * t)  # a matmul curve taken under other load can overshoot
+            curve.append([float(tokens * hidden * 2), self.mean(elem_bytes / rest)])
+        curve.sort()
+        return curve
+
+    def copies(self) -> dict[str, float]:
+        torch = self.torch
+        n = (1 << 22) if self.quick else ((1 << 28) if self.gpu else (1 << 25))
+        dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+        out = {}
+        pinnable = self.gpu
+        for kind in ("pinned", "pageable"):
+            host = torch.empty(n, dtype=torch.uint8, pin_memory=(kind == "pinned" and pinnable))
+            host.fill_(1)
+            out[f"h2d_{kind}"] = self.mean(n / self.seconds(lambda h=host: dev.copy_(h, non_blocking=True)))
+            out[f"d2h_{kind}"] = self.mean(n / self.seconds(lambda h=host: h.copy_(dev, non_blocking=True)))
+        return out
+
+    def collectives(self) -> dict[str, float]:
+        torch, dist = self.torch, self.dist
+        if self.ranks == 1:
+            return {}
+        n = (1 << 18) if self.quick else ((1 << 26) if self.gpu else (1 << 22))
+        x = torch.ones(n, dtype=torch.float32, device=self.device)
+        w = self.ranks
+        reps = 3 if self.quick else 10
+        t = self.fixed(lambda: dist.all_reduce(x), reps)
+        reduce_bus = self.mean(2 * (w - 1) / w * n * 4 / t)
+        parts = [torch.empty(n // w, dtype=torch.float32, device=self.device) for _ in range(w)]
+        mine = torch.ones(n // w, dtype=torch.float32, device=self.device)  # gloo refuses an input that is an output
+        t = self.fixed(lambda: dist.all_gather(parts, mine), reps)
+        gather_bus = self.mean((w - 1) / w * n * 4 / t)
+        one = torch.ones(1, device=self.device)
+        latency = self.mean(self.fixed(lambda: dist.all_reduce(one), 20 if self.quick else 200))
+        return {"all_reduce_bus_bandwidth": reduce_bus, "all_gather_bus_bandwidth": gather_bus,
+                "bus_bandwidth": (reduce_bus + gather_bus) / 2, "latency_s": latency,
+                "backend": dist.get_backend()}
+
+    def _op_built(self, builder_name: str) -> tuple[bool, str]:
+        """Whether a DeepSpeed op loads without compiling: prebuilt, or in torch's JIT extension cache."""
+        try:
+            import importlib
+
+            from deepspeed.ops import op_builder
+            builder = getattr(op_builder, builder_name)()
+            try:
+                importlib.import_module(builder.absolute_name())
+                return True, "prebuilt"
+            except ImportError:
+                pass
+            from torch.utils.cpp_extension import _get_build_directory
+            build = _get_build_directory(builder.name, verbose=False)
+            so = os.path.join(build, f"{builder.name}.so")
+            if not os.path.exists(so) or os.path.exists(os.path.join(build, "lock")):
+                return False, so
+            # Loading runs ninja; when it has work to do, that is a compile of minutes, not a measurement.
+            dry = subprocess.run(["ninja", "-n", "-C", build], capture_output=True, text=True, timeout=60, check=False)
+            return "no work to do" in dry.stdout, so
+        except Exception as e:  # noqa: BLE001 (deepspeed missing or broken: the fallback says so)
+            return False, f"{type(e).__name__}: {e}"
+
+    def _adam_rate(self, make: Callable[[Any], Any], n: int, device: Any) -> float:
+        torch = self.torch
+        p = torch.nn.Parameter(torch.zeros(n, dtype=torch.float32, device=device))
+        p.grad = torch.full_like(p, 1e-3)
+        opt = make([p])
+        return self.mean(n / self.seconds(opt.step))
+
+    def cpu_adam(self) -> dict[str, Any]:
+        torch = self.torch
+        n = (1 << 18) if self.quick else (1 << 23)
+        built, where = self._op_built("CPUAdamBuilder")
+        if built:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+            rate = self._adam_rate(lambda ps: DeepSpeedCPUAdam(ps, lr=1e-5), n, "cpu")
+            source = "probe: DeepSpeedCPUAdam"
+        else:
+            rate = self._adam_rate(lambda ps: torch.optim.AdamW(ps, lr=1e-5), n, "cpu")
+            source = ("probe: torch.optim.AdamW, because DeepSpeed's cpu_adam is not compiled (or is out of date) "
+                      "and would build now, for minutes; re-run the probe after one offload run")
+        return {"params_per_s_rank": rate, "params_per_s_node": rate * self.ranks, "source": source,
+                "built": built, "where": where}
+
+    def device_adam(self) -> dict[str, Any]:
+        torch = self.torch
+        n = (1 << 18) if self.quick else ((1 << 26) if self.gpu else (1 << 23))
+        if self.gpu:
+            rate = self._adam_rate(lambda ps: torch.optim.AdamW(ps, lr=1e-5, fused=True), n, self.device)
+            return {"params_per_s": rate, "source": "probe: torch.optim.AdamW(fused=True), as fast as FusedAdam"}
+        built, _ = self._op_built("FusedAdamBuilder")
+        if built:
+            from deepspeed.ops.adam import FusedAdam
+            rate = self._adam_rate(lambda ps: FusedAdam(ps, lr=1e-5), n, self.device)
+            return {"params_per_s": rate, "source": "probe: DeepSpeed FusedAdam (CPU build)"}
+        rate = self._adam_rate(lambda ps: torch.optim.AdamW(ps, lr=1e-5), n, self.device)
+        return {"params_per_s": rate, "source": "probe: torch.optim.AdamW, because DeepSpeed's fused_adam is not "
+                                                 "compiled yet (it builds on first use)"}
+
+    def nvme(self) -> dict[str, float] | None:
+        path = self.opts.get("nvme_path")
+        if not path:
+            return None
+        result = None
+        if self.rank == 0:  # the drive is the node's: one writer, like ZeRO-Infinity's swapper per rank share
+            size = (16 << 20) if self.quick else (512 << 20)
+            chunk = os.urandom(8 << 20)
+            fd, name = tempfile.mkstemp(dir=path, prefix=".zerokit-probe-")
+            try:
+                start = time.perf_counter()
+                for _ in range(size // len(chunk)):
+                    os.write(fd, chunk)
+                os.fsync(fd)
+                write = size / (time.perf_counter() - start)
+                if hasattr(os, "posix_fadvise"):
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read from the drive, not the page cache
+                os.lseek(fd, 0, os.SEEK_SET)
+                start = time.perf_counter()
+                while os.read(fd, 8 << 20):
+                    pass
+                read = size / (time.perf_counter() - start)
+            finally:
+                os.close(fd)
+                os.unlink(name)
+            result = {"read": read, "write": write, "bytes": size}
+        self.dist.barrier()
+        return result
+
+    def describe(self) -> dict[str, Any]:
+        torch = self.torch
+        if self.gpu:
+            props = torch.cuda.get_device_properties(self.device)
+            return {"name": props.name, "device": "gpu", "device_memory_bytes": int(props.total_memory)}
+        model = "CPU"
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+        except OSError:
+            pass
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return {"name": f"cpu: {model}, {self.ranks} ranks x {torch.get_num_threads()} threads", "device": "cpu",
+                "device_memory_bytes": int(memory)}
+
+    def run(self) -> dict[str, Any]:
+        torch = self.torch
+        out: dict[str, Any] = {"ranks": self.ranks, "threads_per_rank": torch.get_num_threads(),
+                               "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__,
+                               "quick": self.quick}
+        t0 = self.begin("device and memory")
+        out.update(self.describe())
+        self.say(f"      {out['name']}, {out['device_memory_bytes'] / 1e9:.1f} GB ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("matmul throughput per dtype and size")
+        out["matmul"] = self.matmul()
+        best = ", ".join(f"{d} {max(f for _, f in pts) / 1e9:.1f}" for d, pts in out["matmul"].items())
+        self.say(f"      best linear forward+backward GFLOP/s per rank: {best} ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("attention kernel (causal sdpa, forward and backward, bf16)")
+        out["attention"] = self.attention()
+        best = max(f for _, f in out["attention"]["bf16"])
+        self.say(f"      up to {best / 1e9:.1f} GFLOP/s per rank ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("elementwise bandwidth and kernel launch time")
+        out["elementwise"], out["op_overhead_s"] = self.elementwise()
+        best = max(b for _, b in out["elementwise"])
+        self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op "
+                 f"({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
+        block = self.reference_block(out["matmul"], out["attention"], out["op_overhead_s"])
+        out["elementwise_product"] = out["elementwise"]
+        if block:
+            out["elementwise"] = block
+        self.say("      " + (", ".join(f"{s / 1e6:.2f} MB activations: {b / 1e9:.2f} GB/s" for s, b in block)
+                             if block else "transformers is not installed: the plain product's rate stands in")
+                 + f" ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("host <-> device copies, pinned and pageable")
+        out["copies"] = self.copies()
+        self.say("      " + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in out["copies"].items())
+                 + f" ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin(f"collectives across {self.ranks} local ranks ({self.dist.get_backend()})")
+        out["collectives"] = self.collectives()
+        c = out["collectives"]
+        self.say(f"      bus {c['bus_bandwidth'] / 1e9:.2f} GB/s, latency {c['latency_s'] * 1e6:.0f} us "
+                 f"({time.perf_counter() - t0:.1f} s)" if c else "      one rank: nothing to measure")
+        t0 = self.begin("CPU Adam (DeepSpeed cpu_adam), all ranks at once")
+        out["cpu_adam"] = self.cpu_adam()
+        self.say(f"      {out['cpu_adam']['params_per_s_rank'] / 1e6:.0f} M params/s per rank"
+                 + ("" if out["cpu_adam"]["built"] else " (cpu_adam not compiled yet: torch AdamW measured instead)")
+                 + f" ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("optimizer step on the device")
+        out["device_adam"] = self.device_adam()
+        self.say(f"      {out['device_adam']['params_per_s'] / 1e6:.0f} M params/s per rank "
+                 f"({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
+        out["nvme"] = self.nvme()
+        self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
+                             if out["nvme"] else "skipped: no --nvme-path") + f" ({time.perf_counter() - t0:.1f} s)")
+        return out
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this rank when the probe that started it dies, however it dies."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_main(opts: dict[str, Any]) -> int:
+    _die_with_parent()
+    worker = _Worker(opts)
+    result = worker.run()
+    if worker.rank == 0:
+        tmp = opts["result"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f)
+        os.replace(tmp, opts["result"])
+    worker.dist.barrier()
+    worker.dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = _worker_main(json.loads(sys.argv[1]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip C++ static destructors that sometimes abort a gloo rank at exit
