@@ -60,44 +60,47 @@ def storages_of(obj, seen: set, out: dict, depth: int = 0) -> None:
 
 
 def host_storages(engine) -> dict:
-    """Storages DeepSpeed keeps on the host when it offloads: by the attributes its optimizers hold them in."""
+    """Storages DeepSpeed keeps on the host when it offloads (address -> bytes), by the attributes its optimizers
+    hold them in (runtime/zero/stage_1_and_2.py and stage3.py; the swap buffers of runtime/swap_tensor)."""
+    import torch
+
     opt = engine.optimizer
     out: dict = {}
     seen: set = set()
+
+    def add(obj, with_grads: bool = False) -> None:
+        storages_of(obj, seen, out)
+        if with_grads:
+            for t in obj if isinstance(obj, (list, tuple)) else [obj]:
+                if isinstance(t, torch.Tensor) and t.grad is not None:
+                    storages_of(t.grad, seen, out)
+
     offload_opt = getattr(opt, "cpu_offload", False) or getattr(opt, "offload_optimizer", False)
     if offload_opt:
-        for name in ("single_partition_of_fp32_groups", "fp32_partitioned_groups_flat", "averaged_gradients",
-                     "accumulated_grads_in_cpu", "local_overflow", "temp_grad_buffer_for_cpu_offload",
-                     "temp_grad_buffer_for_gpu_offload", "_grad_acc_hooks"):
-            if name == "temp_grad_buffer_for_gpu_offload":
-                continue
-            storages_of(getattr(opt, name, None), seen, out)
+        # master weights and their fp32 gradients; ZeRO-1/2's pinned 16-bit copy and accumulation buffers
+        add(getattr(opt, "single_partition_of_fp32_groups", None), with_grads=True)
+        add(getattr(opt, "fp32_partitioned_groups_flat", None), with_grads=True)
+        for name in ("param_buffer_of_bit16_for_cpu_offload_groups", "temp_grad_buffer_for_cpu_offload",
+                     "accumulated_grads_in_cpu", "grad_partitions_flat_buffer", "norm_for_param_grads"):
+            add(getattr(opt, name, None))
         base = getattr(opt, "optimizer", None)
         if base is not None:
-            storages_of(dict(base.state), seen, out)
-        for name in ("grad_position", "norm_for_param_grads"):
-            storages_of(getattr(opt, name, None), seen, out)
-        # ZeRO-2 offload keeps fp32 gradient partitions for CPU accumulation; ZeRO-3 keeps them per sub group
-        storages_of(getattr(opt, "fp32_partitioned_groups_flat", None), seen, out)
-        storages_of(getattr(opt, "grad_partitions_flat_buffer", None), seen, out)
-    if getattr(opt, "offload_param", False) or getattr(getattr(opt, "parameter_offload", None), "offload_param",
-                                                       False):
-        import torch
-
+            add(dict(base.state))
+    if getattr(opt, "offload_param", False):
         for p in engine.module.parameters():
             t = getattr(p, "ds_tensor", None)
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                storages_of(t, seen, out)
-        storages_of(getattr(opt, "fp16_partitioned_groups_flat", None), seen, out)
-        storages_of(getattr(opt, "lp_param_buffer", None), seen, out)
-    for name in ("optimizer_swapper", "param_swapper"):
-        sw = getattr(opt, name, None)
-        if sw is None:
-            continue
-        for attr in ("swap_buffer_manager", "buffers"):
-            mgr = getattr(sw, attr, None)
-            if mgr is not None:
-                storages_of(getattr(mgr, "buffers", mgr), seen, out)
+            if isinstance(t, torch.Tensor):
+                add(t)
+        add(getattr(opt, "param_groups_fp16_flat_cpu_memory", None))
+        add(getattr(opt, "lp_param_buffer", None))
+    swapper = getattr(opt, "optimizer_swapper", None)
+    if swapper is not None:
+        add(getattr(getattr(swapper, "swap_buffer_manager", None), "all_buffers", None))
+    for p in engine.module.parameters():
+        param_swapper = getattr(p, "nvme_swapper", None)
+        if param_swapper is not None:
+            add(getattr(param_swapper, "buffers", None))
+            break
     return out
 
 
@@ -151,15 +154,15 @@ def main() -> int:
             ids = ((start + torch.arange(seq)) % config.vocab_size).to(engine.device)
             with record_function(f"phase:forward:{step}:{micro}"):
                 loss = engine(input_ids=ids, labels=ids, use_cache=False).loss
-            host_at[f"forward:{step}:{micro}"] = sum(host_storages(engine).values())
+            host_at[f"forward:{step}:{micro}"] = set(host_storages(engine))
             with record_function(f"phase:backward:{step}:{micro}"):
                 engine.backward(loss)
-            host_at[f"backward:{step}:{micro}"] = sum(host_storages(engine).values())
+            host_at[f"backward:{step}:{micro}"] = set(host_storages(engine))
             boundary = micro == accumulation - 1
             name = f"{'optimizer_step' if boundary else 'noop_step'}:{step}:{micro}"
             with record_function(f"phase:{name}"):
                 engine.step()
-            host_at[name] = sum(host_storages(engine).values())
+            host_at[name] = set(host_storages(engine))
             losses.append(float(loss.detach().float().item()))
             del loss, ids
     if diag is not None:
@@ -204,28 +207,41 @@ def allocations(results) -> list:
 
 
 def replay(results, host_at: dict) -> dict:
-    """Live tensor bytes at the start, peak and end of every phase, replaying allocations by address.
+    """Live tensor bytes at the start, device-side peak and end of every phase, replaying allocations by address.
 
     The profiler records the allocations and frees of the threads it profiles; a tensor whose last reference
     dies on one of gloo's threads (the buffers of a finished asynchronous collective) is freed unseen. Such a
     block is known to be gone when the allocator hands its address out again, and is dropped then.
-    Host bytes are the storages DeepSpeed keeps on the host, listed at the end of the phase; they are allocated
-    at initialisation or at the first step and stay, so device = live - host at every moment of a later phase.
+    Host bytes are the live blocks at the addresses of the storages DeepSpeed keeps on the host (listed at the
+    end of the phase; they are allocated at initialisation or at the first step and stay); a block the
+    allocator did not hand out (aio's page-locked buffers) is counted on neither side. "peak" is the moment of
+    the most device-side bytes, with the host bytes live then.
     """
     allocs = allocations(results)
     out: dict = {}
     blocks: dict = {}
     live = i = 0
     for name, start, end in _phase_ranges(results):
+        host_ptrs = host_at.get(name, set())
         while i < len(allocs) and allocs[i][0] < start:
             live = _replay_one(blocks, allocs[i], live)
             i += 1
-        first = peak = live
+        host = sum(blocks.get(p, 0) for p in host_ptrs)
+        first, first_host = live, host
+        peak, peak_host, host_peak = live, host, host
         while i < len(allocs) and allocs[i][0] <= end:
+            ptr = allocs[i][1]
+            if ptr in host_ptrs:
+                host -= blocks.get(ptr, 0)
             live = _replay_one(blocks, allocs[i], live)
-            peak = max(peak, live)
+            if ptr in host_ptrs:
+                host += blocks.get(ptr, 0)
+                host_peak = max(host_peak, host)
+            if live - host > peak - peak_host:
+                peak, peak_host = live, host
             i += 1
-        out[name] = {"start": first, "peak": peak, "end": live, "host": host_at.get(name, 0)}
+        out[name] = {"start": first, "start_host": first_host, "peak": peak, "host": peak_host, "end": live,
+                     "end_host": host, "host_peak": host_peak}
     return out
 
 

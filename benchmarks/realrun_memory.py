@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,8 +90,9 @@ def plan_case(case: dict, nvme_path: str | None = None):
     from zerokit.planner import Training, plan
 
     nvme = "nvme" in (case["offload_optimizer"], case["offload_param"])
-    hardware = resolve_hardware(gpu_memory="16GB", gpus_per_node=WORLD,
-                                nvme_path=(nvme_path or "/tmp/zerokit-nvme") if nvme else None)
+    hardware = replace(resolve_hardware(gpu_memory="16GB", gpus_per_node=WORLD,
+                                        nvme_path=(nvme_path or "/tmp/zerokit-nvme") if nvme else None),
+                       accelerator="cpu")
     spec = spec_from_config(model_config(case), case["model"], source="config")
     training = Training(seq_len=case["seq_len"], micro_batch=case["micro_batch"],
                         global_batch=case["micro_batch"] * case["gradient_accumulation"] * WORLD,
@@ -102,31 +104,40 @@ def plan_case(case: dict, nvme_path: str | None = None):
 
 
 def predicted_phases(result) -> dict:
-    phases = getattr(result, "phases", None)
-    if phases is None:  # before the phase model: one figure for every phase
-        return {p: result.memory.total for p in PHASES}
-    return dict(phases)
+    return {p: m.total for p, m in result.phases.items()}
 
 
 def measured_phases(rank: dict, steps: int) -> dict:
-    """Device-side peak of each phase over the last optimizer step (every micro-batch of it)."""
+    """Device-side peak of each phase over the last optimizer step (every micro-batch of it), and the bytes live
+    when that step began."""
     out = {}
     for phase in PHASES:
         rows = [v for k, v in rank["phases"].items() if k.split(":")[0] == phase and int(k.split(":")[1]) == steps]
         out[phase] = max(v["peak"] - v["host"] for v in rows)
+    first = rank["phases"][f"forward:{steps}:0"]
+    out["start"] = first["start"] - first.get("start_host", first["host"])
     return out
 
 
 def measured(measurement: dict) -> dict:
-    """Per phase, the smallest device-side peak over every rank of every repeat.
+    """Per phase: (the peak of the rank that needs most, the largest raw figure), device side.
 
     On DeepSpeed's CPU accelerator a few parameter gradients (seen: 1 to 4 weight or embedding gradients) stay
     allocated from one step into the next in some runs and on some ranks, not in others: the same config and
-    data give different leftovers from run to run. The ranks hold equal partitions, so the smallest figure is
-    the run without leftovers; the spread is printed beside it.
+    data leave different leftovers from run to run. They show as more bytes live when the step begins. Each
+    rank's figure is taken from its run with the fewest leftovers, less what it still started with above the
+    cleanest start of any rank; the ranks themselves differ legitimately (which one holds the lm_head's
+    gradient in its partition, say), so the larger rank counts.
     """
-    runs = [measured_phases(rk, measurement["case"]["steps"]) for run in measurement["runs"] for rk in run["ranks"]]
-    return {p: (min(r[p] for r in runs), max(r[p] for r in runs)) for p in PHASES}
+    steps = measurement["case"]["steps"]
+    per_run = [[measured_phases(rk, steps) for rk in run["ranks"]] for run in measurement["runs"]]
+    base = min(r["start"] for ranks in per_run for r in ranks)
+    out = {}
+    for p in PHASES:
+        by_rank = [min(ranks[i][p] - (ranks[i]["start"] - base) for ranks in per_run)
+                   for i in range(len(per_run[0]))]
+        out[p] = (max(by_rank), max(r[p] for ranks in per_run for r in ranks))
+    return out
 
 
 def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:

@@ -58,8 +58,13 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "memory": {
             "per_gpu": plan.memory.as_dict(),
             "gpu_capacity": hw.gpu_memory_bytes,
-            "per_node_cpu": {"total": plan.cpu_bytes_per_node, "capacity": hw.cpu_memory_bytes},
+            "phases": {name: m.total for name, m in plan.phases.items()},
+            "phase_breakdown": {name: m.as_dict() for name, m in plan.phases.items()},
+            "peak_phase": plan.peak_phase,
+            "per_node_cpu": {"total": plan.cpu_bytes_per_node, "capacity": hw.cpu_memory_bytes,
+                             "steady_state": plan.host_steady_state, "load_peak": plan.host_load_peak},
             "nvme": {"total": plan.nvme_bytes_per_node, "capacity": hw.nvme_bytes},
+            "activations_source": plan.activations_source,
         },
         "candidates": [_candidate_json(c) for c in plan.candidates],
         "reasons": list(plan.reasons),
@@ -76,9 +81,11 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
     return {
         "zero_stage": s.zero_stage, "offload_optimizer": s.offload_optimizer, "offload_param": s.offload_param,
         "micro_batch_size": s.micro_batch_size, "gradient_checkpointing": s.gradient_checkpointing,
+        "gradient_accumulation_steps": s.gradient_accumulation_steps,
         "fits": c.fits, "per_gpu_total": c.memory.total,
-        "per_gpu": c.memory.as_dict(), "cpu_bytes_per_node": c.cpu_bytes_per_node,
-        "nvme_bytes_per_node": c.nvme_bytes_per_node, "why_not": c.why_not,
+        "per_gpu": c.memory.as_dict(), "phases": dict(c.phases), "peak_phase": c.peak_phase,
+        "cpu_bytes_per_node": c.cpu_bytes_per_node, "nvme_bytes_per_node": c.nvme_bytes_per_node,
+        "why_not": c.why_not,
     }
 
 
@@ -118,13 +125,27 @@ def stacked_bar(memory: GpuMemory, capacity: int, scale: int, width: int = BAR_W
     return "".join(cells).rstrip()
 
 
-def memory_rows(plan: Plan) -> list[tuple[str, str, str]]:
-    """(label, size, share of capacity) per segment, then the total."""
+PHASE_LABELS = {"forward": "forward", "backward": "backward", "optimizer_step": "optimizer step"}
+
+
+def memory_rows(plan: Plan) -> list[tuple[str, ...]]:
+    """(label, size at each phase ..., share of capacity at the peak) per segment, then the total."""
     cap = plan.hardware.gpu_memory_bytes
-    rows = [(label, format_bytes(getattr(plan.memory, name)), _pct(getattr(plan.memory, name), cap))
+    phases = [plan.phases[p] for p in PHASE_LABELS if p in plan.phases] or [plan.memory]
+    rows = [(label, *(format_bytes(getattr(m, name)) for m in phases), _pct(getattr(plan.memory, name), cap))
             for name, _, label in SEGMENTS]
-    rows.append(("total", format_bytes(plan.memory.total), _pct(plan.memory.total, cap)))
+    rows.append(("total", *(format_bytes(m.total) for m in phases), _pct(plan.memory.total, cap)))
     return rows
+
+
+def peak_line(plan: Plan) -> str:
+    """Which phase is the peak, and by how much it exceeds the next one."""
+    if not plan.phases:
+        return ""
+    totals = sorted(((m.total, p) for p, m in plan.phases.items()), reverse=True)
+    (top, name), (second, other) = totals[0], totals[1]
+    return (f"peak at {PHASE_LABELS[name]}: {format_bytes(top)}, {format_bytes(top - second)} above "
+            f"{PHASE_LABELS[other]}")
 
 
 def decision_line(plan: Plan) -> str:
@@ -148,7 +169,9 @@ def host_lines(plan: Plan) -> list[str]:
     lines = []
     if plan.cpu_bytes_per_node or hw.cpu_memory_bytes:
         cap = f" of {format_bytes(hw.cpu_memory_bytes)}" if hw.cpu_memory_bytes else ""
-        lines.append(f"CPU RAM per node (peak): {format_bytes(plan.cpu_bytes_per_node)}{cap}")
+        lines.append(f"CPU RAM per node (peak): {format_bytes(plan.cpu_bytes_per_node)}{cap}: "
+                     f"{format_bytes(plan.host_load_peak)} while loading the model, "
+                     f"{format_bytes(plan.host_steady_state)} while training")
     if plan.nvme_bytes_per_node or hw.nvme_path:
         cap = f" of {format_bytes(hw.nvme_bytes)}" if hw.nvme_bytes else ""
         where = f" at {hw.nvme_path}" if hw.nvme_path else ""
@@ -170,6 +193,7 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "checkpointing": _onoff(s.gradient_checkpointing),
             "activations": format_bytes(c.memory.activations + c.memory.transient),
             "total": format_bytes(c.memory.total),
+            "peak": PHASE_LABELS.get(c.peak_phase, c.peak_phase).replace("optimizer step", "step"),
             "fits": "yes" if c.fits else "no",
             "bar": stacked_bar(c.memory, cap, scale),
             "why_not": c.why_not or "",
@@ -206,20 +230,27 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     if plan.missing:
         out.append(f"Missing: {plan.missing}")
     out.append("")
-    out.append(f"Per-GPU memory, chosen setup (capacity {format_bytes(cap)}):")
-    for label, size, pct in memory_rows(plan):
-        out.append(f"  {label:<17} {size:>10}  {pct:>5}")
-    out.append(f"  [{stacked_bar(plan.memory, cap, bar_scale(plan))}]")
+    out.append(f"Per-GPU memory, chosen setup, at each phase's peak (capacity {format_bytes(cap)}; "
+               f"{peak_line(plan)}):")
+    names = [PHASE_LABELS[p] for p in PHASE_LABELS if p in plan.phases] or ["peak"]
+    out.append(f"  {'':<17} " + " ".join(f"{n:>14}" for n in names) + "  of GPU")
+    for label, *sizes, pct in memory_rows(plan):
+        out.append(f"  {label:<17} " + " ".join(f"{x:>14}" for x in sizes) + f"  {pct:>5}")
+    out.append(f"  [{stacked_bar(plan.memory, cap, bar_scale(plan))}]  (the {PHASE_LABELS.get(plan.peak_phase, 'peak')}"
+               " phase)")
+    if plan.activations_source != "modelled":
+        out.append(f"  activations: {plan.activations_source}")
     out += [f"  {line}" for line in host_lines(plan)]
     out.append("")
     rows = candidate_rows(plan)
     if rows:
         out.append("Candidates (fastest first; * = chosen):")
         w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
-        out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  fits  memory")
+        out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  {'peak at':<8}  fits  "
+                   "memory")
         for r in rows:
             line = (f"  {r['mark']:1} {r['setup']:<{w_setup}}  {r['micro_batch']:>3}  {r['checkpointing']:<4}  "
-                    f"{r['activations']:>9}  {r['total']:>9}  {r['fits']:<4}  [{r['bar']}]")
+                    f"{r['activations']:>9}  {r['total']:>9}  {r['peak']:<8}  {r['fits']:<4}  [{r['bar']}]")
             out.append(line + (f"  {r['why_not']}" if r["why_not"] else ""))
         out.append(f"  activ. = activations + transient of one micro-batch;  legend: {LEGEND}")
         out.append("")
@@ -253,7 +284,8 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         plan=plan, headline=headline(plan), decision=decision_line(plan), fits=d.fits,
         reasons=list(plan.reasons), missing=plan.missing,
         warnings=list(plan.warnings) + [n for n in plan.model.notes if n not in plan.warnings],
-        memory_rows=memory_rows(plan),
+        memory_rows=memory_rows(plan), phase_names=[PHASE_LABELS[p] for p in PHASE_LABELS if p in plan.phases],
+        peak_line=peak_line(plan), activations_source=plan.activations_source,
         bar=stacked_bar(plan.memory, plan.hardware.gpu_memory_bytes, bar_scale(plan)),
         host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
         training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,

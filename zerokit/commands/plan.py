@@ -64,6 +64,10 @@ model_options = _options(
     click.option("--model", "model", required=True, metavar="MODEL",
                  help="A parameter count (7B, 6.7e9), a transformers config.json or a folder holding one, or a preset "
                       "(llama-2-7b, mistral-7b, qwen2.5-7b, ...); config.json and presets give exact counts."),
+    click.option("--no-calibrate", is_flag=True,
+                 help="Do not measure the activations of an architecture zerokit does not model (by default a 1- and "
+                      "2-layer miniature is traced on the CPU when torch and transformers are installed, once per "
+                      "config, cached under ~/.cache/zerokit/calibration); use the generic llama-like estimate."),
 )
 
 hardware_options = _options(
@@ -123,8 +127,8 @@ output_options = _options(
 @training_options
 @optimizer_options
 @output_options
-def command(model: str, gpu: str | None, gpu_memory: str | None, gpus_per_node: str, nodes: str,
-            cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None, fmt: str,
+def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | None, gpus_per_node: str,
+            nodes: str, cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None, fmt: str,
             output: str | None, force: bool, **training: Any) -> int:
     """Predict per-GPU memory and write the fastest ds_config that fits.
 
@@ -144,12 +148,12 @@ def command(model: str, gpu: str | None, gpu_memory: str | None, gpus_per_node: 
                                 cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)
     settings = build_training(**training)
     spec = resolve_model(model)
-    result = make_plan(spec, hardware, settings)
-    if not result.ds_config:
-        from dataclasses import replace
+    spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
+    result = make_plan(spec, hardware, settings, activations=activations, activations_source=source)
+    from dataclasses import replace
 
-        from zerokit.dsconfig import build_ds_config
-        result = replace(result, ds_config=build_ds_config(result))
+    from zerokit.dsconfig import build_ds_config
+    result = replace(result, ds_config=build_ds_config(result))
 
     fits = result.decision.fits
     written = None
@@ -160,6 +164,29 @@ def command(model: str, gpu: str | None, gpu_memory: str | None, gpus_per_node: 
     if output and not fits:
         click.echo(f"zerokit plan: nothing fits, so {output} was not written", err=True)
     return EXIT_OK if fits else EXIT_FINDINGS
+
+
+def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, skip: bool) -> tuple[Any, Any, Any]:
+    """(spec, activation model, source) for the planner: an architecture zerokit does not model is calibrated on a
+    CPU miniature (cached), unless skipped or impossible, which the plan then says in a warning."""
+    from zerokit.memory.activations import MODELLED_FAMILIES
+
+    if spec.model_type in MODELLED_FAMILIES or spec.source == "count":
+        return spec, None, None
+    if skip:
+        return spec, None, "generic"
+    from dataclasses import replace
+
+    from zerokit.memory.calibrate import CalibrationUnavailable, calibrated_activations
+
+    precision = settings.precision or ("bf16" if hardware.bf16 else "fp16")
+    attention = "sdpa" if settings.attention == "flash" else settings.attention
+    try:
+        cal = calibrated_activations(spec.config, attention=attention, dtype=precision,
+                                     progress=lambda line: click.echo(f"zerokit plan: {line}", err=True))
+    except CalibrationUnavailable as e:
+        return replace(spec, notes=spec.notes + (f"activations not calibrated: {e}",)), None, "generic"
+    return spec, cal.estimate, "calibrated"
 
 
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,

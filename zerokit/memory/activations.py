@@ -81,6 +81,19 @@ class ActivationEstimate:
     generic: bool
     """True when ``model_type`` is not specifically modelled: the plan should warn."""
     note: str | None = None
+    forward_transient: int = 0
+    """Extra peak above ``activations`` at the end of forward: the logits and their fp32 upcast, alive while the
+    loss allocates its fp32 log-probabilities (the phase model's forward peak)."""
+    loss_transient: int = 0
+    """The three candidates for ``transient``, kept apart because DeepSpeed's buffers differ at each moment of
+    backward: the loss backward (fp32 gradients of log-probs and logits), ..."""
+    head_transient: int = 0
+    """... the lm_head backward (the logits gradient and the head's weight gradient), ..."""
+    layer_transient: int = 0
+    """... and one decoder layer's backward working set (with checkpointing, its recompute)."""
+    head_weight_gradient: int = 0
+    """The lm_head's weight gradient (part of head_transient; none when the head is frozen): the first gradient
+    DeepSpeed reduces, still alive when the logits gradient is already freed."""
 
 
 @dataclass(frozen=True)
@@ -792,6 +805,11 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         if masked:
             acts += tokens * (arch.window_tok + arch.mask_s * s)
     loss_peak = tokens * 8 * arch.vocab  # fp32 grads of the log-probs and of the logits
-    head_peak = tokens * 2 * arch.vocab + (e * arch.vocab * arch.hidden if arch.head_weight_grad else 0)
+    head_grad = e * arch.vocab * arch.hidden if arch.head_weight_grad else 0
+    head_peak = tokens * e * arch.vocab + head_grad  # the logits gradient in the logits' dtype, the weight gradient
     layer_peak += arch.param_grad / (2 if gradient_checkpointing else 1)
-    return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note)
+    # forward's own peak: the loss upcasts the logits to fp32 (a copy unless they already are) and allocates the
+    # fp32 log-probabilities while both are alive; the log-probabilities are part of `acts`
+    forward_peak = tokens * arch.vocab * (e + (4 if e != 4 else 0))
+    return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note,
+                              int(forward_peak), int(loss_peak), int(head_peak), int(layer_peak), int(head_grad))

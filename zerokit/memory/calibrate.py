@@ -45,7 +45,7 @@ import bisect
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
@@ -513,7 +513,7 @@ class CalibratedActivations:
             acts = self.activations(seq_len, micro_batch, gradient_checkpointing)
             modelled = estimate_activations(self.config, seq_len, micro_batch, attention=self.attention,
                                             dtype=self.dtype, gradient_checkpointing=gradient_checkpointing)
-            hit = ActivationEstimate(acts, modelled.transient, False, self.note)
+            hit = replace(modelled, activations=acts, generic=False, note=self.note)
             if len(self._estimates) > 4096:
                 self._estimates.clear()
             self._estimates[key] = hit
@@ -686,4 +686,4 @@ def calibrate(config: Mapping[str, Any], seq_len: int, micro_batch: int, *, atte
     """One estimate from a fresh, uncached calibration (the earlier per-query API, with its note)."""
     cal = calibrated_activations(config, attention=attention, dtype=dtype, use_cache=False)
     est = cal.estimate(seq_len, micro_batch, gradient_checkpointing)
-    return ActivationEstimate(est.activations, est.transient, False, "measured on a CPU miniature")
+    return replace(est, note="measured on a CPU miniature")

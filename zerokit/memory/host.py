@@ -35,12 +35,18 @@ SUB_GROUP_SIZE = 1_000_000_000
 
 class HostMemory(NamedTuple):
     cpu_bytes: int
-    """CPU RAM needed per node, at the larger of model load and the training step."""
+    """CPU RAM needed per node: the larger of `load_peak` and `steady_state`."""
     nvme_bytes: int
     """NVMe bytes per node."""
     load_peak: int
+    """While the ranks load the model."""
     offloaded: int
     pinned: int
+
+    @property
+    def steady_state(self) -> int:
+        """While training: the offloaded states and the pinned swap buffers."""
+        return self.offloaded + self.pinned
 
 
 def host_memory(

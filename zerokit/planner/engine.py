@@ -1,29 +1,41 @@
-"""`plan(model, hardware, training) -> Plan`: run the rules table, assemble the result, build the ds_config.
+"""`plan(model, hardware, training) -> Plan`: run the rules table and assemble the result.
 
-Pure: no I/O, no torch, no DeepSpeed. The CLI calls this and renders the result.
+Pure: no I/O, no torch, no DeepSpeed. Memory comes from the cost layer (`zerokit.memory.estimate`); the ds_config
+is the caller's to build (`zerokit.dsconfig.build_ds_config(plan)`), so the planner does not depend on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from zerokit.dsconfig import build_ds_config
-from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, comm_buffers, default_overhead
+from collections.abc import Callable
+
+from zerokit.memory.activations import ActivationEstimate
+from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
+from zerokit.memory.estimate import costs_for
 from zerokit.memory.host import host_memory
-from zerokit.memory.states import DTYPE_BYTES, model_states
+from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.planner.rules import RULES, Context, setup_label
-from zerokit.planner.types import Decision, Hardware, Plan, Training
+from zerokit.planner.types import Decision, Hardware, Plan, Setup, Training
 from zerokit.units import format_bytes
 
+ActivationModel = Callable[[int, int, bool], ActivationEstimate]
 
-def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
-    """The fastest setup that fits, every candidate evaluated, one reason per decision, and its ds_config."""
-    ctx, reasons = run_rules(model, hardware, training)
+
+def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activations: ActivationModel | None = None,
+         activations_source: str | None = None) -> Plan:
+    """The fastest setup that fits, every candidate evaluated, one reason per decision.
+
+    `activations(seq_len, micro_batch, checkpointing)` replaces the analytic activation model (a calibrated one,
+    `zerokit.memory.calibrate.CalibratedActivations.estimate`); `activations_source` names it in the plan.
+    """
+    ctx, reasons = run_rules(model, hardware, training, activations=activations)
     if not ctx.chosen.candidate.fits and (training.micro_batch or 1) > 1:
         # "The largest micro-batch up to the one requested": the requested one first, smaller ones only if it fits
         # nowhere.
-        relaxed, relaxed_reasons = run_rules(model, hardware, training, relax_micro_batch=True)
+        relaxed, relaxed_reasons = run_rules(model, hardware, training, relax_micro_batch=True,
+                                             activations=activations)
         if relaxed.chosen.candidate.fits:
             ctx, reasons = relaxed, relaxed_reasons
     chosen = ctx.chosen.candidate
@@ -44,7 +56,11 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
         max_live_parameters=buffers.max_live_parameters,
         fits=chosen.fits,
     )
-    result = Plan(
+    if activations_source is None:
+        generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing).generic
+        activations_source = "generic" if generic else "modelled"
+    host = ctx.chosen.host
+    return Plan(
         model=model,
         hardware=hardware,
         training=training,
@@ -56,14 +72,18 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training) -> Plan:
         reasons=tuple(reasons),
         missing=None if chosen.fits else missing(ctx),
         warnings=tuple(model.notes) + tuple(ctx.warnings),
+        phases=ctx.chosen.phases,
+        peak_phase=chosen.peak_phase,
+        host_steady_state=host.steady_state,
+        host_load_peak=host.load_peak,
+        activations_source=activations_source,
     )
-    return replace(result, ds_config=build_ds_config(result))
 
 
-def run_rules(model: ModelSpec, hardware: Hardware, training: Training,
-              relax_micro_batch: bool = False) -> tuple[Context, list[str]]:
+def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_micro_batch: bool = False,
+              activations: ActivationModel | None = None) -> tuple[Context, list[str]]:
     """Run the rules table in order; each rule's decision lands on the context under its name."""
-    ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch)
+    ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch, activation_model=activations)
     reasons = []
     for name, rule in RULES:
         value, reason = rule(ctx)
@@ -122,20 +142,22 @@ def _flag(value: object) -> str:
 
 
 def gpus_needed(ctx: Context) -> int | None:
-    """GPUs of this size for ZeRO-3 without offload, at the smallest micro-batch with checkpointing (if allowed).
-
-    Per GPU: fixed costs (working set, buffers, activations, overhead) + partitioned states / N <= capacity.
-    None when even one GPU's fixed costs exceed its capacity.
-    """
-    model, hw, _t = ctx.model, ctx.hardware, ctx.training
-    cap = hw.gpu_memory_bytes
-    partitioned = model_states(model.parameters, model.largest_layer_parameters, 1, 3, "none", "none", ctx.precision)
-    working = model_states(0, model.largest_layer_parameters, 1, 3, "none", "none", ctx.precision).total
-    fixed = working + _fixed_without_states(ctx, 3)
-    room = cap - fixed
-    if room <= 0:
+    """GPUs of this size for ZeRO-3 without offload, at the smallest micro-batch with checkpointing (if allowed),
+    with the most frugal buffers: the smallest world size at which the cost layer's peak fits. None when even
+    an unbounded number of GPUs would not do (the fixed costs alone exceed the GPU)."""
+    cap = ctx.hardware.gpu_memory_bytes
+    if _frugal_need(ctx, 3, "none", "none", 1 << 40) > cap:
         return None
-    return max(1, -(-(partitioned.total - working) // room))
+    lo, hi = 1, 1
+    while _frugal_need(ctx, 3, "none", "none", hi) > cap:
+        lo, hi = hi + 1, hi * 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _frugal_need(ctx, 3, "none", "none", mid) <= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def full_offload_fits_gpu(ctx: Context) -> bool:
@@ -152,18 +174,17 @@ def smallest_gpu(ctx: Context) -> int:
 
 
 def _full_offload_need(ctx: Context) -> int:
-    model = ctx.model
-    states = model_states(model.parameters, model.largest_layer_parameters, ctx.hardware.world_size, 3, "cpu", "cpu",
-                          ctx.precision)
-    return states.total + _fixed_without_states(ctx, 3)
+    return _frugal_need(ctx, 3, "cpu", "cpu", ctx.hardware.world_size)
 
 
-def _fixed_without_states(ctx: Context, stage: int) -> int:
-    """Smallest buffers, smallest micro-batch (checkpointed unless forced off), overhead."""
+def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int) -> int:
+    """The cost layer's peak at `world_size` GPUs: the smallest micro-batch (checkpointed unless forced off) and
+    the most frugal buffers."""
     model, hw, t = ctx.model, ctx.hardware, ctx.training
     frugal = buffer_ladder(model.hidden_size, stage)[-1]
-    buffers = comm_buffers(frugal, stage, model.parameters, model.largest_layer_parameters, DTYPE_BYTES[ctx.precision])
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
-    act, transient = ctx.activations(ctx.batch.micro_batches[0], ck)
-    overhead = t.overhead_bytes if t.overhead_bytes is not None else default_overhead(hw.gpu_memory_bytes)
-    return buffers + act + transient + overhead
+    mb = ctx.batch.micro_batches[0]
+    hardware = replace(hw, gpus_per_node=world_size, nodes=1)
+    setup = Setup(stage, opt, param, mb, ck, ctx.accumulation_steps(mb))
+    costs = costs_for(model, hardware, setup, ctx.precision, frugal, ctx.overhead)
+    return costs.need(ctx.activation(mb, ck))

@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from zerokit.errors import BadInput
-from zerokit.memory.activations import estimate_activations
+from zerokit.memory.activations import ActivationEstimate, estimate_activations
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
+from zerokit.memory.estimate import PHASES, StepCosts, costs_for
 from zerokit.memory.host import HostMemory, host_memory
-from zerokit.memory.states import DTYPE_BYTES, model_states
+from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
-from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
+from zerokit.planner.types import Candidate, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
 MAX_AUTO_MICRO_BATCH = 64
@@ -65,6 +66,11 @@ class Evaluation(NamedTuple):
     comfortable: bool
     shortfall: float
     """max(need / have) over GPU, CPU RAM and NVMe; <= 1 when it fits."""
+    phases: dict
+    """The cost layer's components at each phase's peak."""
+    host: HostMemory
+    level: int
+    """Index of `buffers` in the stage's buffer ladder."""
 
 
 @dataclass
@@ -82,8 +88,11 @@ class Context:
     relax_micro_batch: bool = False
     """Second pass when the requested micro-batch fits nowhere: try the smaller ones too."""
     warnings: list = field(default_factory=list)
+    activation_model: Any = None
+    """(seq_len, micro_batch, checkpointing) -> ActivationEstimate; None: the analytic model."""
     _activations: dict = field(default_factory=dict)
     _levels: dict = field(default_factory=dict)
+    _costs: dict = field(default_factory=dict)
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -99,24 +108,46 @@ class Context:
                 for b in buffer_ladder(m.hidden_size, stage))
         return self._levels[stage]
 
-    def needs(self, checkpointing: bool) -> list:
-        """activations + transient per allowed micro-batch (ascending), filled in as the searches ask."""
-        key = ("needs", checkpointing)
-        if key not in self._activations:
-            self._activations[key] = [None] * len(self.batch.micro_batches)
-        return self._activations[key]
+    def activation(self, micro_batch: int, checkpointing: bool) -> ActivationEstimate:
+        """One micro-batch's activation estimate; cached: every candidate asks the same questions."""
+        key = (micro_batch, checkpointing)
+        hit = self._activations.get(key)
+        if hit is None:
+            if self.activation_model is not None:
+                hit = self.activation_model(self.training.seq_len, micro_batch, checkpointing)
+            else:
+                hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
+                                           attention=self.training.attention, dtype=self.precision,
+                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator)
+            self._activations[key] = hit
+            if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
+                self.warnings.append(hit.note)
+        return hit
 
     def activations(self, micro_batch: int, checkpointing: bool) -> tuple[int, int]:
-        """(activations, transient) bytes for one micro-batch; cached: every candidate asks the same questions."""
-        key = (micro_batch, checkpointing)
-        if key not in self._activations:
-            est = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
-                                       attention=self.training.attention, dtype=self.precision,
-                                       gradient_checkpointing=checkpointing)
-            self._activations[key] = (int(est.activations), int(est.transient))
-            if est.note and est.note not in self.warnings:
-                self.warnings.append(est.note)
-        return self._activations[key]
+        """(activations, transient) bytes of one micro-batch."""
+        est = self.activation(micro_batch, checkpointing)
+        return int(est.activations), int(est.transient)
+
+    def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> StepCosts:
+        """The cost layer's micro-batch-independent bytes of a setup, computed once per plan."""
+        key = (stage, opt, param, level, accumulation > 1)
+        hit = self._costs.get(key)
+        if hit is None:
+            settings = self.levels(stage)[level][0]
+            setup = Setup(stage, opt, param, 1, False, accumulation)
+            hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
+                                               self.overhead)
+        return hit
+
+    def accumulation_steps(self, micro_batch: int) -> int:
+        per_gpu = self.batch.per_gpu_samples
+        return 1 if per_gpu is None else per_gpu // micro_batch
+
+    def need(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> int:
+        """Per-GPU bytes at the largest phase for this setup and micro-batch."""
+        costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
+        return costs.need(self.activation(micro_batch, checkpointing))
 
     @property
     def gpu_label(self) -> str:
@@ -295,11 +326,10 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
     e, b = ctx.chosen, ctx.batch
     s, mem = e.candidate.setup, e.candidate.memory
     largest, mb = b.micro_batches[-1], s.micro_batch_size
-    room = ctx.hardware.gpu_memory_bytes - (mem.total - mem.activations - mem.transient)
     if ctx.training.gradient_checkpointing is not None:
         ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
     elif s.gradient_checkpointing:
-        plain = _largest_fitting(ctx, room, False)
+        plain = _largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, False)
         below = (f"the {ctx.training.micro_batch} you asked for" if ctx.training.micro_batch is not None else
                  f"the {b.comfortable * ctx.training.seq_len:,} tokens that keep a GPU busy")
         ck = ("gradient checkpointing on: without it not even micro-batch 1 fits" if plain is None else
@@ -381,62 +411,59 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     Hot path (every candidate of every plan): written for speed, the rules above read it in words.
     """
     model, hw = ctx.model, ctx.hardware
-    states = model_states(model.parameters, model.largest_layer_parameters, hw.world_size, stage, opt, param,
-                          ctx.precision)
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
                        param, DTYPE_BYTES[ctx.precision])
-    base = states.parameters + states.gradients + states.optimizer_states + ctx.overhead
-    room = hw.gpu_memory_bytes - base
     levels = ctx.levels(stage)
-    found = _best_micro_batch(ctx, room - levels[0][1])
+    found = _best_micro_batch(ctx, stage, opt, param, 0)
     pick = 0
     if len(levels) > 1 and (found is None or not found[2]):  # not comfortable: would smaller buffers help?
         comfortable = ctx.batch.comfortable
         last = len(levels) - 1
-        frugal = _best_micro_batch(ctx, room - levels[last][1])
+        frugal = _best_micro_batch(ctx, stage, opt, param, last)
         best_key = _outcome_key(frugal, comfortable)
         if frugal is None:
             pick = last  # nothing fits even so: report the most frugal setting
         elif best_key > _outcome_key(found, comfortable):
             pick, found = last, frugal
             for i in range(1, last):
-                f = _best_micro_batch(ctx, room - levels[i][1])
+                f = _best_micro_batch(ctx, stage, opt, param, i)
                 if _outcome_key(f, comfortable) >= best_key:
                     pick, found = i, f
                     break
-    settings, buffers = levels[pick]
+    settings = levels[pick][0]
     if found is None:
         ck = ctx.training.gradient_checkpointing if ctx.training.gradient_checkpointing is not None else True
         mb, comfortable = ctx.batch.micro_batches[0], False
     else:
         mb, ck, comfortable = found
-    act, transient = ctx.activations(mb, ck)
-    memory = GpuMemory(states.parameters, states.gradients, states.optimizer_states, act, transient, buffers,
-                       ctx.overhead)
-    total = base + buffers + act + transient
+    accumulation = ctx.accumulation_steps(mb)
+    phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck))
+    peak = max(PHASES, key=lambda p: phases[p].total)
+    memory = phases[peak]
+    total = memory.total
     gpu_ratio = total / hw.gpu_memory_bytes
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
-    candidate = Candidate(Setup(stage, opt, param, mb, ck), memory, host.cpu_bytes, host.nvme_bytes, why_not is None,
-                          why_not)
-    return Evaluation(candidate, settings, comfortable, max(gpu_ratio, cpu_ratio, nvme_ratio))
+    candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
+                          why_not is None, why_not, {p: phases[p].total for p in PHASES}, peak)
+    return Evaluation(candidate, settings, comfortable, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
 
 
-def _best_micro_batch(ctx: Context, available: int) -> tuple[int, bool, bool] | None:
-    """(micro_batch, checkpointing, comfortable) for `available` bytes, or None when nothing fits.
+def _best_micro_batch(ctx: Context, stage: int, opt: str, param: str, level: int) -> tuple[int, bool, bool] | None:
+    """(micro_batch, checkpointing, comfortable) for the setup at buffer `level`, or None when nothing fits.
 
     Without checkpointing first; with it only when that gives a larger micro-batch and the one without is below
     the comfortable minimum.
     """
     forced = ctx.training.gradient_checkpointing
     comfortable = ctx.batch.comfortable
-    plain = _largest_fitting(ctx, available, False) if forced is not True else None
+    plain = _largest_fitting(ctx, stage, opt, param, level, False) if forced is not True else None
     if plain is not None and plain >= comfortable:
         return plain, False, True
-    recomputed = _largest_fitting(ctx, available, True) if forced is not False else None
+    recomputed = _largest_fitting(ctx, stage, opt, param, level, True) if forced is not False else None
     if recomputed is not None and (plain is None or recomputed > plain):
         return recomputed, True, forced is True and recomputed >= comfortable
     if plain is not None:
@@ -444,19 +471,19 @@ def _best_micro_batch(ctx: Context, available: int) -> tuple[int, bool, bool] | 
     return None
 
 
-def _largest_fitting(ctx: Context, available: int, checkpointing: bool) -> int | None:
-    """Binary search over the micro-batches: activation bytes grow with it, and each estimate costs microseconds,
-    so only the ~log2(n) probed ones are ever estimated."""
-    if available <= 0:
-        return None
-    mbs, needs = ctx.batch.micro_batches, ctx.needs(checkpointing)
+def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
+    """Binary search over the micro-batches: the bytes grow with it, and each estimate costs microseconds, so only
+    the ~log2(n) probed ones are ever estimated. With a global batch the largest micro-batch may need no
+    accumulation (and so hold no gradients between micro-batches): it is checked on its own."""
+    mbs, cap = ctx.batch.micro_batches, ctx.hardware.gpu_memory_bytes
     lo, hi, best = 0, len(mbs) - 1, None
+    if ctx.batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
+        if ctx.need(stage, opt, param, level, mbs[-1], checkpointing) <= cap:
+            return mbs[-1]
+        hi -= 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        need = needs[mid]
-        if need is None:
-            need = needs[mid] = sum(ctx.activations(mbs[mid], checkpointing))
-        if need <= available:
+        if ctx.need(stage, opt, param, level, mbs[mid], checkpointing) <= cap:
             best, lo = mbs[mid], mid + 1
         else:
             hi = mid - 1

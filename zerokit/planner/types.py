@@ -6,6 +6,7 @@ Each input attribute's docstring is its option's meaning: `--help`, templates an
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,9 @@ class Hardware:
     """A local NVMe mount for ZeRO-Infinity offload; NVMe candidates are considered only when it is given."""
     nvme_bytes: int | None = None
     """Free space on the NVMe path per node; None = unknown, assumed large enough."""
+    accelerator: str = "cuda"
+    """What the ranks compute on: cuda (a GPU plan) or cpu (DeepSpeed's CPU accelerator, as the real-run harness
+    trains here); it decides which kernels the activation model counts."""
 
     @property
     def world_size(self) -> int:
@@ -87,6 +91,8 @@ class Setup:
     offload_param: str  # none | cpu | nvme
     micro_batch_size: int
     gradient_checkpointing: bool
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step: with more than one, gradients stay allocated between them."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,11 @@ class Candidate:
     fits: bool
     why_not: str | None = None
     """When it does not fit: which limit it breaks, in words."""
+    phases: Mapping[str, int] = field(default_factory=dict)
+    """Per-GPU bytes at the peak of each phase (forward, backward, optimizer_step), overhead included."""
+    peak_phase: str = "backward"
+    performance: Any = None
+    """The predicted step time (zerokit.perf.StepTime) when the candidate fits, else None."""
 
 
 @dataclass(frozen=True)
@@ -158,3 +169,17 @@ class Plan:
     """When nothing fits: what would make it fit, e.g. 'needs 3 more 80 GB GPUs, or 1.2 TB of CPU RAM'."""
     warnings: tuple[str, ...] = ()
     ds_config: dict[str, Any] = field(default_factory=dict)
+    """Empty from the planner: the caller builds it (`zerokit.dsconfig.build_ds_config(plan)`)."""
+    phases: Mapping[str, GpuMemory] = field(default_factory=dict)
+    """The chosen setup's components at each phase's peak; `memory` is the one at `peak_phase`."""
+    peak_phase: str = "backward"
+    host_steady_state: int = 0
+    """Host bytes per node held while training: offloaded states and pinned buffers."""
+    host_load_peak: int = 0
+    """Host bytes per node while the ranks load the model."""
+    activations_source: str = "modelled"
+    """modelled (the family's analytic model), calibrated (measured on a CPU miniature) or generic (llama-like)."""
+    performance: Any = None
+    """The chosen setup's predicted step time (zerokit.perf.StepTime)."""
+    time_to_train_s: float | None = None
+    peft: Any = None

@@ -1,0 +1,334 @@
+"""The cost layer: the bytes one setup needs on one GPU at each phase of a training step, and on the host.
+
+`estimate(model, hardware, training, setup) -> Estimate` is the one place that sums memory. The planner's search
+and its "what is missing" advisor call it (the search through `step_costs`, the same arithmetic split into what
+depends on the micro-batch and what does not, so that it can binary-search), and so does the real-run harness
+(`benchmarks/realrun_memory.py`), which holds every figure here against a traced DeepSpeed training.
+
+A step has three phases, each with its own peak (CONTRACT.md `memory.phases`):
+
+- forward: the end of forward, where the loss upcasts the logits to fp32 and allocates the log-probabilities;
+- backward: the largest of three moments: the loss backward (fp32 gradients of log-probabilities and logits
+  while every activation is still held), the lm_head backward (its weight gradient, the first gradient reduce
+  and DeepSpeed's gradient buffers), and one decoder layer's working set (with checkpointing: its recompute);
+- optimizer_step: gradients flattened and cast to fp32, the optimizer, no activations.
+
+What DeepSpeed 0.19 allocates, read from its code and confirmed on traced runs (benchmarks/realrun_memory.py).
+P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the training dtype's width:
+
+- Which wrapper runs (`engine._do_optimizer_sanity_check`): ZeRO-1/2 `DeepSpeedZeroOptimizer`; ZeRO-3
+  `DeepSpeedZeroOptimizer_Stage3`; ZeRO-0 in bf16/fp16 `FP16_Optimizer` (runtime/fp16/fused_optimizer.py);
+  ZeRO-0 in fp32 the bare optimizer (FusedAdam).
+- ZeRO-0, 16-bit: flat 16-bit parameters eP, an fp32 master copy 4P and Adam's moments 8P, built at
+  initialisation. Backward leaves eP gradients and all-reduces them at the accumulation boundary through a flat
+  copy (`buffered_allreduce_fallback`, buckets of 5e8 elements). The step casts each gradient to fp32 (a list
+  of copies, 4P) and flattens the list (4P more): 24 bytes per parameter at the step, not 16 or 20.
+  fp32: parameters 4P and moments 8P; the all-reduce copy 4P at the end of backward; the step adds nothing.
+- ZeRO-1/2: 16-bit parameters eP (never partitioned), fp32 master 4P/N, moments 8P/N. Backward's hooks copy
+  each gradient into the IPG bucket (`reduce_bucket_size` elements, two buckets with overlap_comm), allocated at
+  the first gradient and released at the end of backward, and reduce each full bucket into `grads_in_partition`
+  (eP/N), which lives until the step. The step flattens that partition (eP/N) and casts it to fp32 (4P/N; no
+  copy in fp32). Stage 1 and 2 allocate the same at accumulation 1; with accumulation stage 2 keeps
+  `grads_in_partition` between micro-batches, stage 1 keeps the full 16-bit gradients (eP) and reduces them at
+  the boundary.
+- ZeRO-3: the rank's partition of the 16-bit parameters eP/N, master 4P/N, moments 8P/N, the gradient
+  partitions (`grad_partitions_flat_buffer`, eP/N) and one IPG bucket, all allocated at initialisation.
+  Forward gathers each module's parameters and frees them after use unless they are used again within
+  `stage3_max_reuse_distance` parameters (`partitioned_param_coordinator.__params_to_release`): at the end of
+  forward the model's last modules stay gathered, those with less than half that distance after them, and
+  backward re-gathers the rest as it goes. Parameters below `stage3_param_persistence_threshold` elements stay
+  whole on every rank. The step flattens the partition's gradients (eP/N) and casts them to fp32 (4P/N).
+- Optimizer offload (ZeRO-Offload) keeps the master, the moments and the fp32 gradients on the host; parameter
+  offload (ZeRO-3) keeps the 16-bit partition there too. What stays on the GPU is the working set: gathered
+  parameters, the 16-bit gradients on their way out, buckets.
+
+The phase model ignores a few kilobytes of DeepSpeed bookkeeping (norm scalars, overflow flags), and the
+partitions' alignment padding (a few elements per rank).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zerokit.memory.activations import ActivationEstimate
+from zerokit.memory.buffers import BufferSettings
+from zerokit.memory.host import HostMemory, host_memory
+from zerokit.memory.states import DTYPE_BYTES
+from zerokit.planner.types import GpuMemory, Hardware, Setup, Training
+
+PHASES = ("forward", "backward", "optimizer_step")
+STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
+"""`engine.allreduce_gradients` flattens ZeRO-0's gradients into buckets of this many elements."""
+FP32 = 4
+ADAM = 8
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One setup's memory: per-GPU bytes at each phase, the peak phase, and the host's share."""
+
+    setup: Setup
+    precision: str
+    buffers: BufferSettings
+    phases: Mapping[str, GpuMemory]
+    """forward, backward, optimizer_step: each phase's components at that phase's own peak."""
+    peak_phase: str
+    host: HostMemory
+    activations_source: str = "modelled"
+
+    @property
+    def memory(self) -> GpuMemory:
+        """The components at the peak phase (CONTRACT.md `memory.per_gpu`)."""
+        return self.phases[self.peak_phase]
+
+    @property
+    def total(self) -> int:
+        return self.memory.total
+
+
+class StepCosts:
+    """Everything of one setup that does not depend on the micro-batch, by component.
+
+    `phases(act)` adds one micro-batch's activations and returns each phase's components at its peak; `need(act)`
+    is the largest phase total, the figure the planner compares with the GPU (plain integer arithmetic: every
+    candidate of every plan asks it several times).
+    """
+
+    __slots__ = ("params_rest", "gathered", "opt_rest", "grads_rest", "grads_held", "grads_backward",
+                 "buffers_backward", "step_grads", "step_transient", "end_grads", "end_transient", "overhead",
+                 "_base", "_step_total", "_end_total")
+
+    def __init__(self, *, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
+                 grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
+                 end_grads: int = 0, end_transient: int = 0, overhead: int = 0) -> None:
+        self.params_rest = params_rest
+        """16-bit parameters resident between steps (whole below ZeRO-3, the partition and persistent ones at 3)."""
+        self.gathered = gathered
+        """ZeRO-3: parameters still gathered at the end of forward (the reuse window)."""
+        self.opt_rest = opt_rest
+        """fp32 master weights and Adam moments on the GPU."""
+        self.grads_rest = grads_rest
+        """Gradient storage allocated once for the whole run (ZeRO-3's partitions and IPG bucket)."""
+        self.grads_held = grads_held
+        """Gradients held from one micro-batch to the next under accumulation."""
+        self.grads_backward = grads_backward
+        """Gradient storage that backward allocates and the step frees (ZeRO-1/2's partition)."""
+        self.buffers_backward = buffers_backward
+        """IPG buckets, alive from the first gradient to the end of backward."""
+        self.step_grads = step_grads
+        """Gradients at the step beyond grads_rest: the partition, its flat copy and its fp32 cast."""
+        self.step_transient = step_transient
+        """Other step temporaries (ZeRO-0's fp32 casts of every gradient)."""
+        self.end_grads = end_grads
+        self.end_transient = end_transient
+        """ZeRO-0 at the end of backward: the gradients and the flat all-reduce copy, activations freed."""
+        self.overhead = overhead
+        self._base = params_rest + gathered + opt_rest + grads_rest + grads_held + overhead
+        self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + overhead
+        self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + overhead
+                           if end_grads else 0)
+
+    def need(self, act: ActivationEstimate) -> int:
+        """The largest phase total for one micro-batch (overhead included)."""
+        a = self._base + act.activations
+        later = self.grads_backward + self.buffers_backward
+        lp = act.loss_transient // 2
+        return max(a + act.forward_transient, a + act.loss_transient, a + act.head_transient - lp,
+                   a + act.head_weight_gradient - lp + later, a + act.layer_transient - lp + later,
+                   self._end_total, self._step_total)
+
+    def phases(self, act: ActivationEstimate) -> dict[str, GpuMemory]:
+        """Each phase's components at its own peak."""
+        a, ovh, opt = act.activations, self.overhead, self.opt_rest
+        params = self.params_rest + self.gathered
+        grads = self.grads_rest + self.grads_held
+        later = grads + self.grads_backward
+        lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
+        moments = [
+            # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
+            GpuMemory(params, grads, opt, a, act.loss_transient, 0, ovh),
+            # the lm_head backward: the logits gradient and the head's weight gradient
+            GpuMemory(params, grads, opt, a - lp, act.head_transient, 0, ovh),
+            # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into
+            # the newly allocated partition through the buckets; the logits gradient is gone
+            GpuMemory(params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
+            # one decoder layer's working set (with checkpointing, its recompute), the loss long done
+            GpuMemory(params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
+        ]
+        if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
+            moments.append(GpuMemory(self.params_rest, self.grads_rest + self.end_grads, opt, 0,
+                                     self.end_transient, 0, ovh))
+        return {
+            "forward": GpuMemory(params, grads, opt, a, act.forward_transient, 0, ovh),
+            "backward": max(moments, key=lambda m: m.total),
+            "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
+                                        self.step_transient, 0, ovh),
+        }
+
+
+def _div(n: int, shards: int) -> int:
+    return -(-n // shards)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reuse_kept(modules: tuple[int, ...], reuse_distance: int) -> int:
+    """Parameters still gathered at the end of forward under ZeRO-3: the last modules of the trace with less than
+    `reuse_distance` parameters fetched between their forward use and their backward use (twice what follows
+    them in forward). Modules in forward order, sizes in parameters."""
+    kept, after = 0, 0
+    for size in reversed(modules):
+        if 2 * after >= reuse_distance:
+            break
+        kept += size
+        after += size
+    return kept
+
+
+def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: int = 0, world_size: int,
+               zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
+               precision: str = "bf16", accumulation: int = 1, buffers: BufferSettings, overhead: int = 0,
+               modules: tuple[int, ...] = (), persistent: int = 0, largest_layer: int = 0) -> StepCosts:
+    """The micro-batch-independent bytes of one setup (see the module docstring for where each comes from).
+
+    `parameters` counts every parameter; `trainable` those with gradients and optimizer states (None: all);
+    `frozen_bytes` are the frozen ones' bytes on the GPU when whole (LoRA's 16-bit or QLoRA's 4-bit base);
+    `modules` the parameter count of each module in forward order (ZeRO-3's reuse window), `persistent` the
+    parameters below the persistence threshold (ZeRO-3 keeps them whole), `largest_layer` DeepSpeed's largest
+    module (ZeRO-3 gathers at least it).
+    """
+    e = DTYPE_BYTES[precision]
+    n = world_size
+    t = parameters if trainable is None else trainable
+    whole = e * t + frozen_bytes  # every parameter, in the bytes it trains in
+    tn = _div(t, n)
+    mixed = precision != "fp32"
+    opt_on_gpu = offload_optimizer == "none"
+    held = accumulation > 1
+    bucket = e * buffers.reduce_bucket_size
+    if zero_stage == 0:
+        grads = e * t
+        master = FP32 * t if mixed else 0
+        return StepCosts(params_rest=whole, gathered=0, opt_rest=master + ADAM * t, grads_rest=0,
+                         grads_held=grads if held else 0, grads_backward=0, buffers_backward=0,
+                         step_grads=grads, step_transient=2 * FP32 * t if mixed else 0,
+                         end_grads=grads, end_transient=e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead=overhead)
+    buckets = (2 if buffers.overlap_comm else 1) * bucket
+    if zero_stage in (1, 2):
+        partition = e * tn
+        opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
+        if zero_stage == 2:
+            held_bytes, backward = (partition, 0) if held else (0, partition)
+        else:  # stage 1 accumulates whole 16-bit gradients (its buckets stay too) and reduces them at the boundary
+            held_bytes, backward = (e * t + buckets, partition) if held else (0, partition)
+        step = partition + e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else partition
+        return StepCosts(params_rest=whole, gathered=0, opt_rest=opt, grads_rest=0, grads_held=held_bytes,
+                         grads_backward=backward, buffers_backward=0 if held and zero_stage == 1 else buckets,
+                         step_grads=step, step_transient=0, overhead=overhead)
+    # ZeRO-3
+    params_on_gpu = offload_param == "none"
+    partition16 = _div(whole, n) if params_on_gpu else 0
+    opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
+    grad_partitions = e * tn if opt_on_gpu else 0
+    kept = _reuse_kept(modules, buffers.max_live_parameters) if modules else largest_layer
+    kept = max(kept - persistent, largest_layer, 0)
+    step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
+    return StepCosts(params_rest=partition16 + e * persistent, gathered=e * min(kept, parameters), opt_rest=opt,
+                     grads_rest=grad_partitions + bucket, grads_held=0, grads_backward=0, buffers_backward=0,
+                     step_grads=step, step_transient=0, overhead=overhead)
+
+
+def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *, precision: str | None = None,
+             buffers: BufferSettings | None = None, activations: Callable[[int, bool], ActivationEstimate] | None = None,
+             activations_source: str = "modelled", overhead: int | None = None) -> Estimate:
+    """The per-phase GPU memory and the host memory of `setup` (see the module docstring).
+
+    `activations(micro_batch, checkpointing)` supplies the activation estimate (the planner passes its cached or
+    calibrated one); by default the analytic model runs for a GPU plan.
+    """
+    from zerokit.memory.activations import estimate_activations
+    from zerokit.memory.buffers import default_overhead, hf_auto_settings
+
+    precision = precision or training.precision or ("bf16" if hardware.bf16 else "fp16")
+    buffers = buffers or hf_auto_settings(model.hidden_size)
+    if overhead is None:
+        overhead = training.overhead_bytes if training.overhead_bytes is not None else \
+            default_overhead(hardware.gpu_memory_bytes)
+    costs = costs_for(model, hardware, setup, precision, buffers, overhead)
+    if activations is None:
+        act = estimate_activations(model.config, training.seq_len, setup.micro_batch_size,
+                                   attention=training.attention, dtype=precision,
+                                   gradient_checkpointing=setup.gradient_checkpointing)
+    else:
+        act = activations(setup.micro_batch_size, setup.gradient_checkpointing)
+    phases = costs.phases(act)
+    peak = max(PHASES, key=lambda p: phases[p].total)
+    host = host_memory(model.parameters, model.largest_layer_parameters, hardware.gpus_per_node, hardware.nodes,
+                       setup.zero_stage, setup.offload_optimizer, setup.offload_param, DTYPE_BYTES[precision])
+    return Estimate(setup, precision, buffers, phases, peak, host, activations_source)
+
+
+def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
+              overhead: int) -> StepCosts:
+    """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting)."""
+    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if setup.zero_stage == 3 \
+        else ((), 0)
+    return step_costs(parameters=model.parameters, world_size=hardware.world_size, zero_stage=setup.zero_stage,
+                      offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
+                      precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
+                      overhead=overhead, modules=modules, persistent=persistent,
+                      largest_layer=model.largest_layer_parameters)
+
+
+def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:
+    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3."""
+    return _module_trace(_config_key(model.config), model.parameters, model.num_layers, persistence_threshold)
+
+
+def _config_key(config: Mapping[str, Any]) -> Any:
+    return tuple(sorted((k, v if not isinstance(v, (list, dict)) else repr(v)) for k, v in config.items()))
+
+
+@functools.lru_cache(maxsize=512)
+def _module_trace(config_key: Any, parameters: int, layers: int, threshold: int) -> tuple[tuple[int, ...], int]:
+    from zerokit.errors import BadInput
+    from zerokit.models.params import model_parts
+
+    config = dict(config_key)
+    try:
+        parts = model_parts(config)
+    except (BadInput, KeyError, TypeError):
+        parts = None
+    if not parts:  # unknown family: uniform layers between an embedding and a head of the same size
+        per_layer = parameters // max(layers, 1)
+        return (0,) + (per_layer,) * layers + (0,), 0
+    modules: list[int] = []
+    persistent = 0
+    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
+    head = [p for p in parts if p not in per_layer]
+    first, last = [], []
+    seen_layer = False
+    for p in parts:
+        if p in per_layer:
+            seen_layer = True
+        elif seen_layer:
+            last.append(p)
+        else:
+            first.append(p)
+    del head
+    for p in first:
+        modules.append(p.params)
+        persistent += p.params if p.params < threshold else 0
+    layer_sizes = [p.params * p.copies / layers for p in per_layer]
+    layer_total = int(sum(s for s in layer_sizes if s >= threshold))
+    persistent += int(sum(s for s in layer_sizes if s < threshold)) * layers
+    modules += [layer_total] * layers
+    for p in last:
+        if p.tied:
+            modules.append(p.params)  # the tied head's weight is the embedding's: gathered again at the end
+            continue
+        modules.append(p.params if p.params >= threshold else 0)
+        persistent += p.params if p.params < threshold else 0
+    return tuple(modules), persistent
