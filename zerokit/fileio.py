@@ -80,7 +80,7 @@ def read_bytes(path: str, what: str = "", limit: int = MAX_INPUT_BYTES) -> bytes
 def read_stream(stream: BinaryIO | None, what: str = "stdin", limit: int = MAX_INPUT_BYTES) -> bytes:
     """At most `limit` bytes from an open stream (stdin), with the same bound as a file."""
     if stream is None:
-        raise Unreadable("", what, "is closed; pipe the config in (zerokit lint - < ds_config.json)")
+        raise Unreadable("", what, f"{what} is closed; pipe the config in (zerokit lint - < ds_config.json)")
     try:
         data = stream.read(limit + 1)
     except (OSError, ValueError) as e:  # ValueError: a closed file object
@@ -88,7 +88,7 @@ def read_stream(stream: BinaryIO | None, what: str = "stdin", limit: int = MAX_I
     if data is None:  # a non-blocking stream with nothing in it
         data = b""
     if len(data) > limit:
-        raise Unreadable("", what, _too_big(limit))
+        raise Unreadable("", what, f"more than {limit // 2**20} MiB arrived, which no config is; nothing was linted")
     return data
 
 
