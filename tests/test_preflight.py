@@ -155,7 +155,7 @@ def test_hostfile_parse_failure_is_a_failed_check(tmp_path):
     bad = tmp_path / "hostfile"
     bad.write_text("node1 slots=2\nnode2 slots=two\n")
     check = preflight.check_hostfile(Target(hostfile=str(bad)))
-    assert check == Check("hostfile", False, f"{bad}:2: slots must be a whole number >= 1, got 'two'",
+    assert check == Check("hostfile", False, f"{bad}:2: slots must be a whole number from 1 to 4096, got 'two'",
                           "one 'HOST slots=N' line per node, e.g. 'worker-1 slots=8'")
     bad.write_text("node1 slots=2\nnode2 slots=2\n")
     assert preflight.check_hostfile(Target(hostfile=str(bad))) == Check("hostfile", True, "2 hosts, 4 slots")

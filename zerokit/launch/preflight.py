@@ -85,10 +85,19 @@ class Target:
     """The job's hosts when it spans several nodes (from --hostfile or --hosts)."""
     launcher: str = "pdsh"
     master_port: int = 29500
+    no_ssh: bool = False
+    """Each node starts its own ranks (launch --no-ssh): no launcher binary, no ssh between nodes."""
+    node_rank: int | None = None
+    master_addr: str | None = None
 
     @property
     def multi_node(self) -> bool:
         return len(self.hosts) > 1 or any(h not in ("localhost", "127.0.0.1") for h in self.hosts)
+
+    @property
+    def hosts_rendezvous(self) -> bool:
+        """Whether rank 0's rendezvous (TCPStore on the master port) runs on this host."""
+        return not self.no_ssh or self.node_rank == 0
 
 
 # ---------------------------------------------------------------- pure: what a config or plan needs
@@ -503,7 +512,7 @@ def check_hostfile(t: Target) -> Check | None:
 
 
 def check_launcher(t: Target) -> Check | None:
-    if not t.multi_node:
+    if not t.multi_node or t.no_ssh:
         return None
     missing = [b for b in LAUNCHER_BINARIES[t.launcher] if shutil.which(b) is None]
     if missing:
@@ -513,7 +522,7 @@ def check_launcher(t: Target) -> Check | None:
 
 
 def check_ssh(t: Target) -> Check | None:
-    if not t.multi_node or t.launcher == "slurm":
+    if not t.multi_node or t.launcher == "slurm" or t.no_ssh:
         return None
     hosts = list(t.hosts)
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
@@ -525,7 +534,38 @@ def check_ssh(t: Target) -> Check | None:
     return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
 
 
-def check_master_port(t: Target) -> Check:
+def probe_master_addr(addr: str) -> tuple[str | None, bool]:
+    """(the address it resolves to, or None; whether this host can bind it, i.e. it is one of this host's)."""
+    try:
+        infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None, False
+    for family, _, _, _, sockaddr in infos:
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((sockaddr[0], 0))
+            return sockaddr[0], True
+    return infos[0][4][0], False
+
+
+def check_master_addr(t: Target) -> Check | None:
+    """No-ssh mode: every node must reach node 0 at --master-addr, and on node 0 it must be one of its own."""
+    if not t.no_ssh or not t.master_addr:
+        return None
+    ip, local = probe_master_addr(t.master_addr)
+    if ip is None:
+        return Check("master address", False, f"{t.master_addr} does not resolve on this host",
+                     "pass --master-addr as an IP address or a name every node resolves (node 0's)")
+    if t.node_rank == 0 and not local:
+        return Check("master address", False, f"{t.master_addr} ({ip}) is not an address of this host, but "
+                     "--node-rank 0 runs the rendezvous here", "pass node 0's own address as --master-addr on every "
+                     "node, or run --node-rank 0 on the host that has it")
+    where = "this host's" if local else "node 0's"
+    return Check("master address", True, f"{t.master_addr} ({ip}), {where}")
+
+
+def check_master_port(t: Target) -> Check | None:
+    if not t.hosts_rendezvous:
+        return None  # the rendezvous listens on node 0, not here
     if probe_port_free(t.master_port):
         return Check("master port", True, f"{t.master_port} is free")
     return Check("master port", False, f"{t.master_port} is in use on this host",
@@ -546,6 +586,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_hostfile,
     check_launcher,
     check_ssh,
+    check_master_addr,
     check_master_port,
 )
 NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_adam, check_async_io, check_ninja}
@@ -625,7 +666,8 @@ def read_json(path: str, what: str) -> dict[str, Any]:
 
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
-                master_port: int = 29500) -> Target:
+                master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
+                master_addr: str | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against."""
     ds_config = read_json(config, "--config") if config else {}
     plan_data = read_json(plan, "--plan") if plan else None
@@ -644,4 +686,5 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
         with contextlib.suppress(BadInput):  # the hostfile check reports what is wrong with it
             hosts = read_hostfile(hostfile)
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
-                  hosts=dict(hosts or {}), launcher=launcher, master_port=master_port)
+                  hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
+                  node_rank=node_rank, master_addr=master_addr)
