@@ -106,6 +106,7 @@ class NodeWatch:
         self.started = 0.0
         # node 0
         self.server: socket.socket | None = None
+        self.pending: set[socket.socket] = set()
         self.workers: dict[int, _Line] = {}
         self.exits: dict[int, int] = {}
         self.failure: int | None = None
@@ -204,6 +205,8 @@ class NodeWatch:
         except OSError:
             return
         sock.setblocking(False)
+        with self.lock:
+            self.pending.add(sock)
         self.selector.register(sock, selectors.EVENT_READ, ("pending", _Line(sock)))
 
     def _read(self, data: object, sock: object) -> None:
@@ -244,6 +247,7 @@ class NodeWatch:
             return
         rank = int(words[2])
         with self.lock:
+            self.pending.discard(line.sock)
             if not 0 < rank < self.nodes or rank in self.workers:
                 line.send(f"reject node rank {rank} is out of range or taken")
                 self._drop(line.sock)
@@ -362,6 +366,8 @@ class NodeWatch:
         with self.lock:
             for line in self._lines():
                 line.close()
+            for sock in self.pending:  # connected, hello not yet read: they learn the job is over by the close
+                sock.close()
             if self.server is not None:
                 self.server.close()
         try:
