@@ -47,7 +47,7 @@ def read_hostfile(path: str, what: str = "--hostfile") -> dict[str, int]:
 def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
     """`{host: slots}` in file order from DeepSpeed's format (`worker-1 slots=8`, `#` comments)."""
     hosts: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):  # the lines open() gives DeepSpeed
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
