@@ -568,3 +568,48 @@ def test_pdsh_ctrl_c_stops_the_ranks_on_every_node(two_nodes, sshd, tmp_path):
             proc.kill()
         for pid in pids_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- slow: the default master port, twice in a row
+
+def _tcp_states(argv_prefix: list[str], port: int) -> list[str]:
+    """States (hex, /proc/net/tcp) of the TCP sockets whose local port is `port`, in a namespace or here."""
+    r = subprocess.run([*argv_prefix, "cat", "/proc/net/tcp", "/proc/net/tcp6"], capture_output=True, text=True,
+                       check=True)
+    return [f[3] for f in (line.split() for line in r.stdout.splitlines()) if len(f) > 3 and f[1].endswith(
+        f":{port:04X}")]
+
+
+@pytest.mark.slow
+def test_launch_twice_back_to_back_on_the_default_port(tmp_path):
+    """After a job, its master port sits in TIME_WAIT for a minute; torch's TCPStore binds it anyway
+    (SO_REUSEADDR), so preflight must not call it in use. Run in a network namespace of its own, where 29500 is
+    ours alone (this machine is shared); on the host namespace otherwise."""
+    ns = None if namespaces_unavailable() else f"zkport{os.getpid()}"
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    if ns:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+    elif "0A" in _tcp_states([], 29500):
+        pytest.skip("port 29500 is held by a listener of another job on this shared host")
+    config = tmp_path / "zero2.json"
+    assert main(["plan", "--model", str(MODEL), "--gpu-memory", "16GB", "--gpus-per-node", "2", "--seq-len", "64",
+                 "--micro-batch", "2", "--precision", "bf16", "--target", "deepspeed", "--zero-stage", "2",
+                 "--offload-optimizer", "none", "-o", str(config)]) == 0
+    argv = [*prefix, sys.executable, "-m", "zerokit", "launch", "--config", str(config), "--gpus-per-node", "2",
+            str(TRAIN_DS), "--max-steps", "2"]
+    try:
+        first = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT)
+        assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+        if ns:  # the condition of the false alarm: the server side of the finished rendezvous in TIME_WAIT
+            assert "06" in _tcp_states(prefix, 29500)
+            bind = "import socket; socket.socket().bind(('0.0.0.0', 29500))"
+            assert subprocess.run([*prefix, sys.executable, "-c", bind], capture_output=True, check=False
+                                  ).returncode != 0  # a plain bind, as preflight did, fails
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT)
+        output = second.stdout + second.stderr
+        assert second.returncode == 0, output[-4000:]
+        assert "✓ master port: 29500 is free" in output and "step 2 loss " in output
+    finally:
+        if ns:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
