@@ -475,7 +475,10 @@ def test_ctrl_c_on_one_node_stops_the_ranks_on_every_node(two_nodes, tmp_path, i
         assert not pids_with(marker), f"left behind: {pids_with(marker)}"
     finally:
         _finish(procs, marker, 10)
-    assert [p.returncode for p in procs] == [130, 130] and elapsed < 60
+    # the interrupted node exits 130; the other with the watch's 130, or its own non-zero code where gloo's error
+    # reached its ranks first (a race that loopback tends to win)
+    assert procs[interrupted].returncode == 130 and procs[1 - interrupted].returncode not in (0, None)
+    assert elapsed < 60
 
 
 # ---------------------------------------------------------------- slow: DeepSpeed's pdsh launcher over ssh
