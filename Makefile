@@ -1,32 +1,56 @@
 # `make demo` and `make test` each build .venv from scratch if it is missing.
-# torch is pinned here, for the dev environment only: torch==2.13.0 is the CPU build this machine
-# installs from local disk; any other torch requirement pulls a multi-GB CUDA build. Users of
-# zerokit[deepspeed] pick their own torch.
+# The dev environment installs the tested stack: constraints.txt pins every package (torch 2.13.0,
+# deepspeed, transformers, accelerate, peft, bitsandbytes, pytest, hypothesis, ruff, ...), so a new
+# upstream release cannot break a fresh clone. setup.cfg keeps open ranges for users; `make pins`
+# refreshes the pins from the newest releases (then run make test). torch==2.13.0 is the CPU build this
+# machine installs from local disk; users of zerokit[deepspeed] pick their own torch.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  := torch==2.13.0
+PINS   := constraints.txt
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean venv system-deps
+.PHONY: demo test test-fast lint bench clean venv system-deps pins
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml Makefile
+$(STAMP): setup.cfg pyproject.toml Makefile $(PINS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[deepspeed,dev]'
+	$(PIP) install -q -c $(PINS) $(TORCH)
+	$(PIP) install -q -c $(PINS) -e '.[deepspeed,dev]'
 	touch $(STAMP)
 
-# libaio-dev lets DeepSpeed JIT-build async_io for NVMe offload; skipped where apt is not ours.
+# Rebuild the pins from the newest releases in a scratch venv: every installed package at its exact version
+# (torch without its +cpu/+cuXXX label, so any build of that version matches). Run make test before committing.
+pins:
+	rm -rf .venv-pins
+	$(PYTHON) -m venv .venv-pins
+	.venv-pins/bin/python -m pip install -q --upgrade pip
+	.venv-pins/bin/python -m pip install -q $(TORCH)
+	.venv-pins/bin/python -m pip install -q -e '.[deepspeed,dev]' peft bitsandbytes
+	{ sed -n '1,2p' $(PINS); .venv-pins/bin/python -m pip freeze --exclude-editable \
+		| sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' | sort -f -t= -k1,1; } > $(PINS).new
+	mv $(PINS).new $(PINS)
+	rm -rf .venv-pins
+	@echo "constraints.txt refreshed; run make test, then commit it"
+
+# Packages from the distribution, installed where apt is ours (root) and skipped otherwise:
+#   libaio-dev      DeepSpeed JIT-builds async_io with it (NVMe offload tests)
+#   openssh-server  sshd in each network namespace of the multi-node tests (pdsh over ssh)
+#   pdsh            DeepSpeed's default multi-node launcher
 system-deps:
-	@if [ -e /usr/include/libaio.h ]; then :; \
+	@missing=""; \
+	[ -e /usr/include/libaio.h ] || missing="$$missing libaio-dev"; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v pdsh >/dev/null || missing="$$missing pdsh"; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libaio-dev >/dev/null) \
-		|| echo "warning: could not install libaio-dev; NVMe offload tests will be skipped"; \
-	else echo "note: libaio-dev is not installed; NVMe offload tests will be skipped"; fi
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$$missing >/dev/null) || echo "warning: could not install$$missing; the tests that need them are skipped"; \
+	else echo "note:$$missing not installed; the tests that need them are skipped"; fi
 
 demo: venv system-deps
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH bash examples/demo.sh
@@ -46,4 +70,4 @@ bench: venv
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/activations.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo-out
+	rm -rf $(VENV) .venv-pins build *.egg-info demo-out

@@ -155,7 +155,7 @@ def test_hostfile_parse_failure_is_a_failed_check(tmp_path):
     bad = tmp_path / "hostfile"
     bad.write_text("node1 slots=2\nnode2 slots=two\n")
     check = preflight.check_hostfile(Target(hostfile=str(bad)))
-    assert check == Check("hostfile", False, f"{bad}:2: slots must be a whole number >= 1, got 'two'",
+    assert check == Check("hostfile", False, f"{bad}:2: slots must be a whole number from 1 to 4096, got 'two'",
                           "one 'HOST slots=N' line per node, e.g. 'worker-1 slots=8'")
     bad.write_text("node1 slots=2\nnode2 slots=2\n")
     assert preflight.check_hostfile(Target(hostfile=str(bad))) == Check("hostfile", True, "2 hosts, 4 slots")
@@ -248,3 +248,80 @@ def test_a_stale_jit_build_lock_fails_with_the_rm_fix(tmp_path, monkeypatch):
         builder.wait()
     lock.unlink()
     assert preflight.check_extension_locks(Target()) is None
+
+
+# ---------------------------------------------------------------- the master port, as the rendezvous binds it
+
+def _time_wait_port() -> int:
+    """A port whose only socket is in TIME_WAIT: what a finished job leaves on its master port for about a minute.
+    The side that closes first keeps TIME_WAIT; here the server side, whose local port is the listening port."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = server.accept()
+        conn.close()  # active close on the server side: its end (local port `port`) enters TIME_WAIT
+        client.recv(1)
+        client.close()
+    return port
+
+
+def _states(port: int) -> set[str]:
+    """TCP states (hex, /proc/net/tcp) of sockets whose local port is `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if int(local.rsplit(":", 1)[1], 16) == port:
+                    found.add(state)
+    return found
+
+
+def test_a_port_in_time_wait_is_free_for_the_rendezvous_as_for_torch():
+    import errno
+
+    import torch.distributed as dist
+
+    port = _time_wait_port()
+    assert _states(port) == {"06"}  # TIME_WAIT, nothing else
+    with socket.socket() as plain:  # what the check did before: no SO_REUSEADDR, so a false "in use"
+        with pytest.raises(OSError) as e:
+            plain.bind(("0.0.0.0", port))
+        assert e.value.errno == errno.EADDRINUSE
+    assert preflight.probe_port_free(port)
+    assert preflight.check_master_port(Target(master_port=port)).ok
+    store = dist.TCPStore("127.0.0.1", port, 1, True, timeout=__import__("datetime").timedelta(seconds=10))
+    store.set("k", "v")  # and torch's rendezvous does listen there
+    assert store.get("k") == b"v"
+    del store
+
+
+def test_a_port_someone_listens_on_is_in_use_on_ipv4_and_ipv6():
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # even a listener that allows reuse
+            s.bind((address, 0))
+            s.listen()
+            assert not preflight.probe_port_free(s.getsockname()[1])
+
+
+def test_no_ssh_master_address_check(tmp_path):
+    local = preflight.check_master_addr(Target(no_ssh=True, node_rank=0, master_addr="127.0.0.1"))
+    assert local == Check("master address", True, "127.0.0.1 (127.0.0.1), this host's")
+    elsewhere = preflight.check_master_addr(Target(no_ssh=True, node_rank=0, master_addr="192.0.2.1"))  # TEST-NET-1
+    assert not elsewhere.ok and elsewhere.detail == ("192.0.2.1 (192.0.2.1) is not an address of this host, but "
+                                                     "--node-rank 0 runs the rendezvous here")
+    worker = preflight.check_master_addr(Target(no_ssh=True, node_rank=1, master_addr="192.0.2.1"))
+    assert worker == Check("master address", True, "192.0.2.1 (192.0.2.1), node 0's")
+    nowhere = preflight.check_master_addr(Target(no_ssh=True, node_rank=1, master_addr="zk-no-such-host.invalid"))
+    assert not nowhere.ok and nowhere.detail == "zk-no-such-host.invalid does not resolve on this host"
+    assert preflight.check_master_port(Target(no_ssh=True, node_rank=1)) is None  # the port is node 0's business
+    assert preflight.check_launcher(Target(no_ssh=True, hosts={"a": 1, "b": 1})) is None
+    assert preflight.check_ssh(Target(no_ssh=True, hosts={"a": 1, "b": 1})) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 
 from zerokit.errors import BadInput
 
@@ -16,22 +17,44 @@ _SIZE_UNITS = {
 _COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
+MAX_SIZE = 10**18
+"""1 EB: above any GPU, host RAM or NVMe size; larger values are refused rather than computed with."""
+MAX_COUNT = 10**18
+"""Above any token, sample or parameter count anyone trains with."""
+MAX_INT = 2**31 - 1
+"""Default ceiling of a plain integer option (GPUs, nodes, sequence length, micro-batch)."""
 
-def parse_size(text: str | int, what: str = "size") -> int:
+
+def _show(text: object) -> str:
+    """The value as typed, shortened: a 5000-digit number would drown the message."""
+    s = repr(str(text)) if not isinstance(text, int) or isinstance(text, bool) else str(text)
+    return s if len(s) <= 40 else f"{s[:20]}...{s[-10:]} ({len(s)} characters)"
+
+
+def _limit(maximum: int) -> str:
+    """10^18 rather than 1,000,000,000,000,000,000."""
+    exp = len(str(maximum)) - 1
+    return f"10^{exp}" if maximum == 10**exp and exp >= 6 else f"{maximum:,}"
+
+
+def _decimal(num: str) -> Decimal | None:
+    """The number exactly (no float rounding, no overflow); None for one too long or too far out to be sane."""
+    exponent = num.lower().partition("e")[2].lstrip("+-")
+    if len(num) > 400 or len(exponent) > 4:
+        return None
+    return Decimal(num)
+
+
+def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> int:
     """Bytes from `80GB`, `80GiB`, `81920MiB` or a plain byte count. A bare `80G` is refused as ambiguous."""
-    if isinstance(text, int):
-        return _positive(text, what, text)
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _bounded(text, what, text, maximum)
     s = str(text).strip().replace(" ", "").replace("_", "")
     m = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]*)", s)
     if not m:
-        raise BadInput(f"{what} {text!r} is not a size; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
+        raise BadInput(f"{what} {_show(text)} is not a size; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
     unit = m["unit"].lower()
-    if unit == "":
-        value = float(m["num"])
-        if value != int(value):
-            raise BadInput(f"{what} {text!r}: a plain number is a byte count and must be whole; or add a unit: 80GB, 80GiB")
-        return _positive(int(value), what, text)
-    if unit not in _SIZE_UNITS:
+    if unit and unit not in _SIZE_UNITS:
         hint = ""
         if unit in ("k", "m", "g", "t", "p"):
             hint = f"; did you mean {m['num']}{unit.upper()}B (10^n) or {m['num']}{unit.upper()}iB (2^n)?"
@@ -39,35 +62,66 @@ def parse_size(text: str | int, what: str = "size") -> int:
             close = difflib.get_close_matches(unit, _SIZE_UNITS, n=1)
             if close:
                 hint = f"; did you mean {m['num']}{_canon(close[0])}?"
-        raise BadInput(f"{what} {text!r} has an unknown unit {m['unit']!r}{hint}")
-    return _positive(round(float(m["num"]) * _SIZE_UNITS[unit]), what, text)
+        raise BadInput(f"{what} {_show(text)} has an unknown unit {m['unit']!r}{hint}")
+    value = _decimal(m["num"])
+    if value is None or value * _SIZE_UNITS[unit or "b"] > maximum:
+        raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)} bytes")
+    if unit == "" and value != value.to_integral_value():
+        raise BadInput(f"{what} {_show(text)}: a plain number is a byte count and must be whole; or add a unit: "
+                       "80GB, 80GiB")
+    return _bounded(int((value * _SIZE_UNITS[unit or "b"]).to_integral_value(ROUND_HALF_EVEN)), what, text, maximum)
 
 
-def parse_count(text: str | int, what: str = "count") -> int:
-    """A count from `7B`, `6.7e9`, `1M`, `500k` or `1000000`."""
-    if isinstance(text, int):
-        return _positive(text, what, text)
+def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, whole: bool = False) -> int:
+    """A count from `7B`, `6.7e9`, `1M`, `500k` or `1000000`. With `whole`, `2.5` is refused instead of rounded
+    (a number of samples); `1.5k` = 1500 is still fine."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _bounded(text, what, text, maximum)
     s = str(text).strip().replace("_", "").replace(",", "")
     m = re.fullmatch(_NUMBER + r"(?P<suf>[A-Za-z]?)", s)
     if not m or m["suf"].lower() not in _COUNT_SUFFIXES:
-        raise BadInput(f"{what} {text!r} is not a count; write it like 7B, 6.7e9, 1M or 500000")
-    value = float(m["num"]) * _COUNT_SUFFIXES[m["suf"].lower()]
-    if not math.isfinite(value):
-        raise BadInput(f"{what} {text!r} is not a finite number")
-    return _positive(round(value), what, text)
+        raise BadInput(f"{what} {_show(text)} is not a count; write it like 7B, 6.7e9, 1M or 500000")
+    value = _decimal(m["num"])
+    if value is None:
+        raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
+    value *= _COUNT_SUFFIXES[m["suf"].lower()]
+    if value > maximum:
+        raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
+    if whole and value != value.to_integral_value():
+        raise BadInput(f"{what} {_show(text)} is not a whole number; give a whole count such as {int(value) or 1}")
+    return _bounded(int(value.to_integral_value(ROUND_HALF_EVEN)), what, text, maximum)
 
 
-def parse_positive_int(text: str | int, what: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise BadInput(f"{what} must be a whole number >= 1, got {text!r}") from None
-    return _positive(value, what, text)
+def parse_positive_int(text: str | int, what: str, maximum: int = MAX_INT) -> int:
+    """A whole number in [1, maximum], written with ASCII digits (`int()` would also take `²`-like digits)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _bounded(text, what, text, maximum)
+    s = str(text).strip().replace("_", "")
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        raise BadInput(f"{what} must be a whole number >= 1, got {_show(text)}")
+    digits = s.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(maximum)):
+        raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
+    return _bounded(int(s), what, text, maximum)
 
 
-def _positive(value: int, what: str, text: object) -> int:
+def _bounded(value: int, what: str, text: object, maximum: int) -> int:
     if value < 1:
-        raise BadInput(f"{what} must be at least 1, got {text!r}")
+        raise BadInput(f"{what} must be at least 1, got {_show(text)}")
+    if value > maximum:
+        raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
+    return value
+
+
+def parse_finite(value: float, what: str, minimum: float | None = None, maximum: float | None = None,
+                 exclusive_minimum: bool = False) -> float:
+    """A float option that must be a real number in range: `nan` and `inf` would reach the config as NaN/Infinity."""
+    if not math.isfinite(value):
+        raise BadInput(f"{what} must be a finite number, got {value}")
+    if minimum is not None and (value < minimum or (exclusive_minimum and value == minimum)):
+        raise BadInput(f"{what} must be {'>' if exclusive_minimum else '>='} {minimum:g}, got {value:g}")
+    if maximum is not None and value > maximum:
+        raise BadInput(f"{what} must be at most {maximum:g}, got {value:g}")
     return value
 
 

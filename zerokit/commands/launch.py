@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -12,6 +13,9 @@ import click
 
 from zerokit.commands.preflight import parsed_hosts, target_options
 from zerokit.errors import EXIT_PREFLIGHT, BadInput
+from zerokit.units import parse_finite
+
+MAX_GRACE_S = 3600.0
 
 
 def _env_pairs(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -37,13 +41,42 @@ def runner_path(required: bool = True) -> str:
     return found
 
 
-def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, p)
+def _check_input_file(path: str | None, what: str) -> None:
+    """A file the job reads (the config): it must be a regular file. Read errors come later, from its readers."""
+    if path is None:
+        return
+    if not path.strip():
+        raise BadInput(f"{what} is empty; give a file path")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        raise BadInput(f"{what} {path}: no such file") from None
+    if not stat.S_ISREG(mode):
+        from zerokit.fileio import kind
+
+        raise BadInput(f"{what} {path}: is {kind(mode)}, not a regular file")
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inputs: dict[str, str | None]) -> None:
+    """Every --emit-* path, before anything is written: a regular file or a new one (an existing one only with
+    --force, never the training script, the config or the other emit's path)."""
+    from zerokit.fileio import check_target
+
+    for option, path in targets.items():
+        check_target(path, option, force=force or dry_run)
+        for what, other in inputs.items():
+            if other and _same_path(path, other):
+                raise BadInput(f"{option} {path} is the {what}; write the {option.removeprefix('--emit-')} "
+                               "elsewhere")
+    if len(targets) == 2 and _same_path(*targets.values()):
+        raise BadInput("--emit-sbatch and --emit-script name the same file; give each its own path")
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -51,6 +84,14 @@ def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
 @click.option("--nodes", type=click.IntRange(min=1), help="Use the first N hosts of the hostfile.")
 @click.option("--include", help="DeepSpeed's resource filter instead of --gpus-per-node, e.g. localhost:0,1.")
 @click.option("--master-addr", help="Address of rank 0's node (default: the first host).")
+@click.option("--no-ssh", is_flag=True,
+              help="No ssh between nodes (Kubernetes, srun): run the same command on every node with its "
+                   "--node-rank; each starts its own ranks. Needs --hosts/--hostfile and --master-addr.")
+@click.option("--node-rank", type=click.IntRange(min=0), help="With --no-ssh: this node's line in the hostfile, "
+              "from 0 (node 0 is the master's).")
+@click.option("--watch-port", type=click.IntRange(0, 65535),
+              help="With --no-ssh: node 0's port for the node watch, which stops every node when one fails or is "
+                   "interrupted [default: master port + 1; 0: no watch].")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Variable for every rank (repeatable); on many nodes it travels through .deepspeed_env.")
 @click.option("--files-dir", default=".zerokit", show_default=True,
@@ -59,16 +100,17 @@ def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
               help="Write a SLURM batch script that runs this job under srun, and start nothing.")
 @click.option("--emit-script", type=click.Path(dir_okay=False),
               help="Write a bash script that starts this job, and start nothing.")
+@click.option("--force", is_flag=True, help="Let --emit-sbatch/--emit-script overwrite an existing file.")
 @click.option("--time", "time_limit", help="SLURM time limit for --emit-sbatch, e.g. 04:00:00.")
 @click.option("--dry-run", is_flag=True, help="Print the runner command and the files it would write; start nothing.")
 @click.option("--no-preflight", is_flag=True, help="Skip the checks.")
-@click.option("--grace", type=click.FloatRange(min=0), default=10.0, show_default=True,
+@click.option("--grace", type=float, default=10.0, show_default=True,
               help="Seconds the ranks get after Ctrl-C/SIGTERM before they are killed.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, master_addr,
-            env, files_dir, emit_sbatch, emit_script, time_limit, dry_run, no_preflight, grace, script,
-            script_args) -> int:
+            no_ssh, node_rank, watch_port, env, files_dir, emit_sbatch, emit_script, force, time_limit, dry_run,
+            no_preflight, grace, script, script_args) -> int:
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name one.
@@ -77,37 +119,53 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     \b
       zerokit launch --config ds_config.json --gpus-per-node 8 train.py --epochs 1
       zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 train.py
+      zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 --no-ssh --node-rank 1 train.py
       zerokit launch --config ds_config.json --hosts node1,node2 --gpus-per-node 8 --emit-sbatch job.sbatch train.py
     """
     from zerokit.launch import preflight, runner
 
-    if config and not Path(config).is_file():
-        raise BadInput(f"--config {config}: no such file")
+    grace = parse_finite(grace, "--grace", minimum=0.0, maximum=MAX_GRACE_S)
+    if not script.strip():
+        raise BadInput("SCRIPT is empty; give the training script to run")
+    if not str(files_dir).strip():
+        raise BadInput("--files-dir is empty; give a directory (default .zerokit)")
+    _check_input_file(config, "--config")
     host_map = parsed_hosts(hosts, gpus_per_node)
+    emits = {option: path for option, path in (("--emit-sbatch", emit_sbatch), ("--emit-script", emit_script))
+             if path is not None}
     spec = runner.LaunchSpec(
         script=script, script_args=tuple(script_args), config=config, gpus_per_node=gpus_per_node, nodes=nodes,
         include=include, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
         master_addr=master_addr, master_port=master_port, env=_env_pairs(env), files_dir=files_dir,
-        runner=_runner_name() if (emit_sbatch or emit_script) else runner_path(required=not dry_run),
+        runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
     )
+    if watch_port is not None and not no_ssh:
+        raise BadInput("--watch-port goes with --no-ssh (the node watch ties together nodes started one by one)")
     zerokit_command = shlex.join(["zerokit", *sys.argv[1:]]) if sys.argv[1:2] == ["launch"] else "zerokit launch ..."
-    if emit_sbatch or emit_script:
+    if emits:
+        check_emit_targets(emits, force, dry_run, {"training script": script, "--config": config,
+                                                   "--hostfile": hostfile, "--plan": plan_file})
         rendered = {}
-        if emit_sbatch:
+        if emit_sbatch is not None:
             rendered[emit_sbatch] = (runner.render_sbatch(spec, zerokit_command, Path(emit_sbatch).name,
-                                                          time_limit=time_limit), "sbatch")
-        if emit_script:
-            rendered[emit_script] = (runner.render_launch_script(spec, zerokit_command), "bash")
-        for path, (text, how) in rendered.items():
+                                                          time_limit=time_limit), "sbatch", "--emit-sbatch")
+        if emit_script is not None:
+            rendered[emit_script] = (runner.render_launch_script(spec, zerokit_command), "bash", "--emit-script")
+        for path, (text, how, option) in rendered.items():
             if dry_run:
                 click.echo(f"# {path}\n{text}", nl=False)
             else:
-                _write_atomic(path, text, 0o755)
+                from zerokit.fileio import write_atomic
+
+                write_atomic(path, text, option, force=force, mode=0o777)
                 click.echo(f"wrote {path}: run it with `{how} {shlex.quote(path)}`")
         return 0
 
     argv, env_add = runner.build_command(spec)
-    if not spec.multi_node and not Path(script).is_file():
+    job_hosts = runner.hosts_of(spec) if spec.multi_node else {}
+    if spec.no_ssh:
+        _check_node_rank(spec, job_hosts)
+    if not spec.remote_shell and not Path(script).is_file():
         raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
     files = runner.render_files(spec)
     if dry_run:
@@ -116,19 +174,46 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         click.echo(runner.shell_line(argv, env_add))
         return 0
 
+    watch = _start_watch(spec, watch_port, job_hosts) if spec.no_ssh and watch_port != 0 else None
     if not no_preflight:
-        target = preflight.make_target(config=config, plan=plan_file, hosts=runner.hosts_of(spec) if spec.multi_node
-                                       else {}, hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
-                                       master_port=master_port)
+        target = preflight.make_target(config=config, plan=plan_file, hosts=job_hosts, hostfile=hostfile,
+                                       gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
+                                       no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr)
         checks = preflight.run_checks(target)
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):
             click.echo("zerokit launch: preflight failed; fix the ✗ above or pass --no-preflight", err=True)
-            return EXIT_PREFLIGHT
-    for path, text in files.items():
-        _write_atomic(path, text)
+            return watch.finish(EXIT_PREFLIGHT) if watch is not None else EXIT_PREFLIGHT
+    from zerokit.fileio import write_atomic
+
+    try:
+        for path, text in files.items():
+            write_atomic(path, text, "--files-dir", force=True, make_parents=True)
+    except BadInput:
+        if watch is not None:
+            watch.finish(2)
+        raise
     click.echo(f"zerokit launch: {runner.shell_line(argv, env_add)}", err=True)
-    return runner.run(argv, env_add, grace=grace)
+    pdsh = spec.remote_shell and launcher == "pdsh"
+    return runner.run(argv, env_add, grace=grace, pdsh=pdsh, watch=watch)
+
+
+def _check_node_rank(spec, hosts: dict[str, int]) -> None:
+    count = min(len(hosts), spec.nodes or len(hosts))
+    if not 0 <= spec.node_rank < count:
+        raise BadInput(f"--node-rank {spec.node_rank} is not one of the job's {count} nodes (0 to {count - 1})")
+
+
+def _start_watch(spec, watch_port: int | None, hosts: dict[str, int]):
+    """The node watch (zerokit.launch.watch): node 0 listens, the others connect before anything starts."""
+    from zerokit.launch.watch import NodeWatch, default_port, job_key
+
+    nodes = min(len(hosts), spec.nodes or len(hosts))
+    port = watch_port if watch_port is not None else default_port(spec.master_port)
+    if port == spec.master_port:
+        raise BadInput(f"--watch-port {port} is the master port; the rendezvous needs that one, give another")
+    key = job_key([spec.master_addr, spec.master_port, nodes, *hosts, Path(spec.script).name])
+    return NodeWatch(spec.node_rank, nodes, spec.master_addr, port, key).start()  # PreflightFailed: exit 3
 
 
 def _runner_name() -> str:

@@ -48,13 +48,8 @@ def command(files: tuple[str, ...], target: str, world_size: int | None, gpu_mem
     memory = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None
     if list(files).count(STDIN) > 1:
         raise BadInput("'-' (stdin) can be given only once")
-    stdin_text = None
-    if STDIN in files:
-        try:
-            stdin_text = sys.stdin.buffer.read().decode("utf-8-sig")
-        except UnicodeDecodeError:
-            stdin_text = "\x00"  # reported as a binary input
-    result = lint_paths(list(files), Context(target.lower(), world_size, memory), stdin_text)
+    stdin = getattr(sys.stdin, "buffer", None) if STDIN in files else None  # None: stdin is closed (<&-)
+    result = lint_paths(list(files), Context(target.lower(), world_size, memory), stdin=stdin)
     out = render(result.findings, fmt, result.files)
     if out:
         click.echo(out)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -19,7 +18,12 @@ import click
 
 from zerokit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from zerokit.planner import types
-from zerokit.units import parse_count, parse_positive_int
+from zerokit.units import parse_count, parse_finite, parse_positive_int
+
+MAX_SEQ_LEN = 2**24
+"""16M tokens per sample: beyond the longest context any model trains with."""
+MAX_MICRO_BATCH = 2**16
+MAX_GLOBAL_BATCH = 2**40
 
 _CLASS = re.compile(r"^class (\w+)\b", re.MULTILINE)
 _FIELD_DOC = re.compile(r'^    (\w+): [^\n]*\n    """(.*?)"""', re.MULTILINE | re.DOTALL)
@@ -138,8 +142,9 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     \b
       zerokit plan --model llama-2-7b --gpu h100-80gb --gpus-per-node 8 --seq-len 4096 -o ds_config.json
     """
-    if output:
+    if output is not None:
         check_output_path(output, force)
+    gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
     from zerokit.planner.engine import plan as make_plan
@@ -157,11 +162,11 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
 
     fits = result.decision.fits
     written = None
-    if output and fits:
-        write_atomic(output, json.dumps(result.ds_config, indent=2) + "\n")
+    if output is not None and fits:
+        write_atomic(output, json.dumps(result.ds_config, indent=2) + "\n", force=force)
         written = output
     emit(result, fmt, written)
-    if output and not fits:
+    if output is not None and not fits:
         click.echo(f"zerokit plan: nothing fits, so {output} was not written", err=True)
     return EXIT_OK if fits else EXIT_FINDINGS
 
@@ -189,6 +194,15 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
     return spec, cal.estimate, "calibrated"
 
 
+def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
+    """`--gpu custom` (what the plan calls a GPU given by --gpu-memory alone) means no preset."""
+    if gpu is None or gpu.strip().lower() != "custom":
+        return gpu
+    if gpu_memory is None:
+        raise BadInput("--gpu custom needs --gpu-memory (e.g. 80GB): a custom GPU is only its memory size")
+    return None
+
+
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
@@ -196,16 +210,16 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
     """Training from option strings; `auto` becomes None (the planner decides)."""
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
-    if lr <= 0:
-        raise BadInput(f"--lr must be positive, got {lr}")
-    if weight_decay < 0:
-        raise BadInput(f"--weight-decay must be >= 0, got {weight_decay}")
+    lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True)
+    weight_decay = parse_finite(weight_decay, "--weight-decay", minimum=0.0)
     from zerokit.units import parse_size
 
     return types.Training(
-        seq_len=parse_positive_int(seq_len, "--seq-len"),
-        micro_batch=None if micro_batch.strip().lower() == "auto" else parse_positive_int(micro_batch, "--micro-batch"),
-        global_batch=parse_count(global_batch, "--global-batch") if global_batch is not None else None,
+        seq_len=parse_positive_int(seq_len, "--seq-len", maximum=MAX_SEQ_LEN),
+        micro_batch=(None if micro_batch.strip().lower() == "auto"
+                     else parse_positive_int(micro_batch, "--micro-batch", maximum=MAX_MICRO_BATCH)),
+        global_batch=(parse_count(global_batch, "--global-batch", maximum=MAX_GLOBAL_BATCH, whole=True)
+                      if global_batch is not None else None),
         global_batch_tokens=(parse_count(global_batch_tokens, "--global-batch-tokens")
                              if global_batch_tokens is not None else None),
         zero_stage=None if zero_stage == "auto" else int(zero_stage),
@@ -235,33 +249,14 @@ def emit(result: types.Plan, fmt: str, written: str | None) -> None:
 
 def check_output_path(path: str, force: bool) -> None:
     """Refuse early, before planning, so a script learns about a bad -o path at once."""
-    if os.path.isdir(path):
-        raise BadInput(f"-o {path}: is a directory; give a file name such as {os.path.join(path, 'ds_config.json')}")
-    if os.path.exists(path) and not force:
-        raise BadInput(f"-o {path}: file exists; pass --force to overwrite it")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise BadInput(f"-o {path}: directory {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise BadInput(f"-o {path}: directory {parent} is not writable; choose another path")
+    from zerokit.fileio import check_target
+
+    check_target(path, "-o", force)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Temp file in the same directory, then os.replace: a reader never sees half a config."""
-    import tempfile  # only when writing: it pulls in random and shutil
+def write_atomic(path: str, text: str, force: bool = True) -> None:
+    """Temp file in the same directory, then os.replace: a reader never sees half a config, and a failed write
+    leaves neither a temp file nor a changed target (zerokit.fileio.write_atomic)."""
+    from zerokit.fileio import write_atomic as write
 
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it 0600; a config is as readable as any file the user writes
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write(path, text, "-o", force=force)

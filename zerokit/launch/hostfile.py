@@ -14,33 +14,55 @@ from zerokit.errors import BadInput
 # RFC 1123 labels (letters, digits, hyphen; no leading/trailing hyphen), dot-separated; IPv4 literals match too.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
-_HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots\s*=\s*(?P<slots>\S+)")
+# DeepSpeed's runner matches r'^(\S+)\s+slots=(\d+)': no spaces around '='. ASCII digits only here (\d also takes
+# '²', on which DeepSpeed's int() then fails).
+_HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots=(?P<slots>\S+)")
+MAX_SLOTS = 4096
+"""Ranks on one node; DeepSpeed lists every slot (range(slots)), so an absurd count is refused here."""
 
 
 def validate_hostname(host: str) -> str:
     """The hostname itself, or BadInput when it is not a plain DNS name or IPv4 address."""
     if len(host) > 253 or not HOSTNAME_RE.fullmatch(host):
-        raise BadInput(f"host {host!r} is not a valid hostname; use letters, digits, '-' and '.' only")
+        raise BadInput(f"host {_short(host)} is not a valid hostname; use letters, digits, '-' and '.' only")
     return host
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:50] + "...'"
+
+
+def _slots_ok(text: str) -> bool:
+    return re.fullmatch(r"[0-9]{1,5}", text) is not None and 1 <= int(text) <= MAX_SLOTS
+
+
+def read_hostfile(path: str, what: str = "--hostfile") -> dict[str, int]:
+    """`{host: slots}` from a hostfile on disk: a regular UTF-8 file of reasonable size, in DeepSpeed's format."""
+    from zerokit.fileio import read_text
+
+    return parse_hostfile(read_text(path, what), path)
 
 
 def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
     """`{host: slots}` in file order from DeepSpeed's format (`worker-1 slots=8`, `#` comments)."""
     hosts: dict[str, int] = {}
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):  # the lines open() gives DeepSpeed
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         m = _HOSTFILE_LINE.fullmatch(line)
         if not m:
-            raise BadInput(f"{source}:{lineno}: expected 'HOST slots=N', got {raw.strip()!r}")
+            spaced = " (no spaces around '=': DeepSpeed's parser refuses them)" if "slots" in line else ""
+            raise BadInput(f"{source}:{lineno}: expected 'HOST slots=N'{spaced}, got {_short(raw.strip())}")
         host = m["host"]
         try:
             validate_hostname(host)
         except BadInput as e:
             raise BadInput(f"{source}:{lineno}: {e}") from None
-        if not m["slots"].isdigit() or int(m["slots"]) < 1:
-            raise BadInput(f"{source}:{lineno}: slots must be a whole number >= 1, got {m['slots']!r}")
+        if not _slots_ok(m["slots"]):
+            raise BadInput(f"{source}:{lineno}: slots must be a whole number from 1 to {MAX_SLOTS}, got "
+                           f"{_short(m['slots'])}")
         if host in hosts:
             raise BadInput(f"{source}:{lineno}: host {host!r} is listed twice; DeepSpeed refuses duplicate hosts")
         hosts[host] = int(m["slots"])
@@ -58,8 +80,9 @@ def parse_hosts(text: str, default_slots: int | None) -> dict[str, int]:
         host, sep, slots = item.partition(":")
         validate_hostname(host)
         if sep:
-            if not slots.isdigit() or int(slots) < 1:
-                raise BadInput(f"--hosts: slots for {host!r} must be a whole number >= 1, got {slots!r}")
+            if not _slots_ok(slots):
+                raise BadInput(f"--hosts: slots for {host!r} must be a whole number from 1 to {MAX_SLOTS}, got "
+                               f"{_short(slots)}")
             n = int(slots)
         elif default_slots is None:
             raise BadInput(f"--hosts: give slots as {host}:N or set --gpus-per-node")

@@ -11,6 +11,7 @@ has one: the accelerator's op builders (`create_op_builder(...).is_compatible()`
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -63,6 +64,8 @@ class Needs:
     async_io: bool = False
     """Something is offloaded to NVMe: op async_io, which needs libaio."""
     nvme_paths: tuple[str, ...] = ()
+    nvme_missing: tuple[str, ...] = ()
+    """Offload blocks that go to NVMe without an nvme_path (DeepSpeed fails at initialize, lint's ZK303)."""
     nvme_bytes: int | None = None
     """Free space the plan needs on the NVMe path, per node."""
     cpu_bytes: int | None = None
@@ -82,35 +85,68 @@ class Target:
     """The job's hosts when it spans several nodes (from --hostfile or --hosts)."""
     launcher: str = "pdsh"
     master_port: int = 29500
+    no_ssh: bool = False
+    """Each node starts its own ranks (launch --no-ssh): no launcher binary, no ssh between nodes."""
+    node_rank: int | None = None
+    master_addr: str | None = None
 
     @property
     def multi_node(self) -> bool:
         return len(self.hosts) > 1 or any(h not in ("localhost", "127.0.0.1") for h in self.hosts)
 
+    @property
+    def hosts_rendezvous(self) -> bool:
+        """Whether rank 0's rendezvous (TCPStore on the master port) runs on this host."""
+        return not self.no_ssh or self.node_rank == 0
+
 
 # ---------------------------------------------------------------- pure: what a config or plan needs
 
 def needs_from_config(config: dict[str, Any], plan: dict[str, Any] | None = None) -> Needs:
-    """Ops and paths the ds_config needs; sizes come from `zerokit plan --format json` output when given."""
-    zero = config.get("zero_optimization") or {}
-    devices, paths = [], []
+    """Ops and paths the ds_config needs; sizes come from `zerokit plan --format json` output when given. Only what
+    has the right type is read: the config's own mistakes are lint's to report."""
+    zero = _dict(config.get("zero_optimization"))
+    devices, paths, missing = [], [], []
     for key in ("offload_optimizer", "offload_param"):
-        block = zero.get(key) or {}
-        device = block.get("device", "none") if isinstance(block, dict) else "none"
+        block = _dict(zero.get(key))
+        device = block.get("device", "none")
         devices.append((key, device))
-        if device == "nvme" and block.get("nvme_path"):
-            paths.append(str(block["nvme_path"]))
+        if device == "nvme":
+            path = block.get("nvme_path")
+            if isinstance(path, str) and path.strip() and path != "none":
+                paths.append(path)
+            else:
+                missing.append(f"zero_optimization.{key}")
     optimizer_device = dict(devices)["offload_optimizer"]
-    cpu_adam = optimizer_device in ("cpu", "nvme") or bool(zero.get("cpu_offload"))
-    memory = (plan or {}).get("memory") or {}
+    cpu_adam = optimizer_device in ("cpu", "nvme") or zero.get("cpu_offload") is True
     return Needs(
         cpu_adam=cpu_adam,
         async_io=any(d == "nvme" for _, d in devices),
         nvme_paths=tuple(dict.fromkeys(paths)),
-        nvme_bytes=(memory.get("nvme") or {}).get("total") or None,
-        cpu_bytes=(memory.get("per_node_cpu") or {}).get("total") or None,
-        gpu_bytes=(memory.get("per_gpu") or {}).get("total") or None,
+        nvme_missing=tuple(missing),
+        nvme_bytes=_plan_size(plan, "memory", "nvme", "total"),
+        cpu_bytes=_plan_size(plan, "memory", "per_node_cpu", "total"),
+        gpu_bytes=_plan_size(plan, "memory", "per_gpu", "total"),
     )
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _plan_size(plan: dict[str, Any] | None, *keys: str) -> int | None:
+    """A byte count from the plan JSON; None where absent or zero. Anything but a whole number is bad input."""
+    from zerokit.errors import BadInput
+
+    node: Any = plan or {}
+    for key in keys:
+        node = _dict(node).get(key)
+    if node is None or node == 0:
+        return None
+    if isinstance(node, bool) or not isinstance(node, int) or node < 0:
+        raise BadInput(f"--plan: {'.'.join(keys)} must be a byte count, got {str(node)[:40]!r}; pass the output of "
+                       "zerokit plan --format json")
+    return node
 
 
 # ---------------------------------------------------------------- probes: the only code that looks at the machine
@@ -224,13 +260,20 @@ def probe_libaio_header() -> bool:
     return any(Path(d, "libaio.h").exists() for d in ("/usr/include", "/usr/local/include"))
 
 
-def probe_path(path: str) -> tuple[bool, bool, int | None]:
-    """(exists, writable, free bytes) of a directory."""
-    p = Path(path)
-    if not p.is_dir():
-        return False, False, None
-    st = os.statvfs(p)
-    return True, os.access(p, os.W_OK | os.X_OK), st.f_bavail * st.f_frsize
+def probe_path(path: str) -> tuple[str, bool, int | None]:
+    """(what is there: "directory", "missing" or e.g. "a regular file", writable, free bytes) of an NVMe path."""
+    import stat
+
+    from zerokit.fileio import kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "missing", False, None
+    if not stat.S_ISDIR(mode):
+        return ("a regular file" if stat.S_ISREG(mode) else kind(mode)), False, None
+    st = os.statvfs(path)
+    return "directory", os.access(path, os.W_OK | os.X_OK), st.f_bavail * st.f_frsize
 
 
 def probe_shm() -> int | None:
@@ -253,12 +296,29 @@ def probe_ram() -> tuple[int, int]:
 
 
 def probe_port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Whether the rendezvous could listen on `port`, tried the way torch's TCPStore binds it: on every address
+    (IPv6 dual-stack where the host has IPv6, else IPv4) with SO_REUSEADDR. So a port held only by connections of a
+    finished job (TIME_WAIT, for about a minute) is free, as it is for torch; a port another process listens on
+    is not."""
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
         try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 on this host: torch falls back to IPv4 too
+            continue
+        with s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                with contextlib.suppress(OSError):
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            try:
+                s.bind((address, port))
+                s.listen(1)
+            except OSError as e:
+                if family == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                    continue  # IPv6 present but unusable: try IPv4, as torch does
+                return False
+            return True
+    return False
 
 
 def probe_ssh(host: str) -> tuple[bool, str]:
@@ -383,13 +443,21 @@ def check_extension_locks(t: Target) -> Check | None:
 
 
 def check_nvme(t: Target) -> Check | None:
-    if not t.needs.nvme_paths:
+    if not t.needs.nvme_paths and not t.needs.nvme_missing:
         return None
-    problems, details = [], []
+    if t.needs.nvme_missing:
+        blocks = " and ".join(t.needs.nvme_missing)
+        return Check("nvme path", False, f"{blocks} offloads to NVMe but sets no nvme_path: DeepSpeed accepts the config "
+                     "and fails at initialize (lint: ZK303)",
+                     f"set {t.needs.nvme_missing[0]}.nvme_path to a directory on a local NVMe drive")
+    problems, details, not_dirs = [], [], []
     for path in t.needs.nvme_paths:
-        exists, writable, free = probe_path(path)
-        if not exists:
+        what, writable, free = probe_path(path)
+        if what == "missing":
             problems.append(f"{path} does not exist")
+        elif what != "directory":
+            problems.append(f"{path} is {what}, not a directory")
+            not_dirs.append(path)
         elif not writable:
             problems.append(f"{path} is not writable")
         elif t.needs.nvme_bytes and free is not None and free < t.needs.nvme_bytes:
@@ -397,6 +465,9 @@ def check_nvme(t: Target) -> Check | None:
         else:
             need = f" (plan needs {format_bytes(t.needs.nvme_bytes)})" if t.needs.nvme_bytes else ""
             details.append(f"{path}: writable, {format_bytes(free or 0)} free{need}")
+    if not_dirs:
+        return Check("nvme path", False, "; ".join(problems), "set nvme_path in the config to a directory on a local "
+                     f"NVMe disk ({not_dirs[0]} is not one; DeepSpeed swaps into files inside it)")
     if problems:
         return Check("nvme path", False, "; ".join(problems),
                      "create the directory on a local NVMe disk (mkdir -p PATH), or set nvme_path in the config to "
@@ -427,19 +498,21 @@ def check_hostfile(t: Target) -> Check | None:
     if not t.hostfile:
         return None
     from zerokit.errors import BadInput
-    from zerokit.launch.hostfile import parse_hostfile
+    from zerokit.fileio import Unreadable
+    from zerokit.launch.hostfile import read_hostfile
 
     try:
-        hosts = parse_hostfile(Path(t.hostfile).read_text(), t.hostfile)
-    except OSError as e:
-        return Check("hostfile", False, f"{t.hostfile}: {e.strerror}", "pass an existing file to --hostfile")
+        hosts = read_hostfile(t.hostfile)
+    except Unreadable as e:
+        return Check("hostfile", False, str(e), "pass a regular text file to --hostfile: one 'HOST slots=N' line per "
+                     "node")
     except BadInput as e:
         return Check("hostfile", False, str(e), "one 'HOST slots=N' line per node, e.g. 'worker-1 slots=8'")
     return Check("hostfile", True, f"{len(hosts)} hosts, {sum(hosts.values())} slots")
 
 
 def check_launcher(t: Target) -> Check | None:
-    if not t.multi_node:
+    if not t.multi_node or t.no_ssh:
         return None
     missing = [b for b in LAUNCHER_BINARIES[t.launcher] if shutil.which(b) is None]
     if missing:
@@ -449,7 +522,7 @@ def check_launcher(t: Target) -> Check | None:
 
 
 def check_ssh(t: Target) -> Check | None:
-    if not t.multi_node or t.launcher == "slurm":
+    if not t.multi_node or t.launcher == "slurm" or t.no_ssh:
         return None
     hosts = list(t.hosts)
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
@@ -461,7 +534,38 @@ def check_ssh(t: Target) -> Check | None:
     return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
 
 
-def check_master_port(t: Target) -> Check:
+def probe_master_addr(addr: str) -> tuple[str | None, bool]:
+    """(the address it resolves to, or None; whether this host can bind it, i.e. it is one of this host's)."""
+    try:
+        infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None, False
+    for family, _, _, _, sockaddr in infos:
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((sockaddr[0], 0))
+            return sockaddr[0], True
+    return infos[0][4][0], False
+
+
+def check_master_addr(t: Target) -> Check | None:
+    """No-ssh mode: every node must reach node 0 at --master-addr, and on node 0 it must be one of its own."""
+    if not t.no_ssh or not t.master_addr:
+        return None
+    ip, local = probe_master_addr(t.master_addr)
+    if ip is None:
+        return Check("master address", False, f"{t.master_addr} does not resolve on this host",
+                     "pass --master-addr as an IP address or a name every node resolves (node 0's)")
+    if t.node_rank == 0 and not local:
+        return Check("master address", False, f"{t.master_addr} ({ip}) is not an address of this host, but "
+                     "--node-rank 0 runs the rendezvous here", "pass node 0's own address as --master-addr on every "
+                     "node, or run --node-rank 0 on the host that has it")
+    where = "this host's" if local else "node 0's"
+    return Check("master address", True, f"{t.master_addr} ({ip}), {where}")
+
+
+def check_master_port(t: Target) -> Check | None:
+    if not t.hosts_rendezvous:
+        return None  # the rendezvous listens on node 0, not here
     if probe_port_free(t.master_port):
         return Check("master port", True, f"{t.master_port} is free")
     return Check("master port", False, f"{t.master_port} is in use on this host",
@@ -482,6 +586,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_hostfile,
     check_launcher,
     check_ssh,
+    check_master_addr,
     check_master_port,
 )
 NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_adam, check_async_io, check_ninja}
@@ -537,24 +642,23 @@ def format_text(checks: list[Check]) -> str:
 
 
 def read_json(path: str, what: str) -> dict[str, Any]:
-    """A JSON (or HJSON, as DeepSpeed accepts) object from a file; BadInput with the reason otherwise."""
+    """A JSON (or HJSON, as DeepSpeed accepts) object from a regular file of sane size; BadInput otherwise."""
     import json
 
     from zerokit.errors import BadInput
+    from zerokit.fileio import read_text
 
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise BadInput(f"{what} {path}: {e.strerror}") from None
+    text = read_text(path, what)
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         try:
             import hjson
 
             data = hjson.loads(text)
         except Exception as e:  # noqa: BLE001 -- hjson raises its own error types
-            raise BadInput(f"{what} {path} is neither JSON nor HJSON: {str(e).splitlines()[0]}") from None
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:120]
+            raise BadInput(f"{what} {path} is neither JSON nor HJSON: {reason}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{what} {path} must hold a JSON object")
     return dict(data)
@@ -562,17 +666,25 @@ def read_json(path: str, what: str) -> dict[str, Any]:
 
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
-                master_port: int = 29500) -> Target:
+                master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
+                master_addr: str | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against."""
     ds_config = read_json(config, "--config") if config else {}
     plan_data = read_json(plan, "--plan") if plan else None
     if plan_data is not None and gpus_per_node is None:
-        gpus_per_node = (plan_data.get("hardware") or {}).get("gpus_per_node")
+        gpus_per_node = _dict(plan_data.get("hardware")).get("gpus_per_node")
+        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
+                                          or not 1 <= gpus_per_node <= 4096):
+            from zerokit.errors import BadInput
+
+            raise BadInput(f"--plan {plan}: hardware.gpus_per_node must be a whole number >= 1, got "
+                           f"{str(gpus_per_node)[:40]!r}")
     if hostfile and not hosts:
         from zerokit.errors import BadInput
-        from zerokit.launch.hostfile import parse_hostfile
+        from zerokit.launch.hostfile import read_hostfile
 
-        with contextlib.suppress(OSError, BadInput):  # the hostfile check reports what is wrong with it
-            hosts = parse_hostfile(Path(hostfile).read_text(), hostfile)
+        with contextlib.suppress(BadInput):  # the hostfile check reports what is wrong with it
+            hosts = read_hostfile(hostfile)
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
-                  hosts=dict(hosts or {}), launcher=launcher, master_port=master_port)
+                  hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
+                  node_rank=node_rank, master_addr=master_addr)

@@ -6,6 +6,7 @@ and every value that lands in shell text goes through the `sh` filter (shlex.quo
 
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,11 @@ def _templates_dir() -> Path:
 
 def render(name: str, **values: Any) -> str:
     """Render `templates/NAME` with the given values; the result ends with one newline."""
+    return _environment().get_template(name).render(**values).rstrip("\n") + "\n"
+
+
+@functools.cache
+def _environment() -> Any:
     import jinja2
 
     env = jinja2.Environment(
@@ -38,4 +44,4 @@ def render(name: str, **values: Any) -> str:
     # For text inside a `#` comment: a newline there would end the comment and start a command.
     env.filters["comment"] = lambda value: str(value).replace("\r", "\\r").replace("\n", "\\n")
     env.filters["shjoin"] = lambda values: " ".join(shlex.quote(str(v)) for v in values)
-    return env.get_template(name).render(**values).rstrip("\n") + "\n"
+    return env

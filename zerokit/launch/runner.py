@@ -8,19 +8,25 @@ the runner's whole process group, so no rank outlives zerokit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from zerokit.errors import BadInput
-from zerokit.launch.hostfile import parse_hostfile, validate_hostname
+from zerokit.launch.hostfile import read_hostfile, validate_hostname
 from zerokit.launch.render import render
+
+if TYPE_CHECKING:
+    from zerokit.launch.watch import NodeWatch
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi")
 DEFAULT_MASTER_PORT = 29500
@@ -68,10 +74,20 @@ class LaunchSpec:
     """The runner executable."""
     extra_runner_args: tuple[str, ...] = field(default_factory=tuple)
     """Passed to the runner before the script (e.g. `--ssh_port 2222`)."""
+    no_ssh: bool = False
+    """DeepSpeed's no-ssh mode: the same command runs on every node (Kubernetes, srun), each with its --node-rank;
+    the runner starts only this node's ranks."""
+    node_rank: int | None = None
+    """This node's index in the hostfile (0 = the master's node), with no_ssh."""
 
     @property
     def multi_node(self) -> bool:
         return bool(self.hostfile or self.hosts) or (self.nodes or 1) > 1
+
+    @property
+    def remote_shell(self) -> bool:
+        """Whether the command and the env values pass through a remote shell (pdsh/ssh, MPI's rsh)."""
+        return self.multi_node and not self.no_ssh
 
     @property
     def written_hostfile(self) -> str:
@@ -114,15 +130,31 @@ def validate(spec: LaunchSpec) -> None:
             validate_hostname(part.split(":", 1)[0])
     if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
         raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
+    if spec.node_rank is not None and not spec.no_ssh:
+        raise BadInput("--node-rank goes with --no-ssh (each node starts its own ranks); without --no-ssh the runner "
+                       "reaches every node itself")
+    if spec.no_ssh:
+        if not (spec.hostfile or spec.hosts):
+            raise BadInput("--no-ssh needs every node of the job: give --hosts node1:8,node2:8 or --hostfile FILE "
+                           "(the same on every node)")
+        if spec.node_rank is None:
+            raise BadInput("--no-ssh needs --node-rank N: this node's line in the hostfile, counting from 0")
+        if spec.master_addr is None:
+            raise BadInput("--no-ssh needs --master-addr: the address of node 0, which every node can reach (without "
+                           "ssh, DeepSpeed cannot ask node 0 for it)")
+        if spec.hosts and not 0 <= spec.node_rank < min(len(spec.hosts), spec.nodes or len(spec.hosts)):
+            raise BadInput(f"--node-rank {spec.node_rank} is not one of the job's "
+                           f"{min(len(spec.hosts), spec.nodes or len(spec.hosts))} nodes (0 to "
+                           f"{min(len(spec.hosts), spec.nodes or len(spec.hosts)) - 1})")
     for host, _ in spec.hosts:
         validate_hostname(host)
     for key, value in spec.env:
         if not _ENV_KEY.fullmatch(key):
             raise BadInput(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
-        if spec.multi_node and not _SHELL_SAFE.fullmatch(value):
+        if spec.remote_shell and not _SHELL_SAFE.fullmatch(value):
             raise BadInput(f"--env {key}: value {value!r} has shell characters; DeepSpeed's .deepspeed_env "
                            "cannot carry them to other nodes safely")
-    if spec.multi_node and spec.launcher == "pdsh":
+    if spec.remote_shell and spec.launcher == "pdsh":
         # pdsh joins the command into one string for a remote shell: every word must be inert there.
         for word in [*script_argv(spec), str(Path.cwd())]:
             if not _SHELL_SAFE.fullmatch(word):
@@ -135,7 +167,10 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
     validate(spec)
     argv = [spec.runner]
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}  # ranks' output streams through as it comes
-    if spec.multi_node:
+    if spec.no_ssh:  # the runner starts this node's ranks itself, with this environment: no .deepspeed_env
+        argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--no_ssh", "--node_rank", str(spec.node_rank),
+                 "--master_addr", str(spec.master_addr)]
+    elif spec.multi_node:
         argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--launcher", spec.launcher]
         if spec.master_addr:
             argv += ["--master_addr", spec.master_addr]
@@ -158,7 +193,7 @@ def render_files(spec: LaunchSpec) -> dict[str, str]:
     files: dict[str, str] = {}
     if spec.hosts:
         files[spec.written_hostfile] = render("hostfile.j2", hosts=dict(spec.hosts))
-    if spec.multi_node and spec.env:
+    if spec.remote_shell and spec.env:
         files[spec.env_file] = render("deepspeed_env.j2", env=dict(spec.env))
     return files
 
@@ -168,19 +203,21 @@ def hosts_of(spec: LaunchSpec) -> dict[str, int]:
     if spec.hosts:
         return dict(spec.hosts)
     if spec.hostfile:
-        path = Path(spec.hostfile)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise BadInput(f"--hostfile {spec.hostfile}: {e.strerror}") from None
-        return parse_hostfile(text, str(path))
+        return read_hostfile(spec.hostfile)
     return {"localhost": spec.gpus_per_node or 1}
 
 
 def render_launch_script(spec: LaunchSpec, zerokit_command: str) -> str:
     """A bash script that starts the same runner command (for people who keep a run.sh)."""
     argv, env = build_command(spec)
-    return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command)
+    files = render_files(spec)
+    return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command,
+                  files=files, dirs=sorted({str(Path(path).parent) for path in files}), eof=HEREDOC_END)
+
+
+HEREDOC_END = "ZEROKIT_EOF"
+"""Ends the quoted here-documents that carry the hostfile and .deepspeed_env in an emitted script. Their lines are
+validated hostnames and shell-inert values, none of which can be this word."""
 
 
 class _Var:
@@ -199,6 +236,9 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     validate(replace(spec, launcher="slurm"))  # srun, not pdsh: every word below is quoted for bash
     hosts = hosts_of(spec) if (spec.hostfile or spec.hosts) else {}
     nodes = spec.nodes or len(hosts) or 1
+    if hosts and nodes > len(hosts):
+        raise BadInput(f"--nodes {nodes} is more than the {len(hosts)} hosts given")
+    nodelist = list(hosts)[:nodes]
     gpus = spec.gpus_per_node or (next(iter(hosts.values())) if hosts else None)
     if gpus is None:
         raise BadInput("--emit-sbatch needs --gpus-per-node N (or --hosts/--hostfile with slots)")
@@ -212,7 +252,8 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
                            *spec.extra_runner_args, *script_argv(spec)]
     node_command = "exec " + " ".join(str(w) if isinstance(w, _Var) else shlex.quote(w) for w in words)
     env = {"PYTHONUNBUFFERED": "1", **dict(spec.env)}
-    return render("slurm.sbatch.j2", job_name=job_name, nodes=nodes, gpus_per_node=gpus, time=time_limit,
+    return render("slurm.sbatch.j2", job_name=job_name, nodes=nodes, nodelist=",".join(nodelist), gpus_per_node=gpus,
+                  time=time_limit,
                   cwd=str(Path.cwd()), env=env, master_port=spec.master_port, node_command=node_command,
                   zerokit_command=zerokit_command, sbatch_name=sbatch_name)
 
@@ -222,30 +263,92 @@ def shell_line(argv: list[str], env: dict[str, str]) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
 
 
-def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS) -> int:
+# pdsh prints this line (on its stderr) as soon as one node's remote command ends with a non-zero code.
+_PDSH_FAILED = re.compile(rb"^pdsh@[^:\s]*: ([^:\s]+): ssh exited with exit code (\d+)")
+
+
+class _PdshWatch:
+    """Passes the runner's stderr through unchanged and notes the first node that pdsh says failed.
+
+    DeepSpeed's pdsh path waits for every node: when a rank dies before the rendezvous, the other nodes' ranks wait
+    for it in TCPStore for 30 minutes, and pdsh with them. pdsh says at once which node failed, so zerokit stops the
+    job then instead (the runner's own Ctrl-C path: it kills the ranks on every node through pdsh)."""
+
+    def __init__(self, pipe: Any):
+        self.pipe = pipe
+        self.failed: tuple[str, int] | None = None
+        self.thread = threading.Thread(target=self._pump, name="zerokit-pdsh-stderr", daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        out = getattr(sys.stderr, "buffer", None)
+        pending = b""
+        while True:
+            try:
+                chunk = os.read(self.pipe.fileno(), 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sys.stderr.write(chunk.decode("utf-8", "replace"))
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[-4096:]
+            for line in lines:
+                m = _PDSH_FAILED.match(line)
+                if m and int(m.group(2)) != 0 and self.failed is None:
+                    self.failed = (m.group(1).decode("ascii", "replace"), int(m.group(2)))
+
+    def close(self) -> None:
+        self.thread.join(timeout=5)
+        self.pipe.close()
+
+
+def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh: bool = False,
+        watch: NodeWatch | None = None) -> int:
     """Start the runner in its own session and wait; return the job's exit code (128+N for a signal).
 
     The runner gets a new session (so a terminal's Ctrl-C reaches only zerokit), and zerokit forwards
     SIGINT/SIGTERM/SIGHUP to the whole group: the runner, DeepSpeed's per-node launcher and every rank.
     A group still alive `grace` seconds later, or at a second Ctrl-C, is SIGKILLed; so is anything left
     in the group after the runner exits.
+
+    `pdsh`: the ranks run under ssh on every node, outside this group. The signal goes to the runner alone, whose
+    handler kills them through pdsh; and a node that pdsh reports failed stops the job at once (see _PdshWatch).
+    `watch`: the node watch of a no-ssh launch; when it says stop (another node failed or was interrupted), this
+    node's ranks are stopped as for a Ctrl-C, and its verdict is the exit code.
     """
     try:
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True)
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
+                                stderr=subprocess.PIPE if pdsh else None)
     except OSError as e:
+        if watch is not None:
+            watch.finish(127)
         raise BadInput(f"cannot start {argv[0]}: {e.strerror}; is DeepSpeed installed (pip install "
                        "'zerokit[deepspeed]')?") from None
     pgid = proc.pid
+    pdsh_watch = _PdshWatch(proc.stderr) if pdsh else None
     received: list[int] = []
+    failure: list[int] = []
     deadline: list[float] = []
+
+    def stop(signum: int) -> None:
+        if deadline:
+            _killpg(pgid, signal.SIGKILL)
+            return
+        if pdsh:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signum)
+        else:
+            _killpg(pgid, signum)
+        deadline.append(time.monotonic() + grace)
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        if len(received) > 1:
-            _killpg(pgid, signal.SIGKILL)
-            return
-        _killpg(pgid, signum)
-        deadline.append(time.monotonic() + grace)
+        stop(signum)
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, forward) for s in handled}
@@ -257,13 +360,32 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS) -> i
             except subprocess.TimeoutExpired:
                 if deadline and time.monotonic() > deadline[0]:
                     _killpg(pgid, signal.SIGKILL)
+                if failure or received:
+                    continue
+                if pdsh_watch is not None and pdsh_watch.failed is not None:
+                    host, code = pdsh_watch.failed
+                    print(f"zerokit launch: node {host} failed (exit {code}); stopping the job on every node",
+                          file=sys.stderr, flush=True)
+                    failure.append(code)
+                    stop(signal.SIGTERM)
+                elif watch is not None and (code := watch.poll()) is not None:
+                    failure.append(code)
+                    stop(signal.SIGTERM)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _reap_group(pgid, grace)
+        if pdsh_watch is not None:
+            pdsh_watch.close()
     if received:
-        return 128 + received[0]
-    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        code = 128 + received[0]
+    elif failure:
+        code = failure[0]
+    else:
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        if code == 0 and pdsh_watch is not None and pdsh_watch.failed is not None:
+            code = pdsh_watch.failed[1]  # pdsh said a node failed, whatever the runner's own code
+    return watch.finish(code) if watch is not None else code
 
 
 def _killpg(pgid: int, signum: int) -> bool:

@@ -8,6 +8,7 @@ findings pointing at the YAML lines.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from zerokit.lint.findings import ERROR, Finding
@@ -54,10 +55,20 @@ def yaml_findings(doc: Document) -> list[Finding]:
         if key in ds and ds[key] not in DEVICES:
             add(("deepspeed_config", key), ERROR, "ZK104", f"deepspeed_config.{key} is {ds[key]!r}; use one of "
                 + ", ".join(DEVICES), _did_you_mean(str(ds[key]), list(DEVICES)))
+    if "deepspeed_config_file" in ds:
+        ref = ds["deepspeed_config_file"]
+        key = ("deepspeed_config", "deepspeed_config_file")
+        if ref is not None and not isinstance(ref, str):
+            add(key, ERROR, "ZK103", f"deepspeed_config.deepspeed_config_file must be a path, not {json.dumps(ref)}: "
+                "accelerate launch hands str() of it to HfDeepSpeedConfig, which raises ValueError; write the ds_config "
+                "file's path (or remove the key)")
+        elif isinstance(ref, str) and not ref.strip():
+            add(key, ERROR, "ZK104", "deepspeed_config.deepspeed_config_file is empty: HfDeepSpeedConfig('') raises "
+                "ValueError; write the ds_config file's path, or remove the key to configure ZeRO in this YAML")
     if "zero_stage" in ds and str(ds["zero_stage"]) not in ("0", "1", "2", "3"):  # launch passes it through int()
         add(("deepspeed_config", "zero_stage"), ERROR, "ZK104", f"deepspeed_config.zero_stage is {ds['zero_stage']!r}; "
             "use 0, 1, 2 or 3")
-    if ds.get("deepspeed_config_file") not in (None, "", "none"):
+    if config_file(doc) is not None:
         for key in IGNORED_WITH_FILE:
             if key in ds:
                 add(("deepspeed_config", key), ERROR, "ZK601", f"deepspeed_config.{key} conflicts with "
@@ -73,7 +84,7 @@ def config_file(doc: Document) -> str | None:
     ds = doc.data.get("deepspeed_config")
     if isinstance(ds, dict):
         path = ds.get("deepspeed_config_file")
-        if isinstance(path, str) and path not in ("", "none"):
+        if isinstance(path, str) and path.strip() and path != "none":
             return path
     return None
 

@@ -15,12 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from zerokit.errors import BadInput
+from zerokit.fileio import MAX_INPUT_BYTES, Unreadable, read_bytes, read_stream
 
 KeyPath = tuple[str | int, ...]
 Position = tuple[int, int]
 
-MAX_BYTES = 16 * 1024 * 1024  # a ds_config is a few KiB; anything this big is not one
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]')
+MAX_BYTES = MAX_INPUT_BYTES  # a ds_config is a few KiB; anything this big is not one (stdin too)
+MAX_YAML_NODES = 100_000
+"""YAML aliases let a 1 KiB file stand for a billion values (an alias bomb); a config expanding past this is refused."""
+BOM = b"\xef\xbb\xbf"
+# A string as one unrolled loop: `"(?:[^"\\]|\\.)*"` backtracks per character, 1.9 GB and 5 s for a 15 MiB string.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:,]')
 
 
 class LoadError(BadInput):
@@ -43,6 +48,7 @@ class Document:
     base_dir: Path | None = None
     json_error: str = ""  # why strict JSON rejected an HJSON file
     json_error_pos: Position | None = None
+    bom: bool = False  # starts with a UTF-8 byte-order mark: hjson (DeepSpeed) skips it, json.load (HF) refuses it
 
     def where(self, key: KeyPath) -> Position:
         """Position of `key`, or of its nearest ancestor that has one (a missing key points at its section)."""
@@ -180,7 +186,10 @@ def parse_json(text: str, path: str) -> Document:
         data = json.loads(text)
     except RecursionError:
         raise LoadError(path, 1, 1, "nested too deeply to be a ds_config") from None
-    except json.JSONDecodeError as e:
+    except ValueError as e:
+        if not isinstance(e, json.JSONDecodeError):  # an integer of more than 4300 digits
+            raise LoadError(path, *_long_number(text), "a number has more than 4300 digits; not a ds_config "
+                            "value") from None
         json_error = e.msg
         try:
             import hjson
@@ -208,6 +217,11 @@ def parse_json(text: str, path: str) -> Document:
     return Document(path, data, positions, "json", duplicates)
 
 
+def _long_number(text: str) -> Position:
+    m = re.search(r"[0-9]{4300}", text)
+    return _Lines(text).pos(m.start()) if m else (1, 1)
+
+
 def _plain(value: Any) -> Any:
     """hjson returns OrderedDicts; rules compare against plain types."""
     if isinstance(value, dict):
@@ -225,6 +239,8 @@ def parse_yaml(text: str, path: str) -> Document:
         loader = loader_cls(text)
         try:
             node = loader.get_single_node()
+            if node is not None:
+                _check_expansion(node, path)
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -234,6 +250,8 @@ def parse_yaml(text: str, path: str) -> Document:
         raise LoadError(path, line, col, f"YAML syntax error: {e.problem or e}") from None
     except (yaml.YAMLError, RecursionError) as e:
         raise LoadError(path, 1, 1, f"YAML error: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise LoadError(path, *_long_number(text), f"YAML value not usable: {str(e).splitlines()[0][:80]}") from None
     data = _check_object(data, path)
     positions: dict[KeyPath, Position] = {}
     stack = [(node, ())]
@@ -250,30 +268,82 @@ def parse_yaml(text: str, path: str) -> Document:
     return Document(path, data, positions, "yaml")
 
 
+def _check_expansion(root: Any, path: str) -> None:
+    """Refuse a YAML document whose aliases expand past MAX_YAML_NODES values (or refer to themselves).
+
+    The composer shares an aliased node instead of copying it, so the document is small in memory; it is everything
+    that walks it afterwards (the rules, json.dumps, Accelerate) that expands every alias. The expanded size is
+    counted once per distinct node, so this costs as little as the document itself."""
+    import yaml
+
+    size: dict[int, int] = {}
+    active: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            active.discard(key)
+            children = _children(node, yaml)
+            total = 1 + sum(size[id(c)] for c in children)
+            size[key] = total
+            if total > MAX_YAML_NODES:
+                line, col = node.start_mark.line + 1, node.start_mark.column + 1
+                raise LoadError(path, line, col, f"YAML aliases expand to more than {MAX_YAML_NODES:,} values (an "
+                                "alias bomb?); an Accelerate config has a few dozen")
+            continue
+        if key in size:
+            continue
+        if key in active:
+            raise LoadError(path, node.start_mark.line + 1, node.start_mark.column + 1,
+                            "a YAML alias refers to the collection that contains it (a recursive structure)")
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node, yaml) if id(c) not in size)
+
+
+def _children(node: Any, yaml: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
 def is_yaml_name(name: str) -> bool:
     return name.lower().endswith((".yaml", ".yml"))
 
 
-def load_text(text: str, path: str, yaml_syntax: bool = False) -> Document:
+def load_text(text: str, path: str, yaml_syntax: bool = False, bom: bool = False) -> Document:
     if not text.strip():
         raise LoadError(path, 1, 1, "empty file: a ds_config is a JSON object such as {\"train_batch_size\": 8}")
-    return parse_yaml(text, path) if yaml_syntax else parse_json(text, path)
+    doc = parse_yaml(text, path) if yaml_syntax else parse_json(text, path)
+    doc.bom = bom
+    return doc
 
 
-def load_file(path: str) -> Document:
-    """Read and parse one file; every failure is a LoadError with a position."""
-    p = Path(path)
+def load_bytes(raw: bytes, path: str, yaml_syntax: bool = False) -> Document:
+    """Parse raw bytes (a file's or stdin's): checks for empty, binary and non-UTF-8 input come first."""
+    return load_text(_decode(raw, path), path, yaml_syntax=yaml_syntax, bom=raw.startswith(BOM))
+
+
+def load_stdin(stream: Any, path: str = "<stdin>") -> Document:
+    """stdin, bounded like a file; a closed stdin is one unreadable input, not a crash."""
     try:
-        if p.is_dir():
-            raise LoadError(path, 1, 1, "is a directory; pass the config files in it (a glob such as dir/*.json)")
-        with open(p, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise LoadError(path, 1, 1, "no such file") from None
-    except OSError as e:
-        raise LoadError(path, 1, 1, f"cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_BYTES:
-        raise LoadError(path, 1, 1, f"larger than {MAX_BYTES // 2**20} MiB; not a ds_config")
-    doc = load_text(_decode(raw, path), path, yaml_syntax=is_yaml_name(path))
-    doc.base_dir = p.resolve().parent
+        raw = read_stream(stream, "stdin", MAX_BYTES)
+    except Unreadable as e:
+        raise LoadError(path, 1, 1, e.reason) from None
+    return load_bytes(raw, path)
+
+
+def load_file(path: str, yaml_syntax: bool | None = None) -> Document:
+    """Read and parse one file; every failure is a LoadError with a position. Only a regular file of at most
+    MAX_BYTES is read: a FIFO, a device or a directory is refused before anything is read. The syntax follows the
+    name (`.yaml`/`.yml`: an Accelerate config) unless `yaml_syntax` says."""
+    try:
+        raw = read_bytes(path, "", MAX_BYTES)
+    except Unreadable as e:
+        raise LoadError(path, 1, 1, e.reason) from None
+    doc = load_bytes(raw, path, yaml_syntax=is_yaml_name(path) if yaml_syntax is None else yaml_syntax)
+    doc.base_dir = Path(path).resolve().parent
     return doc

@@ -160,10 +160,16 @@ def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
     """HfDeepSpeedConfig reads the file with json.load, so HJSON syntax works only with the deepspeed launcher."""
-    if doc.syntax == "hjson" and ctx.target in ("trainer", "accelerate"):
+    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "yaml":
+        return
+    if doc.syntax == "hjson":
         yield Hit((), f"not strict JSON ({doc.json_error}): DeepSpeed reads HJSON, but {TARGET_NAMES[ctx.target]} "
                   "loads the file with json.load and fails; quote keys, drop comments and trailing commas, or lint "
                   "with --target deepspeed", pos=doc.json_error_pos)
+    elif doc.bom:
+        yield Hit((), f"the file starts with a UTF-8 byte-order mark: DeepSpeed skips it, but {TARGET_NAMES[ctx.target]} "
+                  "loads the file with json.load and fails ('Unexpected UTF-8 BOM'); save it as UTF-8 without BOM",
+                  pos=(1, 1))
 
 
 # ---------------------------------------------------------------- batch and precision

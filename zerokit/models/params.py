@@ -463,7 +463,10 @@ def complete_config(config: Mapping[str, Any]) -> dict:
     """The config with this family's defaults filled in and the canonical keys the planner reads set.
 
     Canonical keys: hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
-    intermediate_size, vocab_size, tie_word_embeddings.
+    intermediate_size, vocab_size, tie_word_embeddings. Every size is checked (a whole number, in a sane range)
+    and so is the shape (the heads split hidden_size; the key/value heads divide the heads), so a broken config.json
+    is one line of bad input rather than a wrong count, a crash or hours of arithmetic. Whether the shape can run
+    (heads split hidden_size, ...) is `check_shape`, for configs people hand in: counting alone needs no more.
     """
     model_type = config.get("model_type")
     family = FAMILIES.get(str(model_type))
@@ -475,9 +478,7 @@ def complete_config(config: Mapping[str, Any]) -> dict:
         if canonical in given and actual not in given:
             given[actual] = given[canonical]
     c = {**family.defaults, **given}
-    for key in (*family.aliases.values(), *_SIZE_KEYS):
-        if key in c and c[key] is not None:
-            _check_size(str(model_type), key, c[key])
+    check_config_values(c, str(model_type))
     family.derive(c)
     for key in _SIZE_KEYS:
         _check_size(str(model_type), key, c.get(key))
@@ -487,10 +488,70 @@ def complete_config(config: Mapping[str, Any]) -> dict:
 _SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size")
 
+# Upper bounds far above any released model (the largest today: hidden 16384 or 18432, 126 layers, 256 experts,
+# vocab 256k), low enough that the arithmetic and the planner's loops stay instant.
+_WIDTH, _DEPTH, _HEADS = 2**20, 2**14, 2**14
+_LIMITS: dict[str, int] = {
+    "hidden_size": _WIDTH, "n_embd": _WIDTH, "n_embed": _WIDTH, "intermediate_size": _WIDTH * 8, "n_inner": _WIDTH * 8,
+    "ffn_dim": _WIDTH * 8, "ffn_hidden_size": _WIDTH * 8, "moe_intermediate_size": _WIDTH * 8,
+    "shared_expert_intermediate_size": _WIDTH * 8, "word_embed_proj_dim": _WIDTH,
+    "num_hidden_layers": _DEPTH, "n_layer": _DEPTH, "decoder_sparse_step": _DEPTH,
+    "num_attention_heads": _HEADS, "n_head": _HEADS, "num_key_value_heads": _HEADS, "num_kv_heads": _HEADS,
+    "head_dim": _HEADS,
+    "vocab_size": 2**24, "max_position_embeddings": 2**26, "n_positions": 2**26,
+    "num_local_experts": 2**16, "num_experts": 2**16, "num_experts_per_tok": 2**16,
+}
+"""Config keys that are sizes or counts, and their largest sane value. None is fine where transformers derives
+the value (head_dim, num_key_value_heads, ...); a missing key takes the family default."""
+
+
+_NULLABLE = frozenset({"head_dim", "num_key_value_heads", "num_kv_heads", "n_inner", "ffn_hidden_size", "n_embed",
+                       "word_embed_proj_dim"})
+"""null in a config.json means "derive it" for these (transformers does); for any other size it is a mistake."""
+
+
+def check_config_values(config: Mapping[str, Any], model_type: str) -> None:
+    """Every size or count a config.json gives is a whole number >= 1 and at most its bound in `_LIMITS`."""
+    for key, limit in _LIMITS.items():
+        value = config.get(key)
+        if value is None:
+            if key in config and key not in _NULLABLE:
+                _check_size(model_type, key, value)
+            continue
+        _check_size(model_type, key, value)
+        if value > limit:
+            raise BadInput(f"{model_type} config: {key} {value} is larger than any real model's (at most {limit:,}); "
+                           "fix the config.json")
+
 
 def _check_size(model_type: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"{model_type} config: {key} must be a whole number >= 1, got {value!r}; fix the config.json")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
+        raise BadInput(f"{model_type} config: {key} must be a whole number >= 1, got {shown}; fix the config.json")
+
+
+def check_shape(config: Mapping[str, Any], full: Mapping[str, Any]) -> None:
+    """What transformers' attention needs to run the model `config` describes (`full` = `complete_config(config)`):
+    without an explicit head_dim, the heads split hidden_size; the key/value heads divide the query heads (repeat_kv);
+    top-k routing picks at most all experts. transformers builds such a model, then fails in its first forward."""
+    model_type = str(full.get("model_type"))
+    family = FAMILIES[model_type]
+    given_head_dim = config["head_dim"] if "head_dim" in config else family.defaults.get("head_dim")
+    head_dim_derived = given_head_dim is None or full["head_dim"] != given_head_dim
+    c = full
+    hidden, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    if head_dim_derived and hidden % heads:
+        raise BadInput(f"{model_type} config: hidden_size {hidden} is not divisible by num_attention_heads {heads}: "
+                       "each head gets hidden_size / num_attention_heads dimensions; fix the config.json")
+    if heads % kv:
+        raise BadInput(f"{model_type} config: num_key_value_heads {kv} does not divide num_attention_heads {heads}: "
+                       "each key/value head serves num_attention_heads / num_key_value_heads query heads; fix the "
+                       "config.json")
+    experts = c.get("num_local_experts", c.get("num_experts"))
+    top_k = c.get("num_experts_per_tok")
+    if isinstance(experts, int) and isinstance(top_k, int) and top_k > experts:
+        raise BadInput(f"{model_type} config: num_experts_per_tok {top_k} is more than the {experts} experts; fix the "
+                       "config.json")
 
 
 def model_parts(config: Mapping[str, Any]) -> list[Part]:

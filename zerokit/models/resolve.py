@@ -16,12 +16,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from zerokit.errors import BadInput
-from zerokit.models.params import FAMILIES, KNOWN_FAMILIES, complete_config, count_parameters
+from zerokit.models.params import (
+    FAMILIES,
+    KNOWN_FAMILIES,
+    check_config_values,
+    check_shape,
+    complete_config,
+    count_parameters,
+)
 from zerokit.models.presets import PRESET_NAMES, find_preset, load_preset
 from zerokit.models.spec import ModelSpec
 from zerokit.units import closest, format_count, parse_count
 
 _ZEROKIT_KEYS = ("_source", "_aliases")
+MAX_PARAMETERS = 10**15
+"""A quadrillion parameters: 500x the largest model trained so far; a bare count above it is refused."""
 _HOW = "give a preset name (e.g. llama-2-7b), a transformers config.json or its folder, or a count like 7B"
 
 # Shapes a bare count borrows: llama-family presets from 1B to 405B, smallest first.
@@ -46,7 +55,7 @@ def resolve_model(text: str) -> ModelSpec:
     if re.match(r"[+-]?\.?[0-9]", s):
         if s.startswith("-"):
             raise BadInput(f"model parameter count {s!r} is negative; give a positive count like 7B or 6.7e9")
-        return spec_from_count(parse_count(s, "model parameter count"), name=s)
+        return spec_from_count(parse_count(s, "model parameter count", maximum=MAX_PARAMETERS), name=s)
     preset = find_preset(s)
     if preset is not None:
         return spec_from_preset(preset)
@@ -69,22 +78,31 @@ def spec_from_preset(name: str) -> ModelSpec:
 
 def spec_from_path(path: str) -> ModelSpec:
     """A config.json, or a folder holding one (a checkpoint directory)."""
+    from zerokit.fileio import Unreadable, read_bytes
+
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if not os.path.isfile(file):
-        raise BadInput(f"folder {path!r} has no config.json; point --model at the model's transformers config.json")
     try:
-        with open(file, encoding="utf-8") as f:
-            config = json.load(f)
+        raw = read_bytes(file, "--model")
+    except Unreadable as e:
+        if os.path.isdir(path) and e.reason == "no such file":
+            raise BadInput(f"folder {path!r} has no config.json; point --model at the model's transformers "
+                           "config.json") from None
+        raise BadInput(f"{e}; point --model at a transformers config.json (or a folder holding one)") from None
+    try:
+        config = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as e:
         raise BadInput(f"{file}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"cannot read {file}: {e}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{file} is not UTF-8 text, so it is not a config.json; point --model at one") from None
+    except (ValueError, RecursionError) as e:  # a number of more than 4300 digits, absurd nesting
+        raise BadInput(f"{file}: not a usable config.json ({str(e).splitlines()[0][:120]}); fix the file") from None
     if not isinstance(config, dict):
         raise BadInput(f"{file} is not a transformers config.json (expected a JSON object with model_type)")
     if "model_type" not in config:
         raise BadInput(f"{file} has no model_type, so it is not a transformers config.json; add \"model_type\" "
                        f"(e.g. \"llama\") or use a preset")
     model_type = str(config["model_type"])
+    check_config_values(config, model_type)
     family = FAMILIES.get(model_type)
     if family is not None:
         for key in ("hidden_size", "num_hidden_layers", "vocab_size"):
@@ -100,8 +118,9 @@ def spec_from_config(config: Mapping[str, Any], name: str, source: str = "config
     model_type = str(config.get("model_type", ""))
     if model_type not in FAMILIES:
         return _spec_from_meta(config, name)
-    total, largest = count_parameters(config)
     full = complete_config(config)
+    check_shape(config, full)
+    total, largest = count_parameters(config)
     return ModelSpec(name=name, parameters=total, largest_layer_parameters=largest,
                      hidden_size=full["hidden_size"], num_layers=full["num_hidden_layers"],
                      vocab_size=full["vocab_size"], source=source, config=full)
@@ -111,6 +130,8 @@ def spec_from_count(n: int, name: str | None = None) -> ModelSpec:
     """A bare count: parameters are exactly `n`; the shape (for activations) is a llama-family one, layers scaled."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BadInput(f"model parameter count must be a whole number >= 1, got {n!r}")
+    if n > MAX_PARAMETERS:
+        raise BadInput(f"model parameter count {n} is too large; at most 10^15")
     base, shape = _inferred_shape(n)
     _, largest = count_parameters(shape)
     full = complete_config(shape)
