@@ -39,6 +39,7 @@ MODELS = ROOT / "tests" / "data" / "realrun" / "models"
 WORKER = ROOT / "benchmarks" / "_realrun_worker.py"
 PHASES = ("forward", "backward", "optimizer_step")
 TOLERANCE = 0.03
+HOST_TOLERANCE = 0.10
 WORLD = 2
 
 
@@ -193,31 +194,64 @@ def versions() -> dict:
     return out
 
 
+def measured_host(measurement: dict) -> int:
+    """Host bytes DeepSpeed holds while training (the offloaded states, staging buffers), per rank: the most any
+    rank held during the last step. aio's page-locked NVMe swap buffers are not allocated through torch and so
+    are not in it."""
+    steps = measurement["case"]["steps"]
+    return max(v.get("host_peak", v["host"]) for run in measurement["runs"] for rk in run["ranks"]
+               for k, v in rk["phases"].items() if k != "load" and int(k.split(":")[1]) == steps)
+
+
 def compare(measurement: dict) -> list[dict]:
-    """One row per phase: predicted (plan) vs measured (the larger rank), device side."""
+    """One row per phase: predicted (plan) vs measured (the larger rank), device side; a host row when the case
+    offloads. Each phase's error is relative to the measured peak of the step (the figure that must fit)."""
     case = measurement["case"]
-    predicted = predicted_phases(plan_case(case))
+    result = plan_case(case)
+    predicted = predicted_phases(result)
     got = measured(measurement)
+    peak = max(m for m, _ in got.values())
     rows = []
     for phase in PHASES:
         m, spread = got[phase]
         p = predicted[phase]
         rows.append({"case": case["name"], "phase": phase, "predicted": p, "measured": m, "spread": spread - m,
-                     "error": p / m - 1})
+                     "error": (p - m) / peak, "peak": m == peak})
+    if case["offload_optimizer"] != "none" or case["offload_param"] != "none":
+        # torch-visible host bytes: the offloaded states and staging buffers, not aio's page-locked swap buffers
+        host = plan_host(result) // WORLD
+        m = measured_host(measurement)
+        rows.append({"case": case["name"], "phase": "host steady state", "predicted": host, "measured": m,
+                     "spread": 0, "error": host / m - 1, "peak": False, "host": True})
     return rows
+
+
+def plan_host(result) -> int:
+    """The plan's host bytes while training, per node, without the page-locked NVMe swap buffers."""
+    from zerokit.memory.host import host_memory
+    from zerokit.memory.states import DTYPE_BYTES
+
+    m, hw, d = result.model, result.hardware, result.decision
+    return host_memory(m.parameters, m.largest_layer_parameters, hw.gpus_per_node, hw.nodes, d.zero_stage,
+                       d.offload_optimizer, d.offload_param, DTYPE_BYTES[d.precision]).offloaded
 
 
 def print_table(rows: list[dict]) -> None:
     print("| case | phase | predicted MB | measured MB | leftovers MB | error |\n|---|---|---:|---:|---:|---:|")
     for r in rows:
-        flag = "" if abs(r["error"]) <= TOLERANCE else " **"
-        print(f"| {r['case']} | {r['phase']} | {r['predicted'] / 1e6:.2f} | {r['measured'] / 1e6:.2f} | "
+        limit = HOST_TOLERANCE if r.get("host") else TOLERANCE
+        flag = "" if abs(r["error"]) <= limit else " **"
+        name = f"**{r['phase']}**" if r["peak"] else r["phase"]
+        print(f"| {r['case']} | {name} | {r['predicted'] / 1e6:.2f} | {r['measured'] / 1e6:.2f} | "
               f"+{r['spread'] / 1e6:.2f} | {r['error'] * 100:+.1f}%{flag} |")
-    peaks = {}
-    for r in rows:
-        peaks.setdefault(r["case"], []).append(r)
-    worst = max(abs(max(rs, key=lambda x: x["predicted"])["error"]) for rs in peaks.values())
-    print(f"\n{len(peaks)} cases; worst error of the peak phase: {worst * 100:.1f}% (target {TOLERANCE * 100:.0f}%)")
+    peak_rows = [r for r in rows if r["peak"]]
+    host_rows = [r for r in rows if r.get("host")]
+    print(f"\n{len(peak_rows)} cases. Peak phase (bold): worst error {max(abs(r['error']) for r in peak_rows) * 100:.1f}%"
+          f" (target {TOLERANCE * 100:.0f}%)." + (f" Host steady state: worst error "
+          f"{max(abs(r['error']) for r in host_rows) * 100:.1f}% (target {HOST_TOLERANCE * 100:.0f}%)."
+          if host_rows else ""))
+    print("Phase errors are relative to the measured peak of the step; leftovers: the most bytes a run or rank held"
+          " above the figure counted (gradients DeepSpeed on the CPU accelerator sometimes keeps into the next step).")
 
 
 def main() -> int:

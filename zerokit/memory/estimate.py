@@ -190,14 +190,18 @@ def _reuse_kept(modules: tuple[int, ...], reuse_distance: int) -> int:
 def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: int = 0, world_size: int,
                zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
                precision: str = "bf16", accumulation: int = 1, buffers: BufferSettings, overhead: int = 0,
-               modules: tuple[int, ...] = (), persistent: int = 0, largest_layer: int = 0) -> StepCosts:
+               modules: tuple[int, ...] = (), persistent: int = 0, largest_layer: int = 0,
+               gloo: bool = False) -> StepCosts:
     """The micro-batch-independent bytes of one setup (see the module docstring for where each comes from).
 
     `parameters` counts every parameter; `trainable` those with gradients and optimizer states (None: all);
     `frozen_bytes` are the frozen ones' bytes on the GPU when whole (LoRA's 16-bit or QLoRA's 4-bit base);
     `modules` the parameter count of each module in forward order (ZeRO-3's reuse window), `persistent` the
     parameters below the persistence threshold (ZeRO-3 keeps them whole), `largest_layer` DeepSpeed's largest
-    module (ZeRO-3 gathers at least it).
+    module (ZeRO-3 gathers at least it; ZeRO-Offload stages gradients through a buffer of its size). `gloo`: the
+    ranks communicate over gloo (DeepSpeed's CPU accelerator), which has no all_gather_into_tensor: torch
+    emulates it with a temporary the size of the output, so ZeRO-1/2's all-gather of the updated parameters
+    costs eP after the step.
     """
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -217,17 +221,26 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                          end_grads=grads, end_transient=e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead=overhead)
     buckets = (2 if buffers.overlap_comm else 1) * bucket
     if zero_stage in (1, 2):
+        allgather = e * t if gloo else 0
+        if not opt_on_gpu:
+            # ZeRO-Offload: each reduced gradient goes straight to the host's fp32 buffer through a staging buffer
+            # of the largest parameter's size (`temp_grad_buffer_for_gpu_offload`); no partition on the GPU
+            held_bytes = e * t + buckets if held and zero_stage == 1 else 0
+            return StepCosts(params_rest=whole, gathered=0, opt_rest=0, grads_rest=e * largest_layer,
+                             grads_held=held_bytes, grads_backward=0, buffers_backward=0 if held_bytes else buckets,
+                             step_grads=0, step_transient=allgather, overhead=overhead)
         partition = e * tn
-        opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
+        opt = FP32 * tn + ADAM * tn
         if zero_stage == 2:
             held_bytes, backward = (partition, 0) if held else (0, partition)
         else:  # stage 1 accumulates whole 16-bit gradients (its buckets stay too) and reduces them at the boundary
             held_bytes, backward = (e * t + buckets, partition) if held else (0, partition)
-        step = partition + e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else partition
+        step = partition + e * tn + (FP32 * tn if mixed else 0)
         return StepCosts(params_rest=whole, gathered=0, opt_rest=opt, grads_rest=0, grads_held=held_bytes,
                          grads_backward=backward, buffers_backward=0 if held and zero_stage == 1 else buckets,
-                         step_grads=step, step_transient=0, overhead=overhead)
-    # ZeRO-3
+                         step_grads=max(step, allgather), step_transient=0, overhead=overhead)
+    # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
+    # grad_partitions_flat_buffer on `self.device`, the offload device) and the step runs there
     params_on_gpu = offload_param == "none"
     partition16 = _div(whole, n) if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
@@ -279,7 +292,7 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
                       offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
                       precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
                       overhead=overhead, modules=modules, persistent=persistent,
-                      largest_layer=model.largest_layer_parameters)
+                      largest_layer=model.largest_layer_parameters, gloo=hardware.accelerator == "cpu")
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:

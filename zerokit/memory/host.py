@@ -1,32 +1,36 @@
-"""CPU RAM per node and NVMe bytes per node.
+"""CPU RAM and NVMe bytes per node: while the ranks load the model, and while they train.
 
-The CPU figure follows DeepSpeed's estimators (see `states.deepspeed_estimate`):
-`additional_buffer_factor (1.5) x max(load peak, offloaded states)`, where
+Per node the figures are the sum over its ranks. P trainable parameters, N ranks in all, P/N a rank's partition
+(padded up), e the training dtype's width, L DeepSpeed's largest module (the largest parameter, near enough).
 
-* the load peak is every rank on the node materialising the model in fp32 before DeepSpeed partitions it
-  (4 bytes x parameters x ranks per node); ZeRO-3 loads under `zero.Init` (HF Trainer does so when the config
-  is ZeRO-3), so only the largest layer is ever whole, and DeepSpeed counts that only when nothing is offloaded;
-* offloaded states, summed over the node's ranks (each holds 1/N, so a node holds 1/nodes): fp32 master weights,
-  Adam moments and fp32 gradients (16 bytes per parameter) when the optimizer is offloaded to CPU, and the 16-bit
-  parameters when they are;
-* the 1.5 factor is DeepSpeed's allowance for pinned staging buffers and allocator slack.
+* `load_peak`: every rank materialises the model in fp32 on the host before DeepSpeed casts it and moves it to
+  the GPU (`engine._configure_distributed_model`): 4 bytes x all parameters x ranks per node. A checkpoint
+  loaded in 16 bits needs half. ZeRO-3 loads under `zero.Init` (the HF Trainer does so for a ZeRO-3 config),
+  which partitions each module as it is built: only the largest module is ever whole on the host.
+* `steady_state` (what traced runs show: benchmarks/realrun_memory.py measures it on the host side):
+  - optimizer offload to the CPU: fp32 master weights, fp32 gradients and Adam's moments, 16 bytes per parameter
+    of the rank's partition; plus ZeRO-1/2's pinned 16-bit copy of the partition
+    (`param_buffer_of_bit16_for_cpu_offload_groups`, eP/N) and its gradient staging buffer
+    (`temp_grad_buffer_for_cpu_offload`, eL), or ZeRO-3's gradient partitions (`grad_partitions_flat_buffer`,
+    eP/N, allocated on the offload device);
+  - optimizer offload to NVMe: the fp32 states (16 bytes per parameter) go to the drive; the host keeps the
+    gradient partitions (eP/N) and page-locked swap buffers, `buffer_count (4) x min(sub_group_size, P/N) x 4`;
+  - parameter offload to the CPU: the rank's 16-bit partition (eP/N); to NVMe: the partition goes to the drive,
+    the host keeps a staging copy (eP/N) and `buffer_count (5) x buffer_size` page-locked elements, buffer_size
+    being 1e8 or the largest layer's partition (DeepSpeed's defaults, `runtime/zero/offload_config.py`,
+    `runtime/swap_tensor/`).
+* `cpu_bytes` = the larger of the two.
 
-NVMe offload (ZeRO-3 only) moves those bytes to NVMe and pins swap buffers in CPU RAM instead, per rank:
-`buffer_count (4) x min(sub_group_size, partition) x 4 bytes` for the optimizer swapper and
-`buffer_count (5) x buffer_size (1e8, or the largest layer's partition) x dtype bytes` for the parameter swapper (DeepSpeed's defaults,
-`runtime/zero/offload_config.py`, `runtime/swap_tensor/optimizer_utils.py`).
-
-Deliberate differences from DeepSpeed's estimators: for ZeRO-2 with CPU offload DeepSpeed counts the fp32 load
-peak over all GPUs of all nodes and the offloaded states undivided by nodes; we count per node (the same figure on
-one node). The 16-bit parameters offloaded by ZeRO-3 are counted at the training dtype's width.
+Deliberate difference from DeepSpeed's estimators (`states.deepspeed_estimate`): they multiply by an
+`additional_buffer_factor` of 1.5 and count ZeRO-2's offloaded states undivided by nodes; the figures here are
+the bytes a traced run holds.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-ADDITIONAL_BUFFER_FACTOR = 1.5
-OFFLOADED_OPTIMIZER_BYTES = 16  # fp32 master + momentum + variance + fp32 gradient
+OFFLOADED_OPTIMIZER_BYTES = 16  # fp32 master + fp32 gradient + momentum + variance
 NVME_OPT_BUFFER_COUNT = 4
 NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_BUFFER_SIZE = 100_000_000
@@ -41,11 +45,13 @@ class HostMemory(NamedTuple):
     load_peak: int
     """While the ranks load the model."""
     offloaded: int
+    """States and staging buffers the ranks keep on the host while training."""
     pinned: int
+    """Page-locked NVMe swap buffers."""
 
     @property
     def steady_state(self) -> int:
-        """While training: the offloaded states and the pinned swap buffers."""
+        """While training: the offloaded states, staging buffers and swap buffers."""
         return self.offloaded + self.pinned
 
 
@@ -58,25 +64,29 @@ def host_memory(
     offload_optimizer: str = "none",
     offload_param: str = "none",
     dtype_bytes: int = 2,
+    trainable: int | None = None,
 ) -> HostMemory:
-    """CPU RAM and NVMe bytes per node for one setup."""
-    p, world = parameters, gpus_per_node * nodes
+    """CPU RAM and NVMe bytes per node for one setup (`trainable`: parameters with optimizer states, default all)."""
+    p, world, e = parameters, gpus_per_node * nodes, dtype_bytes
+    t = parameters if trainable is None else trainable
+    tn, pn = -(-t // world), -(-p // world)  # a rank's partition of the trainable, and of all, parameters
     load = 4 * (largest_layer_parameters if zero_stage == 3 else p) * gpus_per_node
-    per_node = -(-p // nodes)  # the node's share of every partitioned tensor
-    cpu_states = nvme = pinned = 0
+    states = nvme = pinned = 0  # per rank
     if offload_optimizer == "cpu":
-        cpu_states += OFFLOADED_OPTIMIZER_BYTES * per_node
+        states += OFFLOADED_OPTIMIZER_BYTES * tn + e * tn
+        if zero_stage < 3:
+            states += e * largest_layer_parameters
     elif offload_optimizer == "nvme":
-        nvme += OFFLOADED_OPTIMIZER_BYTES * per_node
-        pinned += gpus_per_node * NVME_OPT_BUFFER_COUNT * min(SUB_GROUP_SIZE, -(-p // world)) * 4
+        nvme += OFFLOADED_OPTIMIZER_BYTES * tn
+        states += e * tn
+        pinned += NVME_OPT_BUFFER_COUNT * min(SUB_GROUP_SIZE, tn) * 4
     if offload_param == "cpu":
-        cpu_states += dtype_bytes * per_node
+        states += e * pn
     elif offload_param == "nvme":
-        nvme += dtype_bytes * per_node
+        nvme += e * pn
+        states += e * pn
         # The ds_config raises buffer_size to the largest layer's per-rank partition so any one partition fits a buffer.
         buffer = max(NVME_PARAM_BUFFER_SIZE, -(-largest_layer_parameters // world))
-        pinned += gpus_per_node * NVME_PARAM_BUFFER_COUNT * buffer * dtype_bytes
-    # ZeRO-3 under zero.Init: DeepSpeed counts the per-rank layer load only when nothing is offloaded to CPU.
-    peak = (cpu_states or load) if zero_stage == 3 else max(load, cpu_states)
-    cpu = int(ADDITIONAL_BUFFER_FACTOR * peak) + pinned
-    return HostMemory(cpu, nvme, load, cpu_states, pinned)
+        pinned += NVME_PARAM_BUFFER_COUNT * buffer * e
+    n = gpus_per_node
+    return HostMemory(max(load, n * (states + pinned)), n * nvme, load, n * states, n * pinned)
