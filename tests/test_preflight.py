@@ -227,7 +227,8 @@ def test_a_stale_jit_build_lock_fails_with_the_rm_fix(tmp_path, monkeypatch):
 
     from torch.utils.file_baton import FileBaton
 
-    lock = tmp_path / "py311_cpu" / "fused_adam" / "lock"
+    # With TORCH_EXTENSIONS_DIR set torch builds in $TORCH_EXTENSIONS_DIR/<op> (no py311_cpu level).
+    lock = tmp_path / "fused_adam" / "lock"
     lock.parent.mkdir(parents=True)
     lock.touch()
     assert not FileBaton(str(lock)).try_acquire()  # torch would now wait on it forever
@@ -248,6 +249,23 @@ def test_a_stale_jit_build_lock_fails_with_the_rm_fix(tmp_path, monkeypatch):
         builder.wait()
     lock.unlink()
     assert preflight.check_extension_locks(Target()) is None
+
+
+def test_stale_locks_are_found_under_the_default_root_too(tmp_path, monkeypatch):
+    """Without TORCH_EXTENSIONS_DIR torch builds in <root>/py311_cpu/<op>; a stale lock there hung a CI run."""
+    import os
+
+    from torch.utils import cpp_extension
+
+    lock = tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = lock.stat().st_mtime - preflight.STALE_LOCK_AGE_S - 60
+    os.utime(lock, (old, old))
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setattr(cpp_extension, "get_default_build_root", lambda: str(tmp_path))
+    stale = preflight.check_extension_locks(Target())
+    assert stale is not None and stale.fix == f"rm {lock}"
 
 
 # ---------------------------------------------------------------- the master port, as the rendezvous binds it

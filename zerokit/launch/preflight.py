@@ -234,9 +234,16 @@ def probe_extension_locks() -> list[tuple[str, float]]:
         from torch.utils.cpp_extension import get_default_build_root
     except ImportError:  # torch missing: the imports check already says so
         return []
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    # torch builds in $TORCH_EXTENSIONS_DIR/<op> when that is set, else in <default root>/py311_cpu/<op>.
+    custom = os.environ.get("TORCH_EXTENSIONS_DIR")
+    root, pattern = (Path(custom), "*/lock") if custom else (Path(get_default_build_root()), "*/*/lock")
     now = time.time()
-    return sorted((str(p), now - p.stat().st_mtime) for p in root.glob("*/*/lock") if p.is_file())
+    found = []
+    for p in root.glob(pattern):
+        with contextlib.suppress(OSError):
+            if p.is_file():
+                found.append((str(p), now - p.stat().st_mtime))
+    return sorted(found)
 
 
 def probe_building(build_dir: str) -> bool:
