@@ -104,6 +104,19 @@ def host_storages(engine) -> dict:
     return out
 
 
+def _repair_uninitialised(model, deepspeed, torch, rank: int) -> None:
+    """Under zero.Init transformers leaves some weights as torch.empty left them (mixtral's stacked experts): NaN
+    losses, every step then skipped as an overflow, and Adam's states never allocated. Give those weights the
+    normal(0, 0.02) init `from_config` gives them without ZeRO-3 (load phase only: not a measured step)."""
+    params = list(model.parameters())
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+        if rank == 0:
+            with torch.no_grad():
+                for p in params:
+                    if p.dim() >= 2 and not (torch.isfinite(p).all() and p.abs().max() < 10):
+                        p.normal_(0.0, 0.02)
+
+
 def main() -> int:
     args = parse_args()
     case = json.loads(Path(args.case).read_text())
@@ -132,6 +145,8 @@ def main() -> int:
     with record_function("phase:load"):
         with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=stage == 3):
             model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
+        if stage == 3:
+            _repair_uninitialised(model, deepspeed, torch, rank)
         if case.get("gradient_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

@@ -43,12 +43,13 @@ def test_zero2_matches_deepspeed(ds_estimators, model, gpn, nodes, offload):
     states = model_states(p, largest, gpn * nodes, 2, "cpu" if offload else "none")
     assert _close(states.total, ds_gpu)
     host = host_memory(p, largest, gpn, nodes, 2, "cpu" if offload else "none")
-    if offload and nodes > 1:
-        # Deliberate difference (host.py docstring): DeepSpeed sums the fp32 load over every node's GPUs and does not
-        # divide the offloaded states by nodes; per node we need less.
-        assert host.cpu_bytes < ds_cpu
-    else:
-        assert _close(host.cpu_bytes, ds_cpu)
+    # Deliberate difference (host.py docstring): DeepSpeed's estimator is the larger of the fp32 load and the
+    # offloaded states times an additional_buffer_factor of 1.5 (and does not divide ZeRO-2's offloaded states by
+    # nodes); the traced runs (tests/test_realrun_golden.py) hold the bytes without that margin.
+    assert host.load_peak == 4 * p * gpn
+    if not offload:
+        assert _close(1.5 * host.load_peak, ds_cpu)
+    assert host.cpu_bytes < ds_cpu
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -61,7 +62,8 @@ def test_zero3_matches_deepspeed(ds_estimators, model, gpn, nodes, opt, param):
                               cpu_offload_params=param == "cpu", zero_init=True)
     states = model_states(p, largest, gpn * nodes, 3, opt, param)
     assert _close(states.total, ds_gpu)
-    assert _close(host_memory(p, largest, gpn, nodes, 3, opt, param).cpu_bytes, ds_cpu)
+    # DeepSpeed's estimator adds a 1.5x margin to the host bytes (host.py docstring); ours are what a run holds.
+    assert host_memory(p, largest, gpn, nodes, 3, opt, param).cpu_bytes < ds_cpu
 
 
 @pytest.mark.parametrize("zero_init", [True, False])
@@ -153,13 +155,21 @@ def test_host_memory_nvme_by_hand():
     per_rank = -(-p // 8)
     pinned = 8 * 4 * per_rank * 4 + 8 * 5 * 10**8 * 2  # optimizer swap buffers + parameter swap buffers (1e8)
     assert h.pinned == pinned
-    assert h.cpu_bytes == int(1.5 * 4 * largest * 8) + pinned
+    # the host keeps a 16-bit staging copy of the parameter partition and the gradient partitions (e x P/N each)
+    assert h.steady_state == 8 * (2 * per_rank + 2 * per_rank) + pinned
+    assert h.load_peak == 4 * largest * 8  # zero.Init: only the largest module is ever whole on the host
+    assert h.cpu_bytes == max(h.load_peak, h.steady_state)
 
 
 def test_host_memory_zero2_offload_two_nodes_by_hand():
     p, largest = 10**9, 10**8
     h = host_memory(p, largest, 8, 2, 2, "cpu")
-    assert h.cpu_bytes == int(1.5 * max(4 * p * 8, 16 * p // 2))
+    per_rank = -(-p // 16)
+    # fp32 master, gradient and Adam moments (16 B) plus the pinned 16-bit partition (2 B) per partitioned parameter,
+    # and a 16-bit gradient staging buffer of the largest layer, per rank; 8 ranks per node
+    assert h.steady_state == 8 * (18 * per_rank + 2 * largest)
+    assert h.load_peak == 4 * p * 8
+    assert h.cpu_bytes == max(h.load_peak, h.steady_state) == 32 * 10**9
 
 
 # ------------------------------------------------------------------------------------------------- hardware
