@@ -344,9 +344,12 @@ def planned(name: str, target: str) -> Plan:
     resolve = pytest.importorskip("zerokit.models.resolve")
     from zerokit.hardware import resolve_hardware
 
+    from dataclasses import replace
+
     model, hardware, training = SCENARIOS[name]
-    return plan_mod.plan(resolve.resolve_model(model), resolve_hardware(**hardware),
-                         Training(seq_len=4096, target=target, **training))
+    result = plan_mod.plan(resolve.resolve_model(model), resolve_hardware(**hardware),
+                           Training(seq_len=4096, target=target, **training))
+    return replace(result, ds_config=build_ds_config(result))  # what `zerokit plan` does
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -173,7 +173,10 @@ def test_markdown_report_renders_from_the_template(capsys):
     code, stdout, _ = run(capsys, *LLAMA_7B_8xH100, "--format", "markdown")
     assert code == 0
     assert stdout.startswith("# zerokit plan\n")
-    assert "## Decision: fits" in stdout and "| component | bytes | share of GPU |" in stdout
+    assert "## Decision: fits" in stdout
+    assert "| component | forward | backward | optimizer step | share of GPU at the peak |" in stdout
+    assert "Speed (predicted): " in stdout and "tokens/s" in stdout and "MFU" in stdout
+    assert "| step | tokens/s |" in stdout
     assert "```json\n{" in stdout and '"zero_optimization"' in stdout
 
 

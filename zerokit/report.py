@@ -66,6 +66,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "nvme": {"total": plan.nvme_bytes_per_node, "capacity": hw.nvme_bytes},
             "activations_source": plan.activations_source,
         },
+        "performance": performance_json(plan),
         "candidates": [_candidate_json(c) for c in plan.candidates],
         "reasons": list(plan.reasons),
         "missing": plan.missing,
@@ -86,7 +87,24 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "per_gpu": c.memory.as_dict(), "phases": dict(c.phases), "peak_phase": c.peak_phase,
         "cpu_bytes_per_node": c.cpu_bytes_per_node, "nvme_bytes_per_node": c.nvme_bytes_per_node,
         "why_not": c.why_not,
+        "step_time_s": c.performance.step_time_s if c.performance is not None else None,
+        "tokens_per_s": c.performance.tokens_per_s if c.performance is not None else None,
     }
+
+
+PERFORMANCE_FIELDS = ("step_time_s", "tokens_per_s", "mfu", "compute_s", "communication_s", "exposed_communication_s",
+                      "offload_s", "optimizer_s", "overhead_s", "tokens_per_step", "flops_per_step")
+
+
+def performance_json(plan: Plan) -> dict[str, Any] | None:
+    """CONTRACT.md's `performance`: the chosen setup's predicted step (null when nothing fits)."""
+    p = plan.performance
+    if p is None:
+        return None
+    out = {name: getattr(p, name) for name in PERFORMANCE_FIELDS}
+    out["time_to_train_s"] = plan.time_to_train_s
+    out["train_tokens"] = plan.training.train_tokens
+    return out
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -195,10 +213,41 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "total": format_bytes(c.memory.total),
             "peak": PHASE_LABELS.get(c.peak_phase, c.peak_phase).replace("optimizer step", "step"),
             "fits": "yes" if c.fits else "no",
+            "step_time": format_seconds(c.performance.step_time_s) if c.performance is not None else "-",
+            "tokens_per_s": f"{c.performance.tokens_per_s:,.0f}" if c.performance is not None else "-",
             "bar": stacked_bar(c.memory, cap, scale),
             "why_not": c.why_not or "",
         })
     return rows
+
+
+def format_seconds(t: float) -> str:
+    """A step or a run: `850 ms`, `1.90 s`, `3.2 h`, `12.4 days`."""
+    if t < 1:
+        return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
+    if t < 100:
+        return f"{t:.2f} s"
+    if t < 3600:
+        return f"{t / 60:.1f} min"
+    if t < 2 * 86400:
+        return f"{t / 3600:.1f} h"
+    return f"{t / 86400:,.1f} days"
+
+
+def performance_line(plan: Plan) -> str:
+    """`Speed: 1.90 s/step, 34,500 tokens/s (4,312 per GPU), MFU 48%; 10B tokens in 3.4 days`."""
+    p = plan.performance
+    if p is None:
+        return ""
+    n = plan.hardware.world_size
+    line = (f"Speed (predicted): {format_seconds(p.step_time_s)}/step, {p.tokens_per_s:,.0f} tokens/s"
+            + (f" ({p.tokens_per_s / n:,.0f} per GPU)" if n > 1 else "") + f", MFU {100 * p.mfu:.0f}%")
+    if plan.time_to_train_s is not None:
+        line += f"; {format_count(int(plan.training.train_tokens))} tokens in {format_seconds(plan.time_to_train_s)}"
+    parts = [("compute", p.compute_s), ("exposed communication", p.exposed_communication_s),
+             ("offload", p.offload_s), ("optimizer", p.optimizer_s), ("overhead", p.overhead_s)]
+    split = ", ".join(f"{name} {format_seconds(t)}" for name, t in parts if t > 0)
+    return line + (f" ({split})" if split else "")
 
 
 def _chosen_setup(plan: Plan) -> tuple:
@@ -229,6 +278,8 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     out += [f"  - {r}" for r in plan.reasons]
     if plan.missing:
         out.append(f"Missing: {plan.missing}")
+    if plan.performance is not None:
+        out.append(performance_line(plan))
     out.append("")
     out.append(f"Per-GPU memory, chosen setup, at each phase's peak (capacity {format_bytes(cap)}; "
                f"{peak_line(plan)}):")
@@ -244,13 +295,14 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     out.append("")
     rows = candidate_rows(plan)
     if rows:
-        out.append("Candidates (fastest first; * = chosen):")
+        out.append("Candidates (in search order; * = chosen, the most tokens/s that fits):")
         w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
         out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  {'peak at':<8}  fits  "
-                   "memory")
+                   f"{'step':>9}  {'tokens/s':>10}  memory")
         for r in rows:
             line = (f"  {r['mark']:1} {r['setup']:<{w_setup}}  {r['micro_batch']:>3}  {r['checkpointing']:<4}  "
-                    f"{r['activations']:>9}  {r['total']:>9}  {r['peak']:<8}  {r['fits']:<4}  [{r['bar']}]")
+                    f"{r['activations']:>9}  {r['total']:>9}  {r['peak']:<8}  {r['fits']:<4}  {r['step_time']:>9}  "
+                    f"{r['tokens_per_s']:>10}  [{r['bar']}]")
             out.append(line + (f"  {r['why_not']}" if r["why_not"] else ""))
         out.append(f"  activ. = activations + transient of one micro-batch;  legend: {LEGEND}")
         out.append("")
@@ -286,6 +338,7 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         warnings=list(plan.warnings) + [n for n in plan.model.notes if n not in plan.warnings],
         memory_rows=memory_rows(plan), phase_names=[PHASE_LABELS[p] for p in PHASE_LABELS if p in plan.phases],
         peak_line=peak_line(plan), activations_source=plan.activations_source,
+        performance_line=performance_line(plan),
         bar=stacked_bar(plan.memory, plan.hardware.gpu_memory_bytes, bar_scale(plan)),
         host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
         training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,

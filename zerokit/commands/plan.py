@@ -24,6 +24,8 @@ MAX_SEQ_LEN = 2**24
 """16M tokens per sample: beyond the longest context any model trains with."""
 MAX_MICRO_BATCH = 2**16
 MAX_GLOBAL_BATCH = 2**40
+MAX_TRAIN_TOKENS = 10**16
+"""10 quadrillion tokens: a thousand times the largest training runs published."""
 
 _CLASS = re.compile(r"^class (\w+)\b", re.MULTILINE)
 _FIELD_DOC = re.compile(r'^    (\w+): [^\n]*\n    """(.*?)"""', re.MULTILINE | re.DOTALL)
@@ -83,6 +85,19 @@ hardware_options = _options(
     click.option("--cpu-memory", metavar="SIZE", help=_doc("Hardware", "cpu_memory_bytes")),
     click.option("--nvme-path", metavar="PATH", help=_doc("Hardware", "nvme_path")),
     click.option("--nvme-size", metavar="SIZE", help=_doc("Hardware", "nvme_bytes")),
+    click.option("--hardware", "hardware_profile", metavar="PROFILE.json",
+                 help="A profile from `zerokit probe`: measured compute, bandwidths and CPU Adam speed replace the "
+                      "GPU preset's published figures in the step-time model (and give the GPU memory when neither "
+                      "--gpu nor --gpu-memory is given)."),
+    click.option("--intra-node-bandwidth", metavar="RATE",
+                 help="Per-GPU bandwidth to the other GPUs of a node, one direction (e.g. 300GB/s, 600Gbps); "
+                      "default: the preset's NVLink or PCIe."),
+    click.option("--inter-node-bandwidth", metavar="RATE",
+                 help="A node's network bandwidth to the others, all NICs, one direction (e.g. 400Gbps, 50GB/s); "
+                      "default: the preset's reference server, else one 100 Gb/s NIC."),
+    click.option("--pcie-bandwidth", metavar="RATE",
+                 help="The host link's rate per direction, for offload copies (e.g. 32GB/s); default: the preset's "
+                      "PCIe generation."),
 )
 
 training_options = _options(
@@ -104,6 +119,7 @@ training_options = _options(
     click.option("--precision", type=_choice("auto", *types.PRECISIONS), default="auto", show_default=True,
                  help=_doc("Training", "precision")),
     click.option("--overhead", metavar="SIZE", help=_doc("Training", "overhead_bytes")),
+    click.option("--train-tokens", metavar="COUNT", help=_doc("Training", "train_tokens")),
 )
 
 optimizer_options = _options(
@@ -132,8 +148,9 @@ output_options = _options(
 @optimizer_options
 @output_options
 def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | None, gpus_per_node: str,
-            nodes: str, cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None, fmt: str,
-            output: str | None, force: bool, **training: Any) -> int:
+            nodes: str, cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None,
+            hardware_profile: str | None, intra_node_bandwidth: str | None, inter_node_bandwidth: str | None,
+            pcie_bandwidth: str | None, fmt: str, output: str | None, force: bool, **training: Any) -> int:
     """Predict per-GPU memory and write the fastest ds_config that fits.
 
     \b
@@ -149,12 +166,21 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     from zerokit.models.resolve import resolve_model
     from zerokit.planner.engine import plan as make_plan
 
+    machine, profile_memory = build_perf(gpu, hardware_profile, intra_node_bandwidth, inter_node_bandwidth,
+                                         pcie_bandwidth)
+    if gpu is None and gpu_memory is None and profile_memory is not None:
+        gpu_memory = profile_memory
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
                                 cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)
+    if machine is not None and machine.device == "cpu":
+        from dataclasses import replace as _replace
+
+        hardware = _replace(hardware, accelerator="cpu", bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
     spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
-    result = make_plan(spec, hardware, settings, activations=activations, activations_source=source)
+    result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
+                       machine=machine)
     from dataclasses import replace
 
     from zerokit.dsconfig import build_ds_config
@@ -194,6 +220,29 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
     return spec, cal.estimate, "calibrated"
 
 
+def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: str | None, pcie: str | None
+               ) -> tuple[Any, int | None]:
+    """(the step-time model's machine, the profile's device memory) from the options; (None, None) when the GPU
+    preset's published figures will do (the planner builds those itself)."""
+    if profile is None and intra is None and inter is None and pcie is None:
+        return None, None
+    from zerokit.perf.machine import build_machine
+
+    if profile is None and gpu is None:
+        raise BadInput("--intra-node-bandwidth, --inter-node-bandwidth and --pcie-bandwidth adjust a GPU preset's "
+                       "figures: give --gpu PRESET too (or --hardware profile.json from `zerokit probe`)")
+    machine = build_machine(gpu, profile, intra_node_bandwidth=intra, inter_node_bandwidth=inter,
+                            pcie_bandwidth=pcie)
+    memory = None
+    if profile is not None:
+        from zerokit.perf.machine import _read_profile
+
+        value = _read_profile(profile).get("device_memory_bytes")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            memory = value
+    return machine, memory
+
+
 def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
     """`--gpu custom` (what the plan calls a GPU given by --gpu-memory alone) means no preset."""
     if gpu is None or gpu.strip().lower() != "custom":
@@ -206,7 +255,8 @@ def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
-                   warmup_steps: int, total_steps: int | None, target: str) -> types.Training:
+                   warmup_steps: int, total_steps: int | None, target: str,
+                   train_tokens: str | None = None) -> types.Training:
     """Training from option strings; `auto` becomes None (the planner decides)."""
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
@@ -231,6 +281,8 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         target=target.lower(),
         overhead_bytes=parse_size(overhead, "--overhead") if overhead is not None else None,
         lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps, total_steps=total_steps,
+        train_tokens=(float(parse_count(train_tokens, "--train-tokens", maximum=MAX_TRAIN_TOKENS))
+                      if train_tokens is not None else None),
     )
 
 

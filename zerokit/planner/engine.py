@@ -6,9 +6,9 @@ is the caller's to build (`zerokit.dsconfig.build_ds_config(plan)`), so the plan
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import functools
 from collections.abc import Callable
+from dataclasses import replace
 
 from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
@@ -16,26 +16,36 @@ from zerokit.memory.estimate import costs_for
 from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
+from zerokit.perf.devices import DEVICE_FIGURES
+from zerokit.perf.machine import MachinePerf, machine_from_preset
 from zerokit.planner.rules import RULES, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Setup, Training
 from zerokit.units import format_bytes
 
 ActivationModel = Callable[[int, int, bool], ActivationEstimate]
+FALLBACK_GPU = "a100-80gb"
 
 
 def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activations: ActivationModel | None = None,
-         activations_source: str | None = None) -> Plan:
+         activations_source: str | None = None, machine: MachinePerf | None = None) -> Plan:
     """The fastest setup that fits, every candidate evaluated, one reason per decision.
 
     `activations(seq_len, micro_batch, checkpointing)` replaces the analytic activation model (a calibrated one,
     `zerokit.memory.calibrate.CalibratedActivations.estimate`); `activations_source` names it in the plan.
+    `machine` is what the step-time model times candidates on: a probe profile or a preset with overrides
+    (`zerokit.perf.build_machine`); None = the GPU preset's published figures.
     """
-    ctx, reasons = run_rules(model, hardware, training, activations=activations)
+    extra_warnings = []
+    if machine is None:
+        machine, note = default_machine(hardware)
+        if note:
+            extra_warnings.append(note)
+    ctx, reasons = run_rules(model, hardware, training, activations=activations, machine=machine)
     if not ctx.chosen.candidate.fits and (training.micro_batch or 1) > 1:
         # "The largest micro-batch up to the one requested": the requested one first, smaller ones only if it fits
         # nowhere.
         relaxed, relaxed_reasons = run_rules(model, hardware, training, relax_micro_batch=True,
-                                             activations=activations)
+                                             activations=activations, machine=machine)
         if relaxed.chosen.candidate.fits:
             ctx, reasons = relaxed, relaxed_reasons
     chosen = ctx.chosen.candidate
@@ -60,6 +70,10 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing).generic
         activations_source = "generic" if generic else "modelled"
     host = ctx.chosen.host
+    performance = chosen.performance
+    time_to_train = None
+    if performance is not None and training.train_tokens is not None:
+        time_to_train = performance.time_to_train_s(training.train_tokens)
     return Plan(
         model=model,
         hardware=hardware,
@@ -71,19 +85,25 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         candidates=tuple(e.candidate for e in ctx.evaluations),
         reasons=tuple(reasons),
         missing=None if chosen.fits else missing(ctx),
-        warnings=tuple(model.notes) + tuple(ctx.warnings),
+        warnings=tuple(model.notes) + tuple(ctx.warnings) + tuple(extra_warnings),
         phases=ctx.chosen.phases,
         peak_phase=chosen.peak_phase,
         host_steady_state=host.steady_state,
         host_load_peak=host.load_peak,
         activations_source=activations_source,
+        performance=performance,
+        time_to_train_s=time_to_train,
     )
 
 
 def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_micro_batch: bool = False,
-              activations: ActivationModel | None = None) -> tuple[Context, list[str]]:
+              activations: ActivationModel | None = None, machine: MachinePerf | None = None
+              ) -> tuple[Context, list[str]]:
     """Run the rules table in order; each rule's decision lands on the context under its name."""
-    ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch, activation_model=activations)
+    if machine is None:
+        machine = default_machine(hardware)[0]
+    ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch, activation_model=activations,
+                  machine=machine)
     reasons = []
     for name, rule in RULES:
         value, reason = rule(ctx)
@@ -91,6 +111,20 @@ def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_mi
         if reason:
             reasons.append(reason)
     return ctx, reasons
+
+
+@functools.cache
+def _preset_machine(name: str) -> MachinePerf:
+    return machine_from_preset(name)
+
+
+def default_machine(hardware: Hardware) -> tuple[MachinePerf, str | None]:
+    """The GPU preset's published figures; for a GPU given by memory alone, an A100-80GB's, said in a warning."""
+    if hardware.gpu_name in DEVICE_FIGURES:
+        return _preset_machine(hardware.gpu_name), None
+    return _preset_machine(FALLBACK_GPU), (
+        f"step times assume an {FALLBACK_GPU}'s compute and links (the GPU was given by memory alone): give --gpu "
+        "PRESET, or --hardware from `zerokit probe`, for figures that describe yours")
 
 
 def missing(ctx: Context) -> str:
@@ -102,7 +136,7 @@ def missing(ctx: Context) -> str:
     if forced:  # would the planner's own choice fit? Then the forced options are what is missing.
         free = replace(t, zero_stage=None, offload_optimizer=None, offload_param=None, micro_batch=None,
                        gradient_checkpointing=None)
-        alt = run_rules(model, hw, free)[0].chosen.candidate
+        alt = run_rules(model, hw, free, activations=ctx.activation_model, machine=ctx.machine)[0].chosen.candidate
         if alt.fits:
             s = alt.setup
             return (f"with {' and '.join(forced)} forced, the closest setup {ctx.chosen.candidate.why_not}; without "

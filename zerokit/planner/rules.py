@@ -14,14 +14,14 @@ How the search works (the README's "How the planner decides" says the same in pr
 3. Candidates, fastest to most frugal: ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
    offload; ZeRO-3 + CPU optimizer and parameter offload; then, only with --nvme-path, ZeRO-3 with the optimizer
    on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
-4. For each candidate and buffer setting (HF "auto" bucket sizes with overlap_comm first, then smaller), the
-   largest micro-batch that fits without gradient checkpointing; checkpointing only when that micro-batch is
-   below the comfortable minimum (the requested micro-batch; for auto 4096 tokens per micro-batch, or the largest
-   allowed micro-batch if smaller) and checkpointing allows a larger one. Smaller buffers are used only when they
-   change that outcome.
-5. Choose: among the no-offload stages, the first that fits comfortably without checkpointing; otherwise the
-   first candidate that fits at all (checkpointing beats offload: recomputation costs ~1/3 more compute, CPU Adam
-   and PCIe traffic cost more). A candidate fits when GPU, CPU RAM per node and NVMe all hold it.
+4. For each candidate, with HF's "auto" buffer sizes (overlap_comm on) and with the most frugal ones: the largest
+   micro-batch that fits without gradient checkpointing and the largest that fits with it. The step-time model
+   (`zerokit.perf`) times each of these options and the candidate keeps the one with the most tokens/s; smaller
+   buffers only when that option needs them (then the first setting of the ladder that holds it).
+5. Choose: the fitting candidate with the most predicted tokens/s; within 2% of it (closer than the model can
+   tell apart) the earlier, simpler setup of the search order. Whether
+   checkpointing beats offload, or ZeRO-3 beats ZeRO-2 with checkpointing, is the model's answer for this machine,
+   not a rule. A candidate fits when GPU, CPU RAM per node and NVMe all hold it.
 6. Nothing fits: the most frugal candidate is shown, with what is missing: more GPUs for ZeRO-3 without offload,
    or CPU RAM for full offload, or NVMe; when options were forced and the planner's own choice would fit, that.
 """
@@ -41,14 +41,16 @@ from zerokit.memory.estimate import PHASES, StepCosts, costs_for
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
+from zerokit.perf.flops import ModelFlops, model_flops
+from zerokit.perf.model import StepTime, step_time
 from zerokit.planner.types import Candidate, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
 MAX_AUTO_MICRO_BATCH = 64
 AUTO_MICRO_BATCHES = tuple(2**i for i in range(MAX_AUTO_MICRO_BATCH.bit_length()))  # 1, 2, 4, ..., 64
-COMFORTABLE_TOKENS = 4096
-"""Tokens per micro-batch above which a larger micro-batch without checkpointing is not worth recomputation."""
 TOKENS_PER_STEP_NOTE = 1_000_000
+TIE_TOLERANCE = 0.02
+"""Setups whose predicted tokens/s differ by less than this are a tie, which the earlier one in search order wins."""
 
 NO_OFFLOAD = ((0, "none", "none"), (1, "none", "none"), (2, "none", "none"), (3, "none", "none"))
 CPU_OFFLOAD = ((2, "cpu", "none"), (3, "cpu", "none"), (3, "cpu", "cpu"))
@@ -63,7 +65,6 @@ class Evaluation(NamedTuple):
 
     candidate: Candidate
     buffers: BufferSettings
-    comfortable: bool
     shortfall: float
     """max(need / have) over GPU, CPU RAM and NVMe; <= 1 when it fits."""
     phases: dict
@@ -90,6 +91,9 @@ class Context:
     warnings: list = field(default_factory=list)
     activation_model: Any = None
     """(seq_len, micro_batch, checkpointing) -> ActivationEstimate; None: the analytic model."""
+    machine: Any = None
+    """The step-time model's machine (zerokit.perf.MachinePerf): a GPU preset's published figures or a probe
+    profile."""
     _activations: dict = field(default_factory=dict)
     _levels: dict = field(default_factory=dict)
     _costs: dict = field(default_factory=dict)
@@ -140,6 +144,22 @@ class Context:
                                                self.overhead)
         return hit
 
+    def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
+        """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
+        b, m, hw, t = self.levels(stage)[level][0], self.model, self.hardware, self.training
+        return step_time(self.flops, self.machine, parameters=m.parameters, seq_len=t.seq_len,
+                         micro_batch=micro_batch, grad_accum=self.accumulation_steps(micro_batch),
+                         gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, zero_stage=stage, offload_optimizer=opt,
+                         offload_param=param, gradient_checkpointing=checkpointing, precision=self.precision,
+                         attention=t.attention, overlap_comm=b.overlap_comm,
+                         reduce_bucket_size=b.reduce_bucket_size, allgather_bucket_size=b.allgather_bucket_size,
+                         prefetch_bucket_size=b.prefetch_bucket_size,
+                         persistence_threshold=b.param_persistence_threshold)
+
+    @functools.cached_property
+    def flops(self) -> ModelFlops:
+        return model_flops(self.model.config)
+
     def accumulation_steps(self, micro_batch: int) -> int:
         per_gpu = self.batch.per_gpu_samples
         return 1 if per_gpu is None else per_gpu // micro_batch
@@ -161,8 +181,6 @@ class BatchChoice:
     """Micro-batches allowed, ascending."""
     per_gpu_samples: int | None
     """Samples per GPU per optimizer step when a global batch is given; None = accumulation 1."""
-    comfortable: int
-    """The micro-batch from which checkpointing is not worth it."""
 
 
 Rule = Callable[[Context], tuple[Any, str | None]]
@@ -235,9 +253,9 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
             why = f"micro-batch {t.micro_batch} as asked, no gradient accumulation (no global batch given)."
         else:
             mbs = AUTO_MICRO_BATCHES
-            why = (f"micro-batch: the largest power of two up to {MAX_AUTO_MICRO_BATCH} that fits, no gradient "
-                   "accumulation (no global batch given).")
-        return BatchChoice(mbs, None, _comfortable(mbs, t.seq_len, t.micro_batch)), "Batch: " + why
+            why = (f"micro-batch: the power of two up to {MAX_AUTO_MICRO_BATCH} that trains fastest among those that "
+                   "fit, no gradient accumulation (no global batch given).")
+        return BatchChoice(mbs, None), "Batch: " + why
     unit = dp * (t.micro_batch or 1)
     rounded = max(unit, _round_half_up(target / unit) * unit)
     if rounded != target:
@@ -252,9 +270,9 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         mbs = (t.micro_batch,)
     else:
         mbs = tuple(m for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
-    why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the largest "
-           f"divisor of {per_gpu} that fits and accumulation makes up the rest.")
-    return BatchChoice(mbs, per_gpu, _comfortable(mbs, t.seq_len, t.micro_batch)), "Batch: " + reason_prefix + why
+    why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the divisor of "
+           f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
+    return BatchChoice(mbs, per_gpu), "Batch: " + reason_prefix + why
 
 
 def rule_candidates(ctx: Context) -> tuple[tuple, str]:
@@ -267,7 +285,7 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
         pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
                      and all(f is None or f == v for f, v in zip(forced, c)))
     nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
-    return pool, f"Candidates, fastest to most frugal: {', '.join(setup_label(*c) for c in pool)}{nvme}."
+    return pool, f"Candidates, in search order (no offload, then CPU offload, then NVMe): {', '.join(setup_label(*c) for c in pool)}{nvme}."
 
 
 def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
@@ -279,33 +297,47 @@ def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
 
 
 def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
-    """The fastest fitting setup (comfortable no-offload stages first), else the closest miss."""
+    """The fitting setup with the most predicted tokens/s, else the closest miss."""
     evs = ctx.evaluations
     if not evs:
         raise BadInput("the forced options leave no setup to evaluate; relax --zero-stage/--offload-*")
-    comfortable = [e for e in evs if e.candidate.fits and e.comfortable and e.candidate.setup.offload_optimizer ==
-                   "none" and e.candidate.setup.offload_param == "none"]
     fitting = [e for e in evs if e.candidate.fits]
-    if comfortable:
-        chosen = comfortable[0]
-    elif fitting:
-        chosen = fitting[0]
-    else:
+    if not fitting:
         chosen = evs[-1]  # the most frugal: what remains is host memory or more GPUs, which `missing` spells out
         return chosen, (f"Nothing fits; the closest is the most frugal setup, {_label_of(chosen)}, which "
                         f"{chosen.candidate.why_not}.")
-    s = chosen.candidate.setup
-    skipped = [e for e in evs[:evs.index(chosen)]]
-    why = f"{_label_of(chosen)} is the fastest setup that fits"
-    if skipped:
-        worst = skipped[-1]
-        why += f"; {_label_of(worst)} " + (worst.candidate.why_not or
-                                          f"fits only at micro-batch {worst.candidate.setup.micro_batch_size}" +
-                                          (" with checkpointing" if worst.candidate.setup.gradient_checkpointing
-                                           else ""))
-    if s.zero_stage in (1, 2) and s.offload_optimizer == "none":
-        why += f" (ZeRO-{s.zero_stage} moves the same bytes as plain data parallel)"
+    fastest = max(fitting, key=lambda e: e.candidate.performance.tokens_per_s)
+    best = fastest.candidate.performance.tokens_per_s
+    # Within the model's resolution the earlier (simpler, less communication-bound) setup of the search order wins.
+    chosen = next(e for e in fitting if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best)
+    others = sorted((e for e in fitting if e is not chosen), key=lambda e: -e.candidate.performance.tokens_per_s)
+    if chosen is not fastest:
+        why = (f"{_described(ctx, chosen)} is chosen: {_described(ctx, fastest)} is within {TIE_TOLERANCE:.0%}, "
+               "closer than the step-time model can tell apart, so the simpler setup is kept")
+    else:
+        why = f"{_described(ctx, chosen)} is the fastest setup that fits"
+    if chosen is fastest and others:
+        why += f"; it beats {_described(ctx, others[0])}"
+    earlier = [e for e in evs[:evs.index(chosen)] if not e.candidate.fits]
+    if earlier:
+        why += f"; {_label_of(earlier[-1])} {earlier[-1].candidate.why_not}"
     return chosen, why + "."
+
+
+def _described(ctx: Context, e: Evaluation) -> str:
+    """'ZeRO-2 + checkpointing at micro-batch 4, 1.90 s/step (12,345 tokens/s)'."""
+    s, perf = e.candidate.setup, e.candidate.performance
+    text = _label_of(e) + (" + checkpointing" if s.gradient_checkpointing else "")
+    return f"{text} at micro-batch {s.micro_batch_size}, {_seconds(perf.step_time_s)}/step " \
+           f"({perf.tokens_per_s:,.0f} tokens/s)"
+
+
+def _seconds(t: float) -> str:
+    if t >= 100:
+        return f"{t:,.0f} s"
+    if t >= 1:
+        return f"{t:.2f} s"
+    return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
 
 
 def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
@@ -330,18 +362,29 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
         ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
     elif s.gradient_checkpointing:
         plain = _largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, False)
-        below = (f"the {ctx.training.micro_batch} you asked for" if ctx.training.micro_batch is not None else
-                 f"the {b.comfortable * ctx.training.seq_len:,} tokens that keep a GPU busy")
-        ck = ("gradient checkpointing on: without it not even micro-batch 1 fits" if plain is None else
-              f"gradient checkpointing on: without it only micro-batch {plain} fits, below {below}")
+        if plain is None:
+            ck = "gradient checkpointing on: without it not even the smallest micro-batch fits"
+        elif e.candidate.performance is None:  # the closest miss: nothing to time
+            ck = f"gradient checkpointing on: without it only micro-batch {plain} fits on the GPU"
+        else:
+            alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, plain, False)
+            ck = (f"gradient checkpointing on: without it only micro-batch {plain} fits, "
+                  f"{alt.tokens_per_s:,.0f} tokens/s against {e.candidate.performance.tokens_per_s:,.0f} with "
+                  f"recomputation at micro-batch {mb}")
     else:
-        ck = "no gradient checkpointing: the activations fit without recomputation"
+        ck = "no gradient checkpointing: recomputation would only add compute"
+        recomputed = (_largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, True)
+                      if ctx.training.gradient_checkpointing is None and e.candidate.fits else None)
+        if recomputed is not None and recomputed > mb:
+            alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, recomputed, True)
+            ck = (f"no gradient checkpointing: with it micro-batch {recomputed} would fit but train "
+                  f"{alt.tokens_per_s:,.0f} tokens/s against {e.candidate.performance.tokens_per_s:,.0f} without")
     if mem.total > ctx.hardware.gpu_memory_bytes:
         cap = "the smallest, and even it does not fit"
     elif mb == largest:
         cap = "the largest allowed"
     else:
-        cap = f"the largest that fits (up to {largest})"
+        cap = f"the largest that fits this way (up to {largest})"
     return (mb, s.gradient_checkpointing), f"Micro-batch {mb} ({mb * ctx.training.seq_len:,} tokens), {cap}; {ck}."
 
 
@@ -363,7 +406,11 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
     b, s = e.buffers, e.candidate.setup
     if s.zero_stage == 0:
         return b, None
-    size = format_bytes(e.candidate.memory.buffers)
+    costs = ctx.costs(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, s.gradient_accumulation_steps)
+    # the cost layer's IPG buckets during backward (ZeRO-3 keeps its reduce bucket with the gradient partitions)
+    bucket = costs.buffers_backward or DTYPE_BYTES[ctx.precision] * b.reduce_bucket_size
+    size = format_bytes(bucket) + (f" of buckets, up to {format_bytes(costs.gathered)} of gathered parameters"
+                                   if s.zero_stage == 3 else "")
     what = ("HF's auto bucket sizes (reduce = hidden^2)" if b.hf_auto
             else f"buckets of {format_count(b.reduce_bucket_size)} elements")
     overlap = ("overlap_comm on" if b.overlap_comm else
@@ -406,36 +453,39 @@ RULES: tuple[tuple[str, Rule], ...] = (
 # ------------------------------------------------------------------------------------------- evaluation helpers
 
 def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
-    """The candidate at its best micro-batch, with the first buffer setting that does as well as the most frugal one.
+    """The candidate at its fastest fitting micro-batch, checkpointing and buffer setting.
 
-    Hot path (every candidate of every plan): written for speed, the rules above read it in words.
+    Options: the largest micro-batch without and with checkpointing, at HF's auto buffers and at the most frugal
+    ones; the step-time model picks. Hot path (every candidate of every plan): the rules above read it in words.
     """
     model, hw = ctx.model, ctx.hardware
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
                        param, DTYPE_BYTES[ctx.precision])
-    levels = ctx.levels(stage)
-    found = _best_micro_batch(ctx, stage, opt, param, 0)
-    pick = 0
-    if len(levels) > 1 and (found is None or not found[2]):  # not comfortable: would smaller buffers help?
-        comfortable = ctx.batch.comfortable
-        last = len(levels) - 1
-        frugal = _best_micro_batch(ctx, stage, opt, param, last)
-        best_key = _outcome_key(frugal, comfortable)
-        if frugal is None:
-            pick = last  # nothing fits even so: report the most frugal setting
-        elif best_key > _outcome_key(found, comfortable):
-            pick, found = last, frugal
-            for i in range(1, last):
-                f = _best_micro_batch(ctx, stage, opt, param, i)
-                if _outcome_key(f, comfortable) >= best_key:
-                    pick, found = i, f
-                    break
-    settings = levels[pick][0]
-    if found is None:
-        ck = ctx.training.gradient_checkpointing if ctx.training.gradient_checkpointing is not None else True
-        mb, comfortable = ctx.batch.micro_batches[0], False
+    last = len(ctx.levels(stage)) - 1
+    forced = ctx.training.gradient_checkpointing
+    best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
+    at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
+    for level in (0, last) if last else (0,):
+        for ck in (False, True) if forced is None else (forced,):
+            mb = _largest_fitting(ctx, stage, opt, param, level, ck)
+            if mb is None or (level and at_auto.get(ck, 0) >= mb):
+                continue  # frugal buffers that buy no larger micro-batch only slow the step
+            if not level:
+                at_auto[ck] = mb
+            perf = ctx.step(stage, opt, param, level, mb, ck)
+            if best is None or perf.tokens_per_s > best[0]:
+                best = (perf.tokens_per_s, level, mb, ck, perf)
+    if best is None:
+        pick, mb = last, ctx.batch.micro_batches[0]  # nothing fits: report the most frugal setting
+        ck = forced if forced is not None else True
+        performance = None
     else:
-        mb, ck, comfortable = found
+        _, pick, mb, ck, performance = best
+        for i in range(1, pick):  # the first setting of the ladder that holds this option is the fastest one
+            if ctx.need(stage, opt, param, i, mb, ck) <= hw.gpu_memory_bytes:
+                pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
+                break
+    settings = ctx.levels(stage)[pick][0]
     accumulation = ctx.accumulation_steps(mb)
     phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck))
     peak = max(PHASES, key=lambda p: phases[p].total)
@@ -447,28 +497,11 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
+    fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
-                          why_not is None, why_not, {p: phases[p].total for p in PHASES}, peak)
-    return Evaluation(candidate, settings, comfortable, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
-
-
-def _best_micro_batch(ctx: Context, stage: int, opt: str, param: str, level: int) -> tuple[int, bool, bool] | None:
-    """(micro_batch, checkpointing, comfortable) for the setup at buffer `level`, or None when nothing fits.
-
-    Without checkpointing first; with it only when that gives a larger micro-batch and the one without is below
-    the comfortable minimum.
-    """
-    forced = ctx.training.gradient_checkpointing
-    comfortable = ctx.batch.comfortable
-    plain = _largest_fitting(ctx, stage, opt, param, level, False) if forced is not True else None
-    if plain is not None and plain >= comfortable:
-        return plain, False, True
-    recomputed = _largest_fitting(ctx, stage, opt, param, level, True) if forced is not False else None
-    if recomputed is not None and (plain is None or recomputed > plain):
-        return recomputed, True, forced is True and recomputed >= comfortable
-    if plain is not None:
-        return plain, False, False
-    return None
+                          fits, why_not, {p: phases[p].total for p in PHASES}, peak,
+                          performance if fits else None)
+    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
@@ -488,13 +521,6 @@ def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int,
         else:
             hi = mid - 1
     return best
-
-
-def _outcome_key(found: tuple[int, bool, bool] | None, comfortable: int) -> tuple:
-    if found is None:
-        return (False, False, False, 0)
-    mb, ck, comf = found
-    return (True, comf, not ck, min(mb, comfortable))
 
 
 def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
@@ -517,14 +543,6 @@ def _fmt(n: int) -> str:
 
 def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
-
-
-def _comfortable(micro_batches: tuple[int, ...], seq_len: int, requested: int | None = None) -> int:
-    """The micro-batch from which recomputation is not worth it: the requested one when given, else 4096 tokens."""
-    if requested is not None:
-        return requested
-    want = -(-COMFORTABLE_TOKENS // seq_len)
-    return min(micro_batches[-1], next((m for m in micro_batches if m >= want), micro_batches[-1]))
 
 
 def _valid(stage: int, opt: str, param: str, hw: Hardware) -> bool:

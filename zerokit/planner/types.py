@@ -80,6 +80,8 @@ class Training:
     """Warmup steps written into the scheduler when target=deepspeed."""
     total_steps: int | None = None
     """Total training steps for the scheduler when target=deepspeed; None = constant LR after warmup."""
+    train_tokens: float | None = None
+    """Tokens to train (e.g. 10B), for the predicted time to train; None = not asked."""
 
 
 @dataclass(frozen=True)
