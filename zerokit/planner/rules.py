@@ -41,6 +41,7 @@ from zerokit.memory.estimate import PHASES, StepCosts, costs_for
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
+from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, PeftPlan, plan_peft
 from zerokit.planner.types import Candidate, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
@@ -81,6 +82,8 @@ class Context:
     hardware: Hardware
     training: Training
     precision: str = ""
+    peft: PeftPlan | None = None
+    """LoRA/QLoRA adapters on a frozen base (rule_peft); None: full fine-tuning."""
     batch: BatchChoice | None = None
     candidates: tuple = ()
     evaluations: tuple = ()
@@ -118,7 +121,8 @@ class Context:
             else:
                 hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
                                            attention=self.training.attention, dtype=self.precision,
-                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator)
+                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator,
+                                           lora=self.peft.activation_setup if self.peft else None)
             self._activations[key] = hit
             if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
                 self.warnings.append(hit.note)
@@ -137,8 +141,19 @@ class Context:
             settings = self.levels(stage)[level][0]
             setup = Setup(stage, opt, param, 1, False, accumulation)
             hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
-                                               self.overhead)
+                                               self.overhead, **self.peft_costs(stage))
         return hit
+
+    def peft_costs(self, stage: int) -> dict[str, int]:
+        """`costs_for`'s LoRA/QLoRA arguments: only the adapters train, the base is frozen (empty: full training)."""
+        if self.peft is None:
+            return {}
+        return {"trainable": self.peft.trainable, "frozen_bytes": self.peft.frozen_bytes_at(stage)}
+
+    @property
+    def trainable(self) -> int:
+        """Parameters with gradients and optimizer states."""
+        return self.model.parameters if self.peft is None else self.peft.trainable
 
     def accumulation_steps(self, micro_batch: int) -> int:
         per_gpu = self.batch.per_gpu_samples
@@ -216,6 +231,27 @@ def rule_precision(ctx: Context) -> tuple[str, str]:
     return "fp16", f"fp16 with dynamic loss scaling because {ctx.gpu_label} has no bf16."
 
 
+def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
+    """LoRA/QLoRA: count the adapters, price the frozen base, refuse what PEFT, bitsandbytes or DeepSpeed refuse."""
+    t = ctx.training
+    if t.peft == "qlora" and t.offload_param not in (None, "none"):
+        raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
+                       "--offload-param none or auto (optimizer offload of the adapters works)")
+    peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision)
+    if peft is None:
+        return None, None
+    share = peft.trainable / max(1, peft.frozen_parameters)
+    base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
+            f"in 4-bit NF4 with double quantization ({format_bytes(peft.frozen_bytes)}, of which "
+            f"{format_bytes(peft.quantization_constants)} quantization constants)")
+    targets = peft.target_modules if isinstance(peft.target_modules, str) else ",".join(peft.target_modules)
+    return peft, (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} rank {peft.rank} on {targets}: "
+                  f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
+                  f"gradients, an fp32 master copy and Adam moments; the {format_count(peft.frozen_parameters)} "
+                  f"base parameters are frozen {base}, whole on every GPU at ZeRO-0 to 2 and partitioned at "
+                  "ZeRO-3.")
+
+
 def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     """Which micro-batches to try, and how a global batch splits into micro-batch x accumulation x GPUs."""
     t, dp = ctx.training, ctx.hardware.world_size
@@ -267,6 +303,9 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
         pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
                      and all(f is None or f == v for f, v in zip(forced, c)))
     nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
+    if ctx.peft is not None and ctx.peft.method == "qlora" and any(c[2] != "none" for c in pool):
+        pool = tuple(c for c in pool if c[2] == "none")
+        nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
     return pool, f"Candidates, fastest to most frugal: {', '.join(setup_label(*c) for c in pool)}{nvme}."
 
 
@@ -391,6 +430,7 @@ def rule_host(ctx: Context) -> tuple[int, str | None]:
 RULES: tuple[tuple[str, Rule], ...] = (
     ("forced", rule_forced),
     ("precision", rule_precision),
+    ("peft", rule_peft),
     ("batch", rule_batch),
     ("candidates", rule_candidates),
     ("evaluations", rule_evaluate),
@@ -412,7 +452,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     """
     model, hw = ctx.model, ctx.hardware
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
-                       param, DTYPE_BYTES[ctx.precision])
+                       param, DTYPE_BYTES[ctx.precision], trainable=ctx.trainable)
     levels = ctx.levels(stage)
     found = _best_micro_batch(ctx, stage, opt, param, 0)
     pick = 0
