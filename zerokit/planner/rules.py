@@ -427,6 +427,40 @@ def rule_host(ctx: Context) -> tuple[int, str | None]:
     return c.cpu_bytes_per_node, why + "."
 
 
+def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
+    """LoRA/QLoRA: why ZeRO-2 and ZeRO-3 differ so little, and the ZeRO-3 pitfalls (as warnings), each as the
+    installed transformers 5, DeepSpeed 0.19 and accelerate handle it."""
+    peft = ctx.peft
+    if peft is None:
+        return None, None
+    n, e = ctx.hardware.world_size, DTYPE_BYTES[ctx.precision]
+    stage = ctx.chosen.candidate.setup.zero_stage
+    frozen2, frozen3 = peft.frozen_bytes_at(2), -(-peft.frozen_bytes_at(3) // n)
+    states = peft.trainable * (e + 4 + 8 + (4 if ctx.precision != "fp32" else 0))
+    why = (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} and the ZeRO stage: the adapters' gradients, master "
+           f"weights and Adam moments are only {format_bytes(states)} in all, so ZeRO-1/2 have little to partition; "
+           f"the frozen base is {format_bytes(frozen2)} per GPU at ZeRO-0 to 2")
+    why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs)." if n > 1 else
+            " and the same at ZeRO-3 on 1 GPU (nothing to partition across).")
+    if stage == 3:
+        if peft.method == "lora":
+            ctx.warnings.append(
+                f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
+                f"{format_bytes(peft.frozen_bytes)} base: create TrainingArguments(deepspeed=...) (it keeps the "
+                "HfDeepSpeedConfig alive) before from_pretrained, and transformers builds the model inside zero.Init")
+        else:
+            ctx.warnings.append(
+                f"ZeRO-3 with QLoRA: bnb_4bit_quant_storage must be the compute dtype ({ctx.precision}, as "
+                "peft.quantization_config says) so DeepSpeed can partition the 4-bit weights; transformers loads a "
+                "quantized model without zero.Init (modeling_utils.get_init_context), so each rank first holds the "
+                f"whole {format_bytes(peft.frozen_bytes_at(3))} 4-bit base")
+        ctx.warnings.append(
+            "ZeRO-3 partitions the adapters too: saving them gathers 16-bit weights, so the ds_config sets "
+            "stage3_gather_16bit_weights_on_model_save (Accelerate's get_state_dict refuses without it; the HF "
+            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters)")
+    return None, why
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("forced", rule_forced),
     ("precision", rule_precision),
@@ -440,6 +474,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("accumulation", rule_accumulation),
     ("buffer_settings", rule_buffers),
     ("host", rule_host),
+    ("peft_advice", rule_peft_advice),
 )
 
 
