@@ -224,3 +224,36 @@ def test_planning_with_peft_imports_neither_torch_nor_peft():
             "sys.exit(1 if {'torch', 'peft', 'transformers', 'bitsandbytes', 'deepspeed'} & set(sys.modules) else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_qlora_from_the_plan_trains_on_this_cpu(capsys, tmp_path):
+    """bitsandbytes 0.50 runs Linear4bit forward and backward on the CPU: the plan's own configs load the tiny llama
+    in 4 bits, PEFT adds exactly the adapters the plan counted, and three AdamW steps lower a finite loss."""
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "2", "--lora-dropout", "0")
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(
+        tmp_path / "base")
+    quantization = transformers.BitsAndBytesConfig(**doc["peft"]["quantization_config"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", quantization_config=quantization,
+                                                              dtype=torch.bfloat16, device_map="cpu")
+    import bitsandbytes as bnb
+
+    assert sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules()) == 2 * 7  # every linear but lm_head
+    model = peft.get_peft_model(model, peft.LoraConfig(**doc["peft"]["lora_config"]))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) == doc["model"]["trainable_parameters"] == TINY_LORA_16
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(3):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses
