@@ -15,7 +15,8 @@ LoRA: `--peft lora` (or `--plan plan.json`, the output of `zerokit plan --peft l
 input, so a reloaded adapter can be checked against them:
 
     zerokit plan --model examples/models/tiny-llama --gpu-memory 16GB --gpus-per-node 2 --seq-len 64 \
-        --precision bf16 --peft lora --zero-stage 3 --format json -o ds_config.json > plan.json
+        --precision bf16 --peft lora --zero-stage 3 --format json -o ds_config.json
+    (save what it prints as plan.json)
     zerokit launch --config ds_config.json --gpus-per-node 2 examples/train_hf.py --plan plan.json --bf16 --save
 
 The base is built from the config with seed 0 before the Trainer exists, so a fresh `from_config` under the same

@@ -129,8 +129,8 @@ def test_host_offload_counts_only_the_adapters_states(capsys):
 
 
 def test_qlora_nf4_bytes_of_the_tiny_llama_by_hand(capsys):
-    from zerokit.planner.peft import plan_peft
     from zerokit.models.resolve import resolve_model
+    from zerokit.planner.peft import plan_peft
 
     def nf4(n: int) -> int:  # packed 4-bit, uint8 absmax per 64, its fp32 offset, an fp32 absmax per 256 absmax,
         blocks = -(-n // 64)  # the 256-entry dynamic code and the 16-entry NF4 code (fp32 each)
@@ -257,3 +257,14 @@ def test_qlora_from_the_plan_trains_on_this_cpu(capsys, tmp_path):
         optimizer.zero_grad()
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses
+
+
+def test_a_family_zerokit_does_not_count_is_refused_before_any_calibration(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "starcoder2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}))
+    code, out, err = run(capsys, "--model", str(tmp_path), "--gpu-memory", "16GB", "--seq-len", "64", "--peft", "lora")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--peft: zerokit counts LoRA adapters for these families: falcon, gemma" in err and "'starcoder2'" in err
+    assert "calibrat" not in err

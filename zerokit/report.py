@@ -196,8 +196,8 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(plan.decision.precision, "torch.float32")
     lines = ["import torch", "from peft import LoraConfig, get_peft_model",
              "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments", "",
-             f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r})  # first: ZeRO-3 loads under "
-             "zero.Init"]
+             (f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r})  # first: ZeRO-3 loads "
+              "under zero.Init")]
     load = f"model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}"
     q = peft["quantization_config"]
     if q is not None:

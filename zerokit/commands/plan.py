@@ -186,8 +186,8 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
     CPU miniature (cached), unless skipped or impossible, which the plan then says in a warning."""
     from zerokit.memory.activations import MODELLED_FAMILIES
 
-    if spec.model_type in MODELLED_FAMILIES or spec.source == "count":
-        return spec, None, None
+    if spec.model_type in MODELLED_FAMILIES or spec.source == "count" or settings.peft != "none":
+        return spec, None, None  # --peft: only modelled families are counted, the planner refuses the rest
     if skip:
         return spec, None, "generic"
     from dataclasses import replace
