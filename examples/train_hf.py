@@ -8,6 +8,20 @@ Nothing is downloaded: the model comes from `--model` (a folder holding config.j
 small synthetic token stream, so the same script runs on a laptop's CPU and on a GPU cluster. Without
 CUDA the Trainer runs with `use_cpu=True` and the ranks use DeepSpeed's CPU accelerator (gloo).
 Rank 0 prints one `step N loss X` line per logged step and, with `--loss-file`, writes them as JSON lines.
+
+LoRA: `--peft lora` (or `--plan plan.json`, the output of `zerokit plan --peft lora --format json`, whose
+`peft.lora_config` is used as is) wraps the model with `peft.get_peft_model`; `--save` then saves the adapter only
+(`model.save_pretrained`, gathered under ZeRO-3), and `--logits-file` writes the trained model's logits on a fixed
+input, so a reloaded adapter can be checked against them:
+
+    zerokit plan --model examples/models/tiny-llama --gpu-memory 16GB --gpus-per-node 2 --seq-len 64 \
+        --precision bf16 --peft lora --zero-stage 3 --format json -o ds_config.json
+    (save what it prints as plan.json)
+    zerokit launch --config ds_config.json --gpus-per-node 2 examples/train_hf.py --plan plan.json --bf16 --save
+
+The base is built from the config with seed 0 before the Trainer exists, so a fresh `from_config` under the same
+seed is the same base. With a real checkpoint under ZeRO-3, create TrainingArguments(deepspeed=...) first: then
+`from_pretrained` loads inside deepspeed.zero.Init and no rank ever holds the whole base.
 """
 
 from __future__ import annotations
@@ -43,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--save", action="store_true", help="save the final model (gathered under ZeRO-3) to --output-dir")
     p.add_argument("--loss-file", help="rank 0 writes {step, loss} JSON lines here")
     p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--plan", help="zerokit plan JSON: its peft.lora_config configures LoRA (implies --peft lora)")
+    p.add_argument("--peft", choices=["none", "lora"], default=None, help="default: the plan's, else none")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-targets", default="all-linear", help="all-linear or a comma list of module names")
+    p.add_argument("--lora-dropout", type=float, default=0.05)
+    p.add_argument("--logits-file", help="write the trained model's float32 logits on FIXED_INPUT here (torch.save)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=-1, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -62,6 +82,28 @@ def precision_from_config(ds_config: dict) -> str:
     return "fp32"
 
 
+def lora_config_kwargs(args: argparse.Namespace) -> dict | None:
+    """peft.LoraConfig keyword arguments: the plan's `peft.lora_config`, else the flags; None without LoRA."""
+    plan = json.loads(Path(args.plan).read_text()) if args.plan else {}
+    peft = plan.get("peft")
+    if args.peft == "none" or (args.peft is None and not peft):
+        return None
+    if peft:
+        if peft["method"] != "lora":
+            raise SystemExit(f"train_hf.py trains LoRA; the plan says {peft['method']}")
+        return dict(peft["lora_config"])
+    targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
+    return {"r": args.lora_rank, "lora_alpha": 2 * args.lora_rank, "lora_dropout": args.lora_dropout,
+            "target_modules": targets, "bias": "none", "task_type": "CAUSAL_LM"}
+
+
+def fixed_input(vocab: int, seq_len: int = 16):
+    """The input whose logits --logits-file records: the same on every rank and in every process."""
+    import torch
+
+    return (torch.arange(seq_len) * 7 % vocab).unsqueeze(0)
+
+
 def synthetic_dataset(n: int, seq_len: int, vocab: int, seed: int = 0):
     """Token sequences with a learnable pattern (each token predicts the next), so the loss falls within steps."""
     import torch
@@ -73,12 +115,15 @@ def synthetic_dataset(n: int, seq_len: int, vocab: int, seed: int = 0):
     return [{"input_ids": row, "labels": row.clone()} for row in ids]
 
 
-def save(trainer, output_dir: str, rank: int) -> None:
+def save(trainer, output_dir: str, rank: int, adapter: bool = False) -> None:
     """Save loadable weights. Under ZeRO-3 they are gathered explicitly, so that `from_pretrained` works even when
-    the config leaves stage3_gather_16bit_weights_on_model_save off (the Trainer then saves no weights at all)."""
+    the config leaves stage3_gather_16bit_weights_on_model_save off (the Trainer then saves no weights at all).
+    With LoRA (`adapter`) only the trainable adapter weights are gathered, and PeftModel.save_pretrained keeps
+    only them."""
     engine = trainer.model_wrapped
     if hasattr(engine, "zero_optimization_partition_weights") and engine.zero_optimization_partition_weights():
-        state_dict = engine._zero3_consolidated_16bit_state_dict()  # a collective: every rank calls it
+        # a collective: every rank calls it
+        state_dict = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=adapter)
         if rank == 0:
             trainer.model.save_pretrained(output_dir, state_dict=state_dict)
     else:
@@ -102,6 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     config = AutoConfig.from_pretrained(args.model)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)  # random weights: nothing to download
+    lora = lora_config_kwargs(args)
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        if args.gradient_checkpointing:
+            model.enable_input_require_grads()  # a frozen embedding: checkpointed layers need an input with grad
+        model = get_peft_model(model, LoraConfig(**lora))
+        if rank == 0:
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            print(f"LoRA {lora}: {trainable:,} trainable parameters", flush=True)
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"model {config.model_type} from {args.model}: {n_params:,} parameters; precision {precision}; "
@@ -140,8 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(model=model, args=training_args, train_dataset=dataset, callbacks=[PrintLoss()])
     trainer.train()
 
+    if args.logits_file:
+        import torch
+
+        module = trainer.model  # under ZeRO-3 its forward gathers the partitions: every rank runs it
+        module.eval()
+        with torch.no_grad():
+            logits = module(input_ids=fixed_input(config.vocab_size)).logits.float()
+        if rank == 0:
+            torch.save(logits, args.logits_file)
     if args.save:
-        save(trainer, args.output_dir, rank)
+        save(trainer, args.output_dir, rank, adapter=lora is not None)
     if rank == 0:
         final = losses[-1]["loss"] if losses else float("nan")
         weights = next(trainer.model_wrapped.parameters()).dtype  # what the DeepSpeed engine really trains in

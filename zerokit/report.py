@@ -39,6 +39,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "parameters": m.parameters, "largest_layer_parameters": m.largest_layer_parameters,
             "hidden_size": m.hidden_size, "num_layers": m.num_layers, "source": m.source,
             "name": m.name, "vocab_size": m.vocab_size, "model_type": m.model_type, "notes": list(m.notes),
+            "trainable_parameters": plan.peft.trainable if plan.peft else m.parameters,
+            "frozen_parameters": plan.peft.frozen_parameters if plan.peft else 0,
         },
         "hardware": {
             "gpu_memory_bytes": hw.gpu_memory_bytes, "gpus_per_node": hw.gpus_per_node, "nodes": hw.nodes,
@@ -74,7 +76,17 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "target": plan.training.target,
         "training_arguments": training_arguments(plan),
         "ds_config": plan.ds_config,
+        "peft": peft_json(plan),
     }
+
+
+def peft_json(plan: Plan) -> dict[str, Any] | None:
+    """CONTRACT.md's `peft`: the keyword arguments of peft.LoraConfig and transformers.BitsAndBytesConfig."""
+    p = plan.peft
+    if p is None:
+        return None
+    return {"method": p.method, "lora_config": p.lora_config(),
+            "quantization_config": p.quantization_config(plan.decision.precision, plan.decision.zero_stage)}
 
 
 def _candidate_json(c: Candidate) -> dict[str, Any]:
@@ -182,6 +194,44 @@ def headline(plan: Plan) -> str:
             f"{'bf16' if hw.bf16 else 'no bf16'})")
 
 
+def peft_line(plan: Plan) -> str:
+    """Trainable and frozen parameters: every one trains without --peft."""
+    p, m = plan.peft, plan.model
+    if p is None:
+        return f"trainable: all {m.parameters:,} parameters (full fine-tuning); frozen: 0"
+    store = f"4-bit NF4, {format_bytes(p.frozen_bytes)}" if p.method == "qlora" else \
+        f"{plan.decision.precision}, {format_bytes(p.frozen_bytes)}"
+    return (f"trainable: {p.trainable:,} {'QLoRA' if p.method == 'qlora' else 'LoRA'} adapter parameters "
+            f"(rank {p.rank}, {100 * p.trainable / max(1, p.frozen_parameters):.2f}% of the base); frozen: "
+            f"{p.frozen_parameters:,} base parameters ({store})")
+
+
+def peft_code(plan: Plan, output: str | None = None) -> str:
+    """The Python that loads the base, wraps it with the plan's adapters and hands it to the HF Trainer."""
+    peft = peft_json(plan)
+    if peft is None:
+        return ""
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(plan.decision.precision, "torch.float32")
+    lines = ["import torch", "from peft import LoraConfig, get_peft_model",
+             "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments", "",
+             (f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r})  # first: ZeRO-3 loads "
+              "under zero.Init")]
+    load = f"model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}"
+    q = peft["quantization_config"]
+    if q is not None:
+        kwargs = ", ".join(f"{k}={v!r}" if not str(k).endswith("_dtype") and k != "bnb_4bit_quant_storage"
+                           or v == "uint8" else f"{k}=torch.{v}" for k, v in q.items())
+        lines.append(f"quantization_config = BitsAndBytesConfig({kwargs})")
+        load += ", quantization_config=quantization_config"
+    lines.append(load + ")")
+    if plan.decision.gradient_checkpointing:
+        lines.append("model.enable_input_require_grads()  # checkpointing a frozen base: the inputs need gradients")
+    lines.append(f"model = get_peft_model(model, LoraConfig(**{peft['lora_config']!r}))")
+    lines.append("Trainer(model=model, args=args, train_dataset=...).train()")
+    lines.append("model.save_pretrained(OUTPUT)  # the adapter only")
+    return "\n".join(lines)
+
+
 def host_lines(plan: Plan) -> list[str]:
     hw = plan.hardware
     lines = []
@@ -272,7 +322,10 @@ def _pct(part: int, whole: int) -> str:
 def render_table(plan: Plan, output: str | None = None) -> str:
     """The human view: decision and reasons, the chosen setup's memory, every candidate with its bar."""
     d, cap = plan.decision, plan.hardware.gpu_memory_bytes
-    out = [f"zerokit plan: {headline(plan)}", ""]
+    out = [f"zerokit plan: {headline(plan)}"]
+    if plan.peft is not None:
+        out.append(f"  {peft_line(plan)}")
+    out.append("")
     verdict = "FITS" if d.fits else "DOES NOT FIT"
     out.append(f"Decision ({verdict}): {decision_line(plan)}")
     out += [f"  - {r}" for r in plan.reasons]
@@ -343,4 +396,5 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
         training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,
         ds_config_json=json.dumps(plan.ds_config, indent=2),
+        peft=peft_json(plan), peft_line=peft_line(plan), peft_code=peft_code(plan, output),
     )

@@ -130,6 +130,15 @@ optimizer_options = _options(
     click.option("--total-steps", type=click.IntRange(min=1), default=None, help=_doc("Training", "total_steps")),
 )
 
+peft_options = _options(
+    click.option("--peft", type=_choice(*types.PEFT_METHODS), default="none", show_default=True,
+                 help=_doc("Training", "peft")),
+    click.option("--lora-rank", metavar="N", help=_doc("Training", "lora_rank", "Default 16.")),
+    click.option("--lora-targets", metavar="all-linear|NAMES", help=_doc("Training", "lora_targets",
+                                                                         "Default all-linear.")),
+    click.option("--lora-dropout", metavar="P", help=_doc("Training", "lora_dropout", "Default 0.05.")),
+)
+
 output_options = _options(
     click.option("--target", type=_choice(*types.TARGETS), default="trainer", show_default=True,
                  help=_doc("Training", "target")),
@@ -146,6 +155,7 @@ output_options = _options(
 @hardware_options
 @training_options
 @optimizer_options
+@peft_options
 @output_options
 def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | None, gpus_per_node: str,
             nodes: str, cpu_memory: str | None, nvme_path: str | None, nvme_size: str | None,
@@ -202,8 +212,8 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
     CPU miniature (cached), unless skipped or impossible, which the plan then says in a warning."""
     from zerokit.memory.activations import MODELLED_FAMILIES
 
-    if spec.model_type in MODELLED_FAMILIES or spec.source == "count":
-        return spec, None, None
+    if spec.model_type in MODELLED_FAMILIES or spec.source == "count" or settings.peft != "none":
+        return spec, None, None  # --peft: only modelled families are counted, the planner refuses the rest
     if skip:
         return spec, None, "generic"
     from dataclasses import replace
@@ -255,8 +265,9 @@ def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
-                   warmup_steps: int, total_steps: int | None, target: str,
-                   train_tokens: str | None = None) -> types.Training:
+                   warmup_steps: int, total_steps: int | None, target: str, peft: str = "none",
+                   lora_rank: str | None = None, lora_targets: str | None = None,
+                   lora_dropout: str | None = None, train_tokens: str | None = None) -> types.Training:
     """Training from option strings; `auto` becomes None (the planner decides)."""
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
@@ -283,7 +294,36 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps, total_steps=total_steps,
         train_tokens=(float(parse_count(train_tokens, "--train-tokens", maximum=MAX_TRAIN_TOKENS))
                       if train_tokens is not None else None),
+        **peft_settings(peft, lora_rank, lora_targets, lora_dropout),
     )
+
+
+def peft_settings(peft: str, rank: str | None, targets: str | None, dropout: str | None) -> dict[str, Any]:
+    """The Training fields of --peft and the --lora-* options (given without --peft they would do nothing: refused)."""
+    peft = peft.lower()
+    given = [name for name, v in (("--lora-rank", rank), ("--lora-targets", targets), ("--lora-dropout", dropout))
+             if v is not None]
+    if peft == "none":
+        if given:
+            raise BadInput(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --peft lora or --peft qlora")
+        return {}
+    out: dict[str, Any] = {"peft": peft}
+    if rank is not None:
+        out["lora_rank"] = parse_positive_int(rank, "--lora-rank", maximum=1 << 20)
+    if targets is not None:
+        names = targets.strip()
+        if not names:
+            raise BadInput("--lora-targets is empty; give all-linear or a comma list of module names")
+        out["lora_targets"] = names
+    if dropout is not None:
+        try:
+            value = parse_finite(float(dropout), "--lora-dropout", minimum=0.0)
+        except ValueError:
+            raise BadInput(f"--lora-dropout must be a number in [0, 1), got {dropout!r}") from None
+        if value >= 1:
+            raise BadInput(f"--lora-dropout must be in [0, 1), got {dropout}")
+        out["lora_dropout"] = value
+    return out
 
 
 def emit(result: types.Plan, fmt: str, written: str | None) -> None:

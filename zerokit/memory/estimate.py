@@ -284,11 +284,15 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
 
 
 def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
-              overhead: int) -> StepCosts:
-    """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting)."""
+              overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0) -> StepCosts:
+    """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting).
+
+    `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
+    mixed-precision states on a frozen base of `frozen_bytes` (None, 0: every parameter trains)."""
     modules, persistent = module_trace(model, buffers.param_persistence_threshold) if setup.zero_stage == 3 \
         else ((), 0)
-    return step_costs(parameters=model.parameters, world_size=hardware.world_size, zero_stage=setup.zero_stage,
+    return step_costs(parameters=model.parameters, trainable=trainable, frozen_bytes=frozen_bytes,
+                      world_size=hardware.world_size, zero_stage=setup.zero_stage,
                       offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
                       precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
                       overhead=overhead, modules=modules, persistent=persistent,

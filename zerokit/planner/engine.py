@@ -93,6 +93,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         activations_source=activations_source,
         performance=performance,
         time_to_train_s=time_to_train,
+        peft=ctx.peft,
     )
 
 
@@ -154,14 +155,14 @@ def missing(ctx: Context) -> str:
         text += ")"
         options.append(text)
     w = DTYPE_BYTES[ctx.precision]
-    full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu", "cpu",
-                       w)
+    full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu",
+                       _param_offload(ctx, "cpu"), w, trainable=ctx.trainable)
     if full_offload_fits_gpu(ctx):
         have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
         options.append(f"{format_bytes(full.cpu_bytes)} of CPU RAM per node for full offload{have}")
         if not hw.nvme_path:
             nvme = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3,
-                               "nvme", "nvme", w)
+                               "nvme", _param_offload(ctx, "nvme"), w, trainable=ctx.trainable)
             if hw.cpu_memory_bytes is None or nvme.cpu_bytes <= hw.cpu_memory_bytes:
                 options.append(f"an NVMe drive with {format_bytes(nvme.nvme_bytes)} free per node "
                                f"(--nvme-path) for ZeRO-Infinity offload")
@@ -208,7 +209,12 @@ def smallest_gpu(ctx: Context) -> int:
 
 
 def _full_offload_need(ctx: Context) -> int:
-    return _frugal_need(ctx, 3, "cpu", "cpu", ctx.hardware.world_size)
+    return _frugal_need(ctx, 3, "cpu", _param_offload(ctx, "cpu"), ctx.hardware.world_size)
+
+
+def _param_offload(ctx: Context, device: str) -> str:
+    """QLoRA's 4-bit weights stay on the GPU (zerokit.planner.peft.QLORA_NO_PARAM_OFFLOAD)."""
+    return "none" if ctx.peft is not None and ctx.peft.method == "qlora" else device
 
 
 def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int) -> int:
@@ -220,5 +226,5 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     mb = ctx.batch.micro_batches[0]
     hardware = replace(hw, gpus_per_node=world_size, nodes=1)
     setup = Setup(stage, opt, param, mb, ck, ctx.accumulation_steps(mb))
-    costs = costs_for(model, hardware, setup, ctx.precision, frugal, ctx.overhead)
+    costs = costs_for(model, hardware, setup, ctx.precision, frugal, ctx.overhead, **ctx.peft_costs(stage))
     return costs.need(ctx.activation(mb, ck))

@@ -43,6 +43,7 @@ from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.model import StepTime, step_time
+from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, PeftPlan, plan_peft
 from zerokit.planner.types import Candidate, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
@@ -82,6 +83,8 @@ class Context:
     hardware: Hardware
     training: Training
     precision: str = ""
+    peft: PeftPlan | None = None
+    """LoRA/QLoRA adapters on a frozen base (rule_peft); None: full fine-tuning."""
     batch: BatchChoice | None = None
     candidates: tuple = ()
     evaluations: tuple = ()
@@ -122,7 +125,8 @@ class Context:
             else:
                 hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
                                            attention=self.training.attention, dtype=self.precision,
-                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator)
+                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator,
+                                           lora=self.peft.activation_setup if self.peft else None)
             self._activations[key] = hit
             if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
                 self.warnings.append(hit.note)
@@ -141,7 +145,7 @@ class Context:
             settings = self.levels(stage)[level][0]
             setup = Setup(stage, opt, param, 1, False, accumulation)
             hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
-                                               self.overhead)
+                                               self.overhead, **self.peft_costs(stage))
         return hit
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
@@ -154,11 +158,22 @@ class Context:
                          attention=t.attention, overlap_comm=b.overlap_comm,
                          reduce_bucket_size=b.reduce_bucket_size, allgather_bucket_size=b.allgather_bucket_size,
                          prefetch_bucket_size=b.prefetch_bucket_size,
-                         persistence_threshold=b.param_persistence_threshold)
+                         persistence_threshold=b.param_persistence_threshold, trainable_parameters=self.trainable)
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
         return model_flops(self.model.config)
+
+    def peft_costs(self, stage: int) -> dict[str, int]:
+        """`costs_for`'s LoRA/QLoRA arguments: only the adapters train, the base is frozen (empty: full training)."""
+        if self.peft is None:
+            return {}
+        return {"trainable": self.peft.trainable, "frozen_bytes": self.peft.frozen_bytes_at(stage)}
+
+    @property
+    def trainable(self) -> int:
+        """Parameters with gradients and optimizer states."""
+        return self.model.parameters if self.peft is None else self.peft.trainable
 
     def accumulation_steps(self, micro_batch: int) -> int:
         per_gpu = self.batch.per_gpu_samples
@@ -234,6 +249,27 @@ def rule_precision(ctx: Context) -> tuple[str, str]:
     return "fp16", f"fp16 with dynamic loss scaling because {ctx.gpu_label} has no bf16."
 
 
+def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
+    """LoRA/QLoRA: count the adapters, price the frozen base, refuse what PEFT, bitsandbytes or DeepSpeed refuse."""
+    t = ctx.training
+    if t.peft == "qlora" and t.offload_param not in (None, "none"):
+        raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
+                       "--offload-param none or auto (optimizer offload of the adapters works)")
+    peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision)
+    if peft is None:
+        return None, None
+    share = peft.trainable / max(1, peft.frozen_parameters)
+    base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
+            f"in 4-bit NF4 with double quantization ({format_bytes(peft.frozen_bytes)}, of which "
+            f"{format_bytes(peft.quantization_constants)} quantization constants)")
+    targets = peft.target_modules if isinstance(peft.target_modules, str) else ",".join(peft.target_modules)
+    return peft, (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} rank {peft.rank} on {targets}: "
+                  f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
+                  f"gradients, an fp32 master copy and Adam moments; the {format_count(peft.frozen_parameters)} "
+                  f"base parameters are frozen {base}, whole on every GPU at ZeRO-0 to 2 and partitioned at "
+                  "ZeRO-3.")
+
+
 def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     """Which micro-batches to try, and how a global batch splits into micro-batch x accumulation x GPUs."""
     t, dp = ctx.training, ctx.hardware.world_size
@@ -285,7 +321,11 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
         pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
                      and all(f is None or f == v for f, v in zip(forced, c)))
     nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
-    return pool, f"Candidates, in search order (no offload, then CPU offload, then NVMe): {', '.join(setup_label(*c) for c in pool)}{nvme}."
+    if ctx.peft is not None and ctx.peft.method == "qlora" and any(c[2] != "none" for c in pool):
+        pool = tuple(c for c in pool if c[2] == "none")
+        nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
+    return pool, (f"Candidates, in search order (no offload, then CPU offload, then NVMe): "
+                  f"{', '.join(setup_label(*c) for c in pool)}{nvme}.")
 
 
 def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
@@ -435,9 +475,44 @@ def rule_host(ctx: Context) -> tuple[int, str | None]:
     return c.cpu_bytes_per_node, why + "."
 
 
+def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
+    """LoRA/QLoRA: why ZeRO-2 and ZeRO-3 differ so little, and the ZeRO-3 pitfalls (as warnings), each as the
+    installed transformers 5, DeepSpeed 0.19 and accelerate handle it."""
+    peft = ctx.peft
+    if peft is None:
+        return None, None
+    n, e = ctx.hardware.world_size, DTYPE_BYTES[ctx.precision]
+    stage = ctx.chosen.candidate.setup.zero_stage
+    frozen2, frozen3 = peft.frozen_bytes_at(2), -(-peft.frozen_bytes_at(3) // n)
+    states = peft.trainable * (e + 4 + 8 + (4 if ctx.precision != "fp32" else 0))
+    why = (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} and the ZeRO stage: the adapters' gradients, master "
+           f"weights and Adam moments are only {format_bytes(states)} in all, so ZeRO-1/2 have little to partition; "
+           f"the frozen base is {format_bytes(frozen2)} per GPU at ZeRO-0 to 2")
+    why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs)." if n > 1 else
+            " and the same at ZeRO-3 on 1 GPU (nothing to partition across).")
+    if stage == 3:
+        if peft.method == "lora":
+            ctx.warnings.append(
+                f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
+                f"{format_bytes(peft.frozen_bytes)} base: create TrainingArguments(deepspeed=...) (it keeps the "
+                "HfDeepSpeedConfig alive) before from_pretrained, and transformers builds the model inside zero.Init")
+        else:
+            ctx.warnings.append(
+                f"ZeRO-3 with QLoRA: bnb_4bit_quant_storage must be the compute dtype ({ctx.precision}, as "
+                "peft.quantization_config says) so DeepSpeed can partition the 4-bit weights; transformers loads a "
+                "quantized model without zero.Init (modeling_utils.get_init_context), so each rank first holds the "
+                f"whole {format_bytes(peft.frozen_bytes_at(3))} 4-bit base")
+        ctx.warnings.append(
+            "ZeRO-3 partitions the adapters too: saving them gathers 16-bit weights, so the ds_config sets "
+            "stage3_gather_16bit_weights_on_model_save (Accelerate's get_state_dict refuses without it; the HF "
+            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters)")
+    return None, why
+
+
 RULES: tuple[tuple[str, Rule], ...] = (
     ("forced", rule_forced),
     ("precision", rule_precision),
+    ("peft", rule_peft),
     ("batch", rule_batch),
     ("candidates", rule_candidates),
     ("evaluations", rule_evaluate),
@@ -447,6 +522,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("accumulation", rule_accumulation),
     ("buffer_settings", rule_buffers),
     ("host", rule_host),
+    ("peft_advice", rule_peft_advice),
 )
 
 
@@ -460,7 +536,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     """
     model, hw = ctx.model, ctx.hardware
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
-                       param, DTYPE_BYTES[ctx.precision])
+                       param, DTYPE_BYTES[ctx.precision], trainable=ctx.trainable)
     last = len(ctx.levels(stage)) - 1
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)

@@ -17,6 +17,7 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 ATTENTION_KERNELS = ("sdpa", "flash", "eager")
 PRECISIONS = ("bf16", "fp16", "fp32")
 TARGETS = ("trainer", "accelerate", "deepspeed")
+PEFT_METHODS = ("none", "lora", "qlora")
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,16 @@ class Training:
     """Total training steps for the scheduler when target=deepspeed; None = constant LR after warmup."""
     train_tokens: float | None = None
     """Tokens to train (e.g. 10B), for the predicted time to train; None = not asked."""
+    peft: str = "none"
+    """Parameter-efficient fine-tuning: none (every weight trains), lora (a frozen 16-bit base with trainable
+    adapters) or qlora (the same on a bitsandbytes 4-bit NF4 base)."""
+    lora_rank: int = 16
+    """LoRA adapter rank r (LoraConfig.r)."""
+    lora_targets: str = "all-linear"
+    """Which linear layers get adapters: all-linear (every linear layer but the output head, as PEFT means it) or a
+    comma list of module names, e.g. q_proj,v_proj."""
+    lora_dropout: float = 0.05
+    """LoRA dropout in [0, 1); MoE expert and router targets need 0 (PEFT refuses dropout there)."""
 
 
 @dataclass(frozen=True)

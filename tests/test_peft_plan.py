@@ -1,0 +1,270 @@
+"""`zerokit plan --peft lora|qlora`: counts, bytes, JSON, the report and the refusals, with hand-computed figures.
+
+The tiny llama of examples/models/tiny-llama (hidden 64, 4 heads of 16, 2 KV heads, intermediate 172, 2 layers,
+vocabulary 512, untied: 156,480 parameters) has per layer the linears q 64x64, k 64x32, v 64x32, o 64x64 and
+gate/up 64x172, down 172x64. LoRA rank r adds r * (in + out) to each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zerokit.cli import main
+
+pytest.importorskip("zerokit.planner.engine")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "examples", "models", "tiny-llama")
+TINY_PARAMETERS = 156_480
+# rank 16, all-linear, per layer: q 16*(64+64) + k 16*(64+32) + v 16*(64+32) + o 16*(64+64) + 3 * 16*(64+172)
+TINY_LORA_16 = 2 * (2048 + 1536 + 1536 + 2048 + 3 * 3776)
+assert TINY_LORA_16 == 36_992
+TINY_ON_2 = ["--model", TINY, "--gpu-memory", "16GB", "--gpus-per-node", "2", "--seq-len", "64", "--micro-batch", "2",
+             "--precision", "bf16"]
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["plan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def plan_json(capsys, *args: str) -> dict:
+    code, out, err = run(capsys, *args, "--format", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ------------------------------------------------------------------------------------------------ counts and JSON
+
+def test_without_peft_everything_trains(capsys):
+    doc = plan_json(capsys, *TINY_ON_2)
+    assert doc["model"]["trainable_parameters"] == doc["model"]["parameters"] == TINY_PARAMETERS
+    assert doc["model"]["frozen_parameters"] == 0
+    assert doc["peft"] is None
+
+
+def test_llama_2_7b_lora_counts_and_lora_config(capsys):
+    doc = plan_json(capsys, "--model", "llama-2-7b", "--gpu", "a100-80gb", "--seq-len", "2048", "--peft", "lora")
+    assert doc["model"]["trainable_parameters"] == 39_976_960  # PEFT's print_trainable_parameters for Llama-2-7B
+    assert doc["model"]["frozen_parameters"] == doc["model"]["parameters"] == 6_738_415_616
+    assert doc["peft"] == {"method": "lora", "quantization_config": None, "lora_config": {
+        "r": 16, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": "all-linear", "bias": "none",
+        "task_type": "CAUSAL_LM"}}
+
+
+def test_rank_and_targets_reach_the_count(capsys):
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--lora-rank", "4", "--lora-targets", "q_proj,v_proj",
+                    "--lora-dropout", "0")
+    assert doc["model"]["trainable_parameters"] == 2 * 4 * ((64 + 64) + (64 + 32))
+    assert doc["peft"]["lora_config"]["target_modules"] == ["q_proj", "v_proj"]
+    assert doc["peft"]["lora_config"]["lora_dropout"] == 0.0
+
+
+def test_lora_config_and_quantization_config_build_in_the_real_libraries(capsys):
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import dataclasses
+
+    import torch
+
+    for stage, storage in (("2", torch.uint8), ("3", torch.bfloat16)):
+        doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", stage, "--lora-targets", "q_proj,o_proj")
+        lora, quant = doc["peft"]["lora_config"], doc["peft"]["quantization_config"]
+        fields = {f.name for f in dataclasses.fields(peft.LoraConfig)}
+        assert set(lora) <= fields
+        config = peft.LoraConfig(**lora)
+        assert (config.r, config.lora_alpha, config.target_modules) == (16, 32, {"q_proj", "o_proj"})
+        assert set(quant) <= set(transformers.BitsAndBytesConfig.__init__.__code__.co_varnames)
+        bnb = transformers.BitsAndBytesConfig(**quant)
+        assert bnb.load_in_4bit and bnb.bnb_4bit_quant_type == "nf4" and bnb.bnb_4bit_use_double_quant
+        assert bnb.bnb_4bit_compute_dtype == torch.bfloat16
+        assert bnb.bnb_4bit_quant_storage == storage  # the compute dtype under ZeRO-3 only
+
+
+def test_a_bare_count_uses_the_inferred_llama_shape(capsys):
+    doc = plan_json(capsys, "--model", "7B", "--gpu", "a100-80gb", "--seq-len", "2048", "--peft", "lora")
+    assert doc["model"]["frozen_parameters"] == doc["model"]["parameters"] == 7_000_000_000
+    # llama-2-7b-like with the layers scaled to 7B: 33 layers of 4096 hidden, 11008 intermediate, at rank 16
+    per_layer = 16 * (4 * (4096 + 4096) + 3 * (4096 + 11008))
+    assert doc["model"]["trainable_parameters"] == doc["model"]["num_layers"] * per_layer
+    assert any("inferred" in n for n in doc["warnings"])
+
+
+# --------------------------------------------------------------------------------------------------- memory
+
+def test_lora_model_states_at_zero_2_by_hand(capsys):
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "2")
+    step = doc["memory"]["phase_breakdown"]["optimizer_step"]
+    assert step["parameters"] == 2 * TINY_PARAMETERS + 2 * TINY_LORA_16  # frozen bf16 base and adapters, whole
+    assert step["optimizer_states"] == (4 + 8) * (TINY_LORA_16 // 2)  # fp32 master and Adam moments, partitioned
+    full = plan_json(capsys, *TINY_ON_2, "--zero-stage", "2")["memory"]["phase_breakdown"]["optimizer_step"]
+    assert full["optimizer_states"] == (4 + 8) * (TINY_PARAMETERS // 2)
+
+
+def test_lora_base_is_partitioned_at_zero_3_only(capsys):
+    z2 = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "2")
+    z3 = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "3")
+    assert z3["memory"]["phase_breakdown"]["optimizer_step"]["parameters"] < \
+        z2["memory"]["phase_breakdown"]["optimizer_step"]["parameters"]
+    assert z3["ds_config"]["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
+    assert any("zero.Init" in w for w in z3["warnings"])
+    assert any("stage3_gather_16bit_weights_on_model_save" in w for w in z3["warnings"])
+    assert not any("zero.Init" in w for w in z2["warnings"])
+    assert any("LoRA and the ZeRO stage" in r and "partitioned" not in r for r in z2["reasons"])
+
+
+def test_host_offload_counts_only_the_adapters_states(capsys):
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "2", "--offload-optimizer", "cpu")
+    tn = TINY_LORA_16 // 2
+    # per rank: fp32 master, gradients and moments (16 B), the pinned 16-bit partition and the largest layer's
+    # (the 512 x 64 embedding) gradient staging buffer, both bf16
+    per_rank = 16 * tn + 2 * tn + 2 * 512 * 64
+    assert doc["memory"]["per_node_cpu"]["steady_state"] == 2 * per_rank
+
+
+def test_qlora_nf4_bytes_of_the_tiny_llama_by_hand(capsys):
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner.peft import plan_peft
+
+    def nf4(n: int) -> int:  # packed 4-bit, uint8 absmax per 64, its fp32 offset, an fp32 absmax per 256 absmax,
+        blocks = -(-n // 64)  # the 256-entry dynamic code and the 16-entry NF4 code (fp32 each)
+        return n // 2 + blocks + 4 + 4 * -(-blocks // 256) + 256 * 4 + 16 * 4
+
+    layer = [64 * 64, 64 * 32, 64 * 32, 64 * 64, 64 * 172, 64 * 172, 172 * 64]
+    quantized = 2 * sum(layer)
+    expected = 2 * sum(nf4(n) for n in layer) + 2 * (TINY_PARAMETERS - quantized)  # the rest stays bf16
+    assert expected == 193_784
+    p = plan_peft(resolve_model(TINY), "qlora", 16, "all-linear", 0.05, "bf16")
+    assert (p.frozen_bytes, p.quantized_parameters, p.trainable) == (expected, quantized, TINY_LORA_16)
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "2")
+    step = doc["memory"]["phase_breakdown"]["optimizer_step"]
+    assert step["parameters"] == expected + 2 * TINY_LORA_16
+
+
+def test_qlora_auto_search_skips_parameter_offload(capsys):
+    doc = plan_json(capsys, "--model", "llama-2-70b", "--gpu", "a100-80gb", "--seq-len", "4096", "--peft", "qlora")
+    assert doc["candidates"] and all(c["offload_param"] == "none" for c in doc["candidates"])
+    assert any("parameter offload is skipped for QLoRA" in r for r in doc["reasons"])
+    assert doc["peft"]["quantization_config"]["bnb_4bit_compute_dtype"] == "bfloat16"
+
+
+# ---------------------------------------------------------------------------------------------- table, markdown
+
+def test_table_and_markdown_show_the_adapters(capsys):
+    code, out, _ = run(capsys, *TINY_ON_2, "--peft", "lora")
+    assert code == 0
+    assert f"trainable: {TINY_LORA_16:,} LoRA adapter parameters (rank 16" in out
+    assert f"frozen: {TINY_PARAMETERS:,} base parameters (bf16" in out
+    code, out, _ = run(capsys, *TINY_ON_2, "--peft", "lora")
+    pytest.importorskip("jinja2")
+    code, md, _ = run(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "3", "--format", "markdown")
+    assert "## QLoRA" in md and '"lora_alpha": 32' in md and '"bnb_4bit_quant_storage": "bfloat16"' in md
+    assert "get_peft_model(model, LoraConfig(**" in md and "Trainer(model=model" in md
+    code, md, _ = run(capsys, *TINY_ON_2, "--format", "markdown")
+    assert "LoraConfig" not in md
+
+
+# --------------------------------------------------------------------------------------------------- refusals
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--peft", "lora", "--lora-targets", "q_proj,c_attn"],
+     "'c_attn' is not a module of llama that LoRA can adapt; valid: all-linear, or a comma list of q_proj, k_proj"),
+    (["--lora-rank", "8"], "--lora-rank needs --peft lora or --peft qlora"),
+    (["--peft", "lora", "--lora-rank", "0"], "--lora-rank must be at least 1"),
+    (["--peft", "lora", "--lora-dropout", "1"], r"--lora-dropout must be in \[0, 1\)"),
+    (["--peft", "lora", "--lora-dropout", "-0.1"], "--lora-dropout must be >= 0"),
+    (["--peft", "lora", "--lora-dropout", "x"], r"--lora-dropout must be a number in \[0, 1\)"),
+    (["--peft", "qlora", "--precision", "fp32"], "--peft qlora computes in bf16 or fp16"),
+    (["--peft", "qlora", "--offload-param", "cpu", "--zero-stage", "3"],
+     "--peft qlora cannot use --offload-param cpu: bitsandbytes 4-bit weights cannot be offloaded"),
+])
+def test_bad_peft_input_is_one_line_exit_2(capsys, args, match):
+    import re
+
+    base = [a for a in TINY_ON_2 if a not in ("--precision", "bf16")] if "--precision" in args else TINY_ON_2
+    code, out, err = run(capsys, *base, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert re.search(match, err), err
+
+
+def test_moe_dropout_is_refused_with_the_fix(capsys):
+    code, _, err = run(capsys, "--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--gpus-per-node", "8",
+                       "--seq-len", "2048", "--peft", "lora")
+    assert code == 2 and "set --lora-dropout 0" in err and err.count("\n") == 1
+    doc = plan_json(capsys, "--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len",
+                    "2048", "--peft", "lora", "--lora-dropout", "0")
+    assert doc["peft"]["lora_config"]["lora_dropout"] == 0.0
+
+
+def test_installed_peft_refuses_dropout_on_moe_experts_too():
+    """The refusal above mirrors peft: a tiny mixtral with dropout on its expert parameters fails in get_peft_model."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    config = transformers.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=2,
+                                        vocab_size=64)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match="(?i)dropout"):
+        peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.05))
+
+
+def test_planning_with_peft_imports_neither_torch_nor_peft():
+    code = ("import sys\nfrom zerokit.cli import main\n"
+            f"main(['plan', '--model', {TINY!r}, '--gpu-memory', '16GB', '--seq-len', '64', '--peft', 'qlora', "
+            "'--format', 'json'])\n"
+            "sys.exit(1 if {'torch', 'peft', 'transformers', 'bitsandbytes', 'deepspeed'} & set(sys.modules) else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+
+
+def test_qlora_from_the_plan_trains_on_this_cpu(capsys, tmp_path):
+    """bitsandbytes 0.50 runs Linear4bit forward and backward on the CPU: the plan's own configs load the tiny llama
+    in 4 bits, PEFT adds exactly the adapters the plan counted, and three AdamW steps lower a finite loss."""
+    pytest.importorskip("bitsandbytes")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "2", "--lora-dropout", "0")
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(
+        tmp_path / "base")
+    quantization = transformers.BitsAndBytesConfig(**doc["peft"]["quantization_config"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", quantization_config=quantization,
+                                                              dtype=torch.bfloat16, device_map="cpu")
+    import bitsandbytes as bnb
+
+    assert sum(isinstance(m, bnb.nn.Linear4bit) for m in model.modules()) == 2 * 7  # every linear but lm_head
+    model = peft.get_peft_model(model, peft.LoraConfig(**doc["peft"]["lora_config"]))
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) == doc["model"]["trainable_parameters"] == TINY_LORA_16
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(3):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0], losses
+
+
+def test_a_family_zerokit_does_not_count_is_refused_before_any_calibration(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "starcoder2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}))
+    code, out, err = run(capsys, "--model", str(tmp_path), "--gpu-memory", "16GB", "--seq-len", "64", "--peft", "lora")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--peft: zerokit counts LoRA adapters for these families: falcon, gemma" in err and "'starcoder2'" in err
+    assert "calibrat" not in err

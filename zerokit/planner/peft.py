@@ -1,0 +1,111 @@
+"""LoRA and QLoRA in a plan: what trains, what stays frozen and in how many bytes, and what to pass to PEFT.
+
+Pure arithmetic on top of `zerokit.models.lora` (adapter counts, as `peft.get_peft_model` builds them) and
+`zerokit.models.quant` (the frozen base's bytes, as bitsandbytes stores them); no torch, no peft.
+
+`lora_config()` and `quantization_config()` are the keyword arguments of `peft.LoraConfig` (peft 0.21) and
+`transformers.BitsAndBytesConfig` (transformers 5); tests/test_peft_plan.py builds both from the plan's JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from zerokit.errors import BadInput
+from zerokit.memory.activations import LoraSetup
+from zerokit.models.lora import ALL_LINEAR, lora_parameters
+from zerokit.models.quant import frozen_base_bytes
+from zerokit.models.spec import ModelSpec
+
+LORA_ALPHA_PER_RANK = 2
+"""lora_alpha = 2 r, the common recipe (the update is scaled by alpha / r = 2 whatever the rank)."""
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+QLORA_PRECISIONS = ("bf16", "fp16")
+QLORA_NO_PARAM_OFFLOAD = (
+    "bitsandbytes 4-bit weights cannot be offloaded: transformers refuses to dispatch a 4-bit model's modules to the "
+    "CPU or disk (only unquantized, in fp32, with llm_int8_enable_fp32_cpu_offload), and each weight's quantization "
+    "state (absmax, code tables) lives outside the tensors ZeRO-3 moves")
+
+
+@dataclass(frozen=True)
+class PeftPlan:
+    """The adapters of a plan and the frozen base beneath them."""
+
+    method: str
+    """lora or qlora."""
+    rank: int
+    dropout: float
+    target_modules: str | tuple[str, ...]
+    """`LoraConfig.target_modules`: "all-linear" or module names as PEFT reads them."""
+    trainable: int
+    """Adapter parameters: the only ones with gradients and optimizer states."""
+    frozen_parameters: int
+    """The base model's parameters, all frozen."""
+    frozen_bytes: int
+    """One whole copy of the frozen base on the GPU: 16-bit for lora, NF4 (bnb_4bit_quant_storage uint8) for qlora."""
+    frozen_bytes_zero3: int
+    """The same with bnb_4bit_quant_storage = the compute dtype, as ZeRO-3 needs it (equal for lora)."""
+    quantized_parameters: int = 0
+    quantization_constants: int = 0
+    """QLoRA: bytes of absmax, nested absmax and code tables in one whole copy."""
+
+    @property
+    def activation_setup(self) -> LoraSetup:
+        return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora")
+
+    def frozen_bytes_at(self, zero_stage: int) -> int:
+        return self.frozen_bytes_zero3 if zero_stage == 3 else self.frozen_bytes
+
+    def lora_config(self) -> dict[str, Any]:
+        """`peft.LoraConfig(**lora_config())`; target_modules a list (JSON has no tuples)."""
+        targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
+        return {"r": self.rank, "lora_alpha": LORA_ALPHA_PER_RANK * self.rank, "lora_dropout": self.dropout,
+                "target_modules": targets, "bias": "none", "task_type": "CAUSAL_LM"}
+
+    def quantization_config(self, precision: str, zero_stage: int) -> dict[str, Any] | None:
+        """`transformers.BitsAndBytesConfig(**quantization_config(...))` for qlora, else None.
+
+        Under ZeRO-3 the 4-bit weights must be stored in the compute dtype (`bnb_4bit_quant_storage`): DeepSpeed
+        partitions and gathers parameters as floating-point tensors of one dtype, which uint8 storage breaks."""
+        if self.method != "qlora":
+            return None
+        dtype = TORCH_DTYPES[precision]
+        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+                "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": dtype if zero_stage == 3 else "uint8"}
+
+
+def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float, precision: str
+              ) -> PeftPlan | None:
+    """The adapters for `--peft method`, or None for full fine-tuning; BadInput for anything PEFT would refuse."""
+    if method == "none":
+        return None
+    if method not in ("lora", "qlora"):
+        raise BadInput(f"--peft must be none, lora or qlora, got {method!r}")
+    if method == "qlora" and precision not in QLORA_PRECISIONS:
+        raise BadInput(f"--peft qlora computes in bf16 or fp16 (bnb_4bit_compute_dtype), not {precision}; "
+                       "use --precision bf16 or fp16 (or auto)")
+    config = _countable_config(model)
+    names: str | list[str] = ALL_LINEAR if targets.strip().lower() == ALL_LINEAR else targets.split(",")
+    count = lora_parameters(config, rank, names, dropout=dropout)
+    n = model.parameters
+    e = 2 if precision in QLORA_PRECISIONS else 4
+    if method == "lora":
+        return PeftPlan("lora", rank, dropout, count.target_modules, count.trainable, n, e * n, e * n)
+    low = frozen_base_bytes(config, "qlora", precision, quant_storage="uint8")
+    z3 = frozen_base_bytes(config, "qlora", precision, quant_storage=precision)
+    scale = n / max(1, low.quantized_parameters + low.unquantized // e) if model.source == "count" else 1.0
+    return PeftPlan("qlora", rank, dropout, count.target_modules, count.trainable, n, round(low.total * scale),
+                    round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale))
+
+
+def _countable_config(model: ModelSpec) -> Mapping[str, Any]:
+    """The config the adapters are counted on; a bare count uses its inferred llama-like shape."""
+    config = {k: v for k, v in model.config.items() if not str(k).startswith("_")}
+    from zerokit.models.params import FAMILIES
+
+    if str(config.get("model_type", "")) not in FAMILIES:
+        raise BadInput(f"--peft: zerokit counts LoRA adapters for these families: {', '.join(sorted(FAMILIES))}; "
+                       f"model_type {model.model_type!r} is not one of them (give a preset or a config.json of one)")
+    return config
