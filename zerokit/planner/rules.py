@@ -351,13 +351,14 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
     # Within the model's resolution the earlier (simpler, less communication-bound) setup of the search order wins.
     chosen = next(e for e in fitting if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best)
     others = sorted((e for e in fitting if e is not chosen), key=lambda e: -e.candidate.performance.tokens_per_s)
-    if chosen is not fastest:
-        why = (f"{_described(ctx, chosen)} is chosen: {_described(ctx, fastest)} is within {TIE_TOLERANCE:.0%}, "
-               "closer than the step-time model can tell apart, so the simpler setup is kept")
+    close = [e for e in others if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best]
+    if close:
+        why = (f"{_described(ctx, chosen)} is chosen: {_described(ctx, close[0])} is within {TIE_TOLERANCE:.0%}, "
+               "closer than the step-time model can tell apart, and the simpler setup is kept")
     else:
         why = f"{_described(ctx, chosen)} is the fastest setup that fits"
-    if chosen is fastest and others:
-        why += f"; it beats {_described(ctx, others[0])}"
+        if others:
+            why += f"; it beats {_described(ctx, others[0])}"
     earlier = [e for e in evs[:evs.index(chosen)] if not e.candidate.fits]
     if earlier:
         why += f"; {_label_of(earlier[-1])} {earlier[-1].candidate.why_not}"
