@@ -347,3 +347,74 @@ def test_folder_without_config_json_is_one_line_exit_2(capsys, tmp_path):
     code, stdout, stderr = run(capsys, "plan", "--model", str(tmp_path), "--gpu", "h100-80gb", "--seq-len", "512")
     assert code == 2 and stdout == "" and stderr.count("\n") == 1
     assert "config.json" in stderr
+
+
+# ---------------------------------------------------------------------------------------------- step time
+
+PROFILE = os.path.join(os.path.dirname(__file__), "data", "step_time", "profile.json")
+TINY = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "tiny-llama")
+
+
+def test_performance_is_the_chosen_candidates_step_and_time_to_train_is_whole_steps(capsys):
+    import math
+
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--global-batch-tokens", "1M", "--train-tokens", "10B")
+    assert code == 0
+    perf = plan["performance"]
+    chosen = next(c for c in plan["candidates"] if (c["zero_stage"], c["offload_optimizer"], c["offload_param"])
+                  == (plan["decision"]["zero_stage"], "none", "none"))
+    assert perf["step_time_s"] == chosen["step_time_s"] and perf["tokens_per_s"] == chosen["tokens_per_s"]
+    d = plan["decision"]
+    assert perf["tokens_per_step"] == 4096 * d["micro_batch_size"] * d["gradient_accumulation_steps"] * 8
+    assert perf["tokens_per_s"] == pytest.approx(perf["tokens_per_step"] / perf["step_time_s"])
+    assert perf["time_to_train_s"] == pytest.approx(math.ceil(10e9 / perf["tokens_per_step"]) * perf["step_time_s"])
+    assert 0 < perf["mfu"] < 1
+    # every candidate that fits is timed, the others are null
+    assert all((c["step_time_s"] is None) == (not c["fits"]) for c in plan["candidates"])
+    # and the choice is the most tokens/s, up to the 2% tie rule
+    best = max(c["tokens_per_s"] for c in plan["candidates"] if c["fits"])
+    assert perf["tokens_per_s"] >= 0.98 * best
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100)
+    assert plan["performance"]["time_to_train_s"] is None
+
+
+def test_slower_links_slow_a_multi_node_plan(capsys):
+    args = ["plan", "--model", "llama-2-70b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--nodes", "4",
+            "--seq-len", "4096", "--zero-stage", "3", "--micro-batch", "1", "--gradient-checkpointing", "on"]
+    _, fast = run_json(capsys, *args)
+    _, slow = run_json(capsys, *args, "--inter-node-bandwidth", "100Gbps")
+    assert slow["performance"]["exposed_communication_s"] > fast["performance"]["exposed_communication_s"]
+    assert slow["performance"]["step_time_s"] > fast["performance"]["step_time_s"]
+
+
+def test_link_options_need_a_preset_or_a_profile(capsys):
+    code, _, err = run(capsys, "plan", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--seq-len", "4096",
+                       "--pcie-bandwidth", "32GB/s")
+    assert code == 2 and "give --gpu PRESET too" in err
+    code, _, err = run(capsys, *LLAMA_7B_8xH100, "--inter-node-bandwidth", "fast")
+    assert code == 2 and "--inter-node-bandwidth" in err and "\n" == err[-1] and err.count("\n") == 1
+    code, _, err = run(capsys, *LLAMA_7B_8xH100, "--train-tokens", "lots")
+    assert code == 2 and "--train-tokens" in err
+
+
+def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
+    from zerokit.models.resolve import resolve_model
+    from zerokit.perf import load_profile, step_time
+
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", TINY, "--gpus-per-node", "2",
+                          "--seq-len", "128", "--micro-batch", "4", "--zero-stage", "2")
+    assert code == 0
+    assert plan["hardware"]["gpu_name"] == "cpu"  # the profile is of DeepSpeed's CPU accelerator
+    assert plan["hardware"]["gpu_memory_bytes"] == json.load(open(PROFILE))["measurements"]["device_memory_bytes"]
+    assert plan["memory"]["per_gpu"]["overhead"] == 0  # no CUDA context on a CPU
+    spec = resolve_model(TINY)
+    d = plan["decision"]
+    expected = step_time(spec.config, load_profile(PROFILE), parameters=spec.parameters, seq_len=128, micro_batch=4,
+                         gpus_per_node=2, zero_stage=2, offload_optimizer=d["offload_optimizer"],
+                         gradient_checkpointing=d["gradient_checkpointing"],
+                         reduce_bucket_size=d["reduce_bucket_size"], allgather_bucket_size=d["allgather_bucket_size"],
+                         prefetch_bucket_size=d["prefetch_bucket_size"],
+                         persistence_threshold=d["param_persistence_threshold"], overlap_comm=d["overlap_comm"])
+    assert plan["performance"]["step_time_s"] == pytest.approx(expected.step_time_s)
+    code, _, err = run(capsys, "plan", "--hardware", "missing.json", "--model", TINY, "--seq-len", "128")
+    assert code == 2 and "zerokit probe" in err

@@ -185,7 +185,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     if machine is not None and machine.device == "cpu":
         from dataclasses import replace as _replace
 
-        hardware = _replace(hardware, accelerator="cpu", bf16="bf16" in machine.matmul)
+        hardware = _replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
+                            bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
     spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
@@ -247,7 +248,9 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
     if profile is not None:
         from zerokit.perf.machine import _read_profile
 
-        value = _read_profile(profile).get("device_memory_bytes")
+        data = _read_profile(profile)
+        measured = data.get("measurements")
+        value = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             memory = value
     return machine, memory

@@ -104,7 +104,10 @@ class Context:
 
     def __post_init__(self) -> None:
         t, hw = self.training, self.hardware
-        self.overhead = t.overhead_bytes if t.overhead_bytes is not None else default_overhead(hw.gpu_memory_bytes)
+        if t.overhead_bytes is not None:
+            self.overhead = t.overhead_bytes
+        else:  # DeepSpeed's CPU accelerator has no CUDA context, NCCL or caching allocator to reserve for
+            self.overhead = 0 if hw.accelerator == "cpu" else default_overhead(hw.gpu_memory_bytes)
 
     def levels(self, stage: int) -> tuple[tuple[BufferSettings, int], ...]:
         """The buffer ladder for a stage with each setting's bytes, computed once per plan."""
