@@ -342,9 +342,9 @@ SCENARIOS = {
 def planned(name: str, target: str) -> Plan:
     plan_mod = pytest.importorskip("zerokit.planner.engine")
     resolve = pytest.importorskip("zerokit.models.resolve")
-    from zerokit.hardware import resolve_hardware
-
     from dataclasses import replace
+
+    from zerokit.hardware import resolve_hardware
 
     model, hardware, training = SCENARIOS[name]
     result = plan_mod.plan(resolve.resolve_model(model), resolve_hardware(**hardware),

@@ -405,7 +405,8 @@ def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
                           "--seq-len", "128", "--micro-batch", "4", "--zero-stage", "2")
     assert code == 0
     assert plan["hardware"]["gpu_name"] == "cpu"  # the profile is of DeepSpeed's CPU accelerator
-    assert plan["hardware"]["gpu_memory_bytes"] == json.load(open(PROFILE))["measurements"]["device_memory_bytes"]
+    with open(PROFILE, encoding="utf-8") as f:
+        assert plan["hardware"]["gpu_memory_bytes"] == json.load(f)["measurements"]["device_memory_bytes"]
     assert plan["memory"]["per_gpu"]["overhead"] == 0  # no CUDA context on a CPU
     spec = resolve_model(TINY)
     d = plan["decision"]

@@ -97,9 +97,23 @@ class StepCosts:
     candidate of every plan asks it several times).
     """
 
-    __slots__ = ("params_rest", "gathered", "opt_rest", "grads_rest", "grads_held", "grads_backward",
-                 "buffers_backward", "step_grads", "step_transient", "end_grads", "end_transient", "overhead",
-                 "_base", "_step_total", "_end_total")
+    __slots__ = (
+        "_base",
+        "_end_total",
+        "_step_total",
+        "buffers_backward",
+        "end_grads",
+        "end_transient",
+        "gathered",
+        "grads_backward",
+        "grads_held",
+        "grads_rest",
+        "opt_rest",
+        "overhead",
+        "params_rest",
+        "step_grads",
+        "step_transient",
+    )
 
     def __init__(self, *, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
                  grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
