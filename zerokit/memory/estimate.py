@@ -318,8 +318,20 @@ def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...
     return _module_trace(_config_key(model.config), model.parameters, model.num_layers, persistence_threshold)
 
 
+_KEYS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+
+
 def _config_key(config: Mapping[str, Any]) -> Any:
-    return tuple(sorted((k, v if not isinstance(v, (list, dict)) else repr(v)) for k, v in config.items()))
+    """A hashable key of a config's content; remembered per config object (the planner asks for the same one
+    for every ZeRO-3 candidate), the object kept alive beside it so an id is never reused for another."""
+    hit = _KEYS.get(id(config))
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    key = tuple(sorted((k, v if not isinstance(v, (list, dict)) else repr(v)) for k, v in config.items()))
+    if len(_KEYS) > 512:
+        _KEYS.clear()
+    _KEYS[id(config)] = (config, key)
+    return key
 
 
 @functools.lru_cache(maxsize=512)

@@ -545,8 +545,13 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
+    largest = ctx.batch.micro_batches[-1]
     for level in (0, last) if last else (0,):
         for ck in (False, True) if forced is None else (forced,):
+            if ck and forced is None and at_auto.get(False) == largest:
+                continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
+            if level and at_auto.get(ck) == largest:
+                continue  # nor can frugal buffers buy a larger one
             mb = _largest_fitting(ctx, stage, opt, param, level, ck)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
