@@ -283,7 +283,8 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
                                    attention=training.attention, dtype=precision,
                                    gradient_checkpointing=setup.gradient_checkpointing,
                                    device=hardware.accelerator,
-                                   lora=peft.activation_setup if peft is not None else None)
+                                   lora=peft.activation_setup(setup.zero_stage, DTYPE_BYTES[precision])
+                                   if peft is not None else None)
     else:
         act = activations(setup.micro_batch_size, setup.gradient_checkpointing)
     phases = costs.phases(act)
