@@ -58,3 +58,11 @@ def test_lora_states_are_the_adapters_only():
     _, full = _plan_and_estimate(2, "none")
     assert est.phases["optimizer_step"].optimizer_states == 12 * LORA_TRAINABLE // 2 == 1_775_616
     assert full.phases["optimizer_step"].optimizer_states > 10 * est.phases["optimizer_step"].optimizer_states
+
+
+@pytest.mark.parametrize(("stage", "adapter_bytes"), [(0, 2), (1, 2), (2, 2), (3, 4)])
+def test_adapters_train_in_the_dtype_deepspeed_leaves_them(stage, adapter_bytes):
+    """The engine casts PEFT's fp32 adapters to bf16, except on a zero.Init model (ZeRO-3), where it casts nothing
+    (traced: llama-lora-z2 and llama-lora-z3 in tests/data/realrun/memory.json)."""
+    result, _ = _plan_and_estimate(2, "lora")
+    assert result.peft.activation_setup(stage, 2).adapter_bytes == adapter_bytes
