@@ -7,7 +7,8 @@ Started by `benchmarks/realrun_memory.py` through the real `deepspeed` runner (n
 The profiler starts before the model exists, so the replayed allocation events give the exact bytes of live
 tensors at every moment of the run. The model is built from its config.json with random weights (under
 `deepspeed.zero.Init` for ZeRO-3, as the HF Trainer loads it), trained for a few optimizer steps with
-`engine(...)`, `engine.backward`, `engine.step`, and each phase is marked with a profiler range:
+`engine(...)`, `engine.backward`, `engine.step` (LoRA cases: wrapped by `peft.get_peft_model` first, and only the
+adapters handed to DeepSpeed), and each phase is marked with a profiler range:
 
 - forward: `engine(input_ids, labels)` of one micro-batch;
 - backward: `engine.backward(loss)`, gradient reduction hooks included;
@@ -147,10 +148,21 @@ def main() -> int:
             model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
         if stage == 3:
             _repair_uninitialised(model, deepspeed, torch, rank)
+        if case.get("lora_config"):
+            # as with the HF Trainer: the base is loaded (under zero.Init for ZeRO-3), then wrapped outside it; the
+            # adapters are ordinary tensors that deepspeed.initialize converts to ZeRO-3 parameters itself
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(**case["lora_config"]))
         if case.get("gradient_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if case.get("lora_config"):
+                model.enable_input_require_grads()  # what the HF Trainer does for PEFT models with checkpointing
         model.config.use_cache = False
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+        # only what trains reaches the optimizer (the Trainer's optimizer groups skip frozen parameters)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config)
+        del trainable
     del model
     micro_batch = engine.train_micro_batch_size_per_gpu()
     accumulation = engine.gradient_accumulation_steps()

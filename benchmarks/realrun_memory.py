@@ -45,10 +45,14 @@ WORLD = 2
 
 def _case(name: str, model: str, stage: int, *, opt: str = "none", param: str = "none", ckpt: bool = False,
           ga: int = 1, precision: str = "bf16", seq: int = 128, mb: int = 2, attention: str = "sdpa",
-          steps: int = 3) -> dict:
-    return {"name": name, "model": model, "zero_stage": stage, "offload_optimizer": opt, "offload_param": param,
+          steps: int = 3, peft: str = "none", lora_rank: int = 16, lora_targets: str = "all-linear",
+          lora_dropout: float = 0.05) -> dict:
+    case = {"name": name, "model": model, "zero_stage": stage, "offload_optimizer": opt, "offload_param": param,
             "gradient_checkpointing": ckpt, "gradient_accumulation": ga, "precision": precision, "seq_len": seq,
             "micro_batch": mb, "attention": attention, "steps": steps}
+    if peft != "none":  # the full fine-tuning cases keep the golden file's case dicts as they were
+        case.update(peft=peft, lora_rank=lora_rank, lora_targets=lora_targets, lora_dropout=lora_dropout)
+    return case
 
 
 CASES = [
@@ -75,6 +79,11 @@ CASES = [
     _case("mixtral-z2", "mixtral", 2),
     _case("mixtral-z3", "mixtral", 3),
     _case("mixtral-z2-ckpt", "mixtral", 2, ckpt=True),
+    # LoRA rank 16 on every linear layer, dropout 0.05 (what `zerokit plan --peft lora` defaults to): a frozen
+    # bf16 base, adapters with gradients, fp32 master and Adam moments
+    _case("llama-lora-z2", "llama", 2, peft="lora"),
+    _case("llama-lora-z3", "llama", 3, peft="lora"),
+    _case("llama-lora-z2-ckpt", "llama", 2, ckpt=True, peft="lora"),
 ]
 BY_NAME = {c["name"]: c for c in CASES}
 
@@ -100,7 +109,9 @@ def plan_case(case: dict, nvme_path: str | None = None):
                         zero_stage=case["zero_stage"], offload_optimizer=case["offload_optimizer"],
                         offload_param=case["offload_param"], gradient_checkpointing=case["gradient_checkpointing"],
                         attention=case["attention"], precision=case["precision"], target="deepspeed",
-                        overhead_bytes=0)
+                        overhead_bytes=0, peft=case.get("peft", "none"), lora_rank=case.get("lora_rank", 16),
+                        lora_targets=case.get("lora_targets", "all-linear"),
+                        lora_dropout=case.get("lora_dropout", 0.05))
     return plan(spec, hardware, training)
 
 
@@ -154,7 +165,8 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
     ds_config = result.ds_config or build_ds_config(result)
     spec = {"ds_config": ds_config, "model_config": model_config(case), "seq_len": case["seq_len"],
             "steps": case["steps"], "attention": case["attention"],
-            "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose}
+            "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
+            "lora_config": result.peft.lora_config() if result.peft is not None else None}
     (workdir / "case.json").write_text(json.dumps(spec))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

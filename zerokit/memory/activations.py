@@ -106,6 +106,10 @@ class LoraSetup:
     dropout: float = 0.0
     quantized: bool = False
     """QLoRA: the base linears are bitsandbytes 4-bit (dequantized one at a time: a transient, not an activation)."""
+    adapter_bytes: int = 4
+    """Bytes per element of the adapter weights, which their inputs are cast to: 4 as PEFT leaves them on a 16-bit
+    base (`get_peft_model(autocast_adapter_dtype=True)` upcasts them to fp32); the training dtype's width where
+    DeepSpeed's engine casts every parameter to it (ZeRO-0/1/2: `_cast_module_mixed_precision`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.targets, str):  # hashable, for the memo
@@ -153,6 +157,7 @@ class _Ctx(NamedTuple):
     rank: int = 0
     dropout: bool = False
     quantized: bool = False
+    a: int = 4  # bytes per element of the adapter weights (LoraSetup.adapter_bytes)
 
     def mask(self, elem: int) -> int:
         """Bytes per element of a dropout mask over a tensor of `elem`-byte elements (CUDA: 1-byte bool)."""
@@ -164,20 +169,22 @@ class _Ctx(NamedTuple):
     def adapters(self, names: tuple[str, ...], n_in: int, input_kept: bool = False) -> float:
         """Per token: PEFT lora.Linear on each adapted module of `names`, which all read one input of width n_in.
 
-        Each keeps its input as fp32 (a cast copy per module unless the model is fp32, where the input itself is kept
-        once) or, with dropout, the mask and the dropped fp32 input; and lora_A's fp32 rank-r output.
+        Each keeps its input cast to the adapters' dtype (a copy per module unless the adapters are in the
+        activations' dtype, where the input itself is kept once) or, with dropout, the mask and the dropped input in
+        the adapters' dtype; and lora_A's rank-r output in that dtype.
         """
         k = sum(1 for n in names if n in self.adapted)
         if not k:
             return 0.0
+        a = self.a
         if self.dropout:
-            per = (self.mask(4) + 4) * n_in
-        elif self.e != 4:
-            per = 4 * n_in
+            per = (self.mask(a) + a) * n_in
+        elif self.e != a:
+            per = a * n_in
         else:
             per = 0
-        shared = 4 * n_in if (self.e == 4 and not self.dropout and not input_kept) else 0
-        return k * (per + 4 * self.rank) + shared
+        shared = a * n_in if (self.e == a and not self.dropout and not input_kept) else 0
+        return k * (per + a * self.rank) + shared
 
 
 def _get(c: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
@@ -400,7 +407,7 @@ def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, 
     if lay.gemma >= 2 and not (gate or up or x.ad("mlp.down_proj")):
         cut += norm_keep  # post_feedforward_layernorm
     if x.dropout:  # an adapter whose input needs no gradient keeps its dropped input but not the mask
-        m = x.mask(4)
+        m = x.mask(x.a)
         cut += m * h * sum(1 for n in ("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj",
                                        "self_attn.v_proj") if x.ad(n))
         cut += m * q if x.ad("self_attn.o_proj") and not (gq or gk or gv) else 0
@@ -491,7 +498,7 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         # only shared_expert_gate is adapted: the first layer keeps its adapter (no dropout mask), the sigmoid's
         # output and the shared expert's output it scales, nothing of the routed experts (nor their counts)
         gate_ad = x.ad("mlp.shared_expert_gate")
-        kept = x.adapters(("mlp.shared_expert_gate",), h) - (x.mask(4) * h if x.dropout and gate_ad else 0)
+        kept = x.adapters(("mlp.shared_expert_gate",), h) - (x.mask(x.a) * h if x.dropout and gate_ad else 0)
         kept += e + e * h if gate_ad else 0
         first_cut += -3 * e * D.i + moe - kept
         fixed_cut = 4 * n_exp
@@ -544,7 +551,7 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
 
 def _gpt2_first_layer(x: _Ctx, h: int, q: int, i: int, attn: float, s2: float, resid: bool) -> tuple[float, float]:
     """LoRA without checkpointing: what gpt2's first layer does not keep (see _llama_first_layer)."""
-    e, m = x.e, x.mask(4) if x.dropout else 0
+    e, m = x.e, x.mask(x.a) if x.dropout else 0
     c_attn, c_proj, c_fc = x.ad("attn.c_attn"), x.ad("attn.c_proj"), x.ad("mlp.c_fc")
     cut, cut_s2 = e * h + 2 * e, 0.0  # ln_1
     cut += m * h if c_attn else attn  # c_attn's adapter keeps no mask; without it attention keeps nothing
@@ -589,7 +596,7 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     pre = 16 + (e * proj if proj != h else 0) if trains else 0
     first_cut = first_cut_s2 = 0.0
     if x.lora:  # the first layer keeps nothing upstream of its first adapter (see _gpt2_first_layer)
-        m = x.mask(4) if x.dropout else 0
+        m = x.mask(x.a) if x.dropout else 0
         qkv = sum(1 for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") if x.ad(n))
         first_cut = (e * h + 2 * e if pre_ln else 0) + m * h * qkv
         if qkv and attention == "eager":  # q @ k^T keeps q only for k's gradient and k only for q's
@@ -623,7 +630,7 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
         layer += (x.adapters(("attention.query_key_value",), h) + x.adapters(("attention.dense",), q)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
         # the first layer keeps nothing upstream of its first adapter (see _llama_first_layer)
-        m = x.mask(4) if x.dropout else 0
+        m = x.mask(x.a) if x.dropout else 0
         qkv, dense = x.ad("attention.query_key_value"), x.ad("attention.dense")
         fc, proj = x.ad("mlp.dense_h_to_4h"), x.ad("mlp.dense_4h_to_h")
         first_cut = e * h + 2 * e + (m * h if qkv else attn) + (m * q if dense and not qkv else 0)
@@ -682,7 +689,7 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
                   + x.adapters(("self_attention.dense",), q, input_kept=not merged)
                   + x.adapters(("mlp.dense_h_to_4h",), h) + x.adapters(("mlp.dense_4h_to_h",), i))
         # the first layer: its norm(s) read an input that needs no gradient; with parallel attention so does the MLP
-        m = x.mask(4) if x.dropout else 0
+        m = x.mask(x.a) if x.dropout else 0
         qkv, fc = x.ad("self_attention.query_key_value"), x.ad("mlp.dense_h_to_4h")
         first_cut = e * h + 2 * e + (n_ln - 1) * 2 * e if parallel else e * h + 2 * e
         first_cut += m * h if qkv else attn
@@ -759,7 +766,7 @@ def _context(config: Mapping[str, Any], e: int, device: str, lora: LoraSetup | N
         names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
         wanted = names if lora.targets == "all-linear" else tuple(lora.targets)
         adapted = frozenset(f"{'self_attn' if n in names[:4] else 'mlp'}.{n}" for n in wanted)
-    return _Ctx(e, device == "cuda", True, adapted, lora.rank, lora.dropout > 0, lora.quantized)
+    return _Ctx(e, device == "cuda", True, adapted, lora.rank, lora.dropout > 0, lora.quantized, lora.adapter_bytes)
 
 
 def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: int, *, attention: str = "sdpa",

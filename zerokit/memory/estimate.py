@@ -1,9 +1,10 @@
 """The cost layer: the bytes one setup needs on one GPU at each phase of a training step, and on the host.
 
-`estimate(model, hardware, training, setup) -> Estimate` is the one place that sums memory. The planner's search
-and its "what is missing" advisor call it (the search through `step_costs`, the same arithmetic split into what
-depends on the micro-batch and what does not, so that it can binary-search), and so does the real-run harness
-(`benchmarks/realrun_memory.py`), which holds every figure here against a traced DeepSpeed training.
+`estimate(model, hardware, training, setup) -> Estimate` sums one setup's memory; the planner's search sums the
+same arithmetic through `costs_for`/`step_costs` (split into what depends on the micro-batch and what does not, so
+that it can binary-search), and the real-run harness (`benchmarks/realrun_memory.py`) plans each case through it,
+holding every figure here against a traced DeepSpeed training. tests/test_estimate_peft.py keeps `estimate()` equal
+to the plan's phases, LoRA included.
 
 A step has three phases, each with its own peak (CONTRACT.md `memory.phases`):
 
@@ -273,27 +274,38 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
     """The per-phase GPU memory and the host memory of `setup` (see the module docstring).
 
     `activations(micro_batch, checkpointing)` supplies the activation estimate (the planner passes its cached or
-    calibrated one); by default the analytic model runs for a GPU plan.
+    calibrated one); by default the analytic model runs for a GPU plan. `training.peft` (lora, qlora) is honoured
+    as the planner's Context honours it: only the adapters have gradients and optimizer states, the frozen base
+    costs its 16-bit (or 4-bit) bytes, and the activations are those of the adapted layers.
     """
     from zerokit.memory.activations import estimate_activations
     from zerokit.memory.buffers import default_overhead, hf_auto_settings
+    from zerokit.planner.peft import plan_peft  # here, not at the top: zerokit.planner imports this module
 
     precision = precision or training.precision or ("bf16" if hardware.bf16 else "fp16")
     buffers = buffers or hf_auto_settings(model.hidden_size)
     if overhead is None:
         overhead = training.overhead_bytes if training.overhead_bytes is not None else \
             default_overhead(hardware.gpu_memory_bytes)
-    costs = costs_for(model, hardware, setup, precision, buffers, overhead)
+    peft = plan_peft(model, training.peft, training.lora_rank, training.lora_targets, training.lora_dropout,
+                     precision)
+    peft_costs = {} if peft is None else {"trainable": peft.trainable,
+                                          "frozen_bytes": peft.frozen_bytes_at(setup.zero_stage)}
+    costs = costs_for(model, hardware, setup, precision, buffers, overhead, **peft_costs)
     if activations is None:
         act = estimate_activations(model.config, training.seq_len, setup.micro_batch_size,
                                    attention=training.attention, dtype=precision,
-                                   gradient_checkpointing=setup.gradient_checkpointing)
+                                   gradient_checkpointing=setup.gradient_checkpointing,
+                                   device=hardware.accelerator,
+                                   lora=peft.activation_setup(setup.zero_stage, DTYPE_BYTES[precision])
+                                   if peft is not None else None)
     else:
         act = activations(setup.micro_batch_size, setup.gradient_checkpointing)
     phases = costs.phases(act)
     peak = max(PHASES, key=lambda p: phases[p].total)
     host = host_memory(model.parameters, model.largest_layer_parameters, hardware.gpus_per_node, hardware.nodes,
-                       setup.zero_stage, setup.offload_optimizer, setup.offload_param, DTYPE_BYTES[precision])
+                       setup.zero_stage, setup.offload_optimizer, setup.offload_param, DTYPE_BYTES[precision],
+                       trainable=peft.trainable if peft is not None else None)
     return Estimate(setup, precision, buffers, phases, peak, host, activations_source)
 
 

@@ -67,7 +67,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         fits=chosen.fits,
     )
     if activations_source is None:
-        generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing).generic
+        generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing, setup.zero_stage).generic
         activations_source = "generic" if generic else "modelled"
     host = ctx.chosen.host
     performance = chosen.performance
@@ -227,4 +227,4 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     hardware = replace(hw, gpus_per_node=world_size, nodes=1)
     setup = Setup(stage, opt, param, mb, ck, ctx.accumulation_steps(mb))
     costs = costs_for(model, hardware, setup, ctx.precision, frugal, ctx.overhead, **ctx.peft_costs(stage))
-    return costs.need(ctx.activation(mb, ck))
+    return costs.need(ctx.activation(mb, ck, stage))

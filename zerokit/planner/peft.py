@@ -51,9 +51,16 @@ class PeftPlan:
     quantization_constants: int = 0
     """QLoRA: bytes of absmax, nested absmax and code tables in one whole copy."""
 
-    @property
-    def activation_setup(self) -> LoraSetup:
-        return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora")
+    def activation_setup(self, zero_stage: int, dtype_bytes: int) -> LoraSetup:
+        """The adapters as the activation model takes them, in the dtype they train in under DeepSpeed.
+
+        PEFT leaves adapters on a 16-bit base in fp32 (`autocast_adapter_dtype`). DeepSpeed's engine then casts
+        every parameter to the training dtype (`_cast_module_mixed_precision`), except on a model that zero.Init
+        built: at ZeRO-3 the base was partitioned as it loaded and the engine casts nothing, so the adapters, made
+        afterwards by `get_peft_model`, stay fp32 (runtime/engine.py, DeepSpeed 0.19)."""
+        adapter = 4 if zero_stage == 3 else dtype_bytes
+        return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora",
+                         adapter_bytes=adapter)
 
     def frozen_bytes_at(self, zero_stage: int) -> int:
         return self.frozen_bytes_zero3 if zero_stage == 3 else self.frozen_bytes

@@ -118,9 +118,10 @@ class Context:
                 for b in buffer_ladder(m.hidden_size, stage))
         return self._levels[stage]
 
-    def activation(self, micro_batch: int, checkpointing: bool) -> ActivationEstimate:
-        """One micro-batch's activation estimate; cached: every candidate asks the same questions."""
-        key = (micro_batch, checkpointing)
+    def activation(self, micro_batch: int, checkpointing: bool, stage: int = 0) -> ActivationEstimate:
+        """One micro-batch's activation estimate; cached: every candidate asks the same questions. `stage` matters
+        only with LoRA (the adapters' dtype under DeepSpeed, `PeftPlan.activation_setup`)."""
+        key = (micro_batch, checkpointing, stage == 3 if self.peft else False)
         hit = self._activations.get(key)
         if hit is None:
             if self.activation_model is not None:
@@ -129,7 +130,8 @@ class Context:
                 hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
                                            attention=self.training.attention, dtype=self.precision,
                                            gradient_checkpointing=checkpointing, device=self.hardware.accelerator,
-                                           lora=self.peft.activation_setup if self.peft else None)
+                                           lora=self.peft.activation_setup(stage, DTYPE_BYTES[self.precision])
+                                           if self.peft else None)
             self._activations[key] = hit
             if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
                 self.warnings.append(hit.note)
@@ -185,7 +187,7 @@ class Context:
     def need(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> int:
         """Per-GPU bytes at the largest phase for this setup and micro-batch."""
         costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
-        return costs.need(self.activation(micro_batch, checkpointing))
+        return costs.need(self.activation(micro_batch, checkpointing, stage))
 
     @property
     def gpu_label(self) -> str:
@@ -572,7 +574,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 break
     settings = ctx.levels(stage)[pick][0]
     accumulation = ctx.accumulation_steps(mb)
-    phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck))
+    phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck, stage))
     peak = max(PHASES, key=lambda p: phases[p].total)
     memory = phases[peak]
     total = memory.total
