@@ -206,11 +206,12 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
                precision: str = "bf16", accumulation: int = 1, buffers: BufferSettings, overhead: int = 0,
                modules: tuple[int, ...] = (), persistent: int = 0, largest_layer: int = 0,
-               gloo: bool = False) -> StepCosts:
+               gloo: bool = False, adapter_bytes: int | None = None) -> StepCosts:
     """The micro-batch-independent bytes of one setup (see the module docstring for where each comes from).
 
     `parameters` counts every parameter; `trainable` those with gradients and optimizer states (None: all);
     `frozen_bytes` are the frozen ones' bytes on the GPU when whole (LoRA's 16-bit or QLoRA's 4-bit base);
+    `adapter_bytes` the width LoRA adapters' parameters train in at ZeRO-3 (fp32: `zerokit.planner.peft`);
     `modules` the parameter count of each module in forward order (ZeRO-3's reuse window), `persistent` the
     parameters below the persistence threshold (ZeRO-3 keeps them whole), `largest_layer` DeepSpeed's largest
     module (ZeRO-3 gathers at least it; ZeRO-Offload stages gradients through a buffer of its size). `gloo`: the
@@ -257,13 +258,22 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
     # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
     # grad_partitions_flat_buffer on `self.device`, the offload device) and the step runs there
     params_on_gpu = offload_param == "none"
+    # LoRA under zero.Init: the adapters' parameters stay fp32 (partitioned and gathered so), while their gradient
+    # partitions are in the training dtype (a traced run shows the bf16 partition and its fp32 copy at the step);
+    # the adapters are gathered with the base modules they belong to, a share `kept / parameters` of them at once
+    ab = adapter_bytes if adapter_bytes is not None and trainable is not None else e
+    whole = ab * t + frozen_bytes
+    adapters_gathered = 0
     partition16 = _div(whole, n) if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
     kept = _reuse_kept(modules, buffers.max_live_parameters) if modules else largest_layer
     kept = max(kept - persistent, largest_layer, 0)
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
-    return StepCosts(params_rest=partition16 + e * persistent, gathered=e * min(kept, parameters), opt_rest=opt,
+    if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
+        adapters_gathered = ab * t * min(kept, parameters) // max(parameters, 1)
+    return StepCosts(params_rest=partition16 + e * persistent,
+                     gathered=e * min(kept, parameters) + adapters_gathered, opt_rest=opt,
                      grads_rest=grad_partitions + bucket, grads_held=0, grads_backward=0, buffers_backward=0,
                      step_grads=step, step_transient=0, overhead=overhead)
 
@@ -289,8 +299,7 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
             default_overhead(hardware.gpu_memory_bytes)
     peft = plan_peft(model, training.peft, training.lora_rank, training.lora_targets, training.lora_dropout,
                      precision)
-    peft_costs = {} if peft is None else {"trainable": peft.trainable,
-                                          "frozen_bytes": peft.frozen_bytes_at(setup.zero_stage)}
+    peft_costs = {} if peft is None else peft.costs_at(setup.zero_stage, DTYPE_BYTES[precision])
     costs = costs_for(model, hardware, setup, precision, buffers, overhead, **peft_costs)
     if activations is None:
         act = estimate_activations(model.config, training.seq_len, setup.micro_batch_size,
@@ -310,7 +319,8 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
 
 
 def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
-              overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0) -> StepCosts:
+              overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0,
+              adapter_bytes: int | None = None) -> StepCosts:
     """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting).
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
@@ -322,7 +332,8 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
                       offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
                       precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
                       overhead=overhead, modules=modules, persistent=persistent,
-                      largest_layer=model.largest_layer_parameters, gloo=hardware.accelerator == "cpu")
+                      largest_layer=model.largest_layer_parameters, gloo=hardware.accelerator == "cpu",
+                      adapter_bytes=adapter_bytes)
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:

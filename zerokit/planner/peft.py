@@ -62,6 +62,11 @@ class PeftPlan:
         return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora",
                          adapter_bytes=adapter)
 
+    def costs_at(self, zero_stage: int, dtype_bytes: int) -> dict[str, int]:
+        """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""
+        return {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
+                "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes}
+
     def frozen_bytes_at(self, zero_stage: int) -> int:
         return self.frozen_bytes_zero3 if zero_stage == 3 else self.frozen_bytes
 

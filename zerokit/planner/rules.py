@@ -173,7 +173,7 @@ class Context:
         """`costs_for`'s LoRA/QLoRA arguments: only the adapters train, the base is frozen (empty: full training)."""
         if self.peft is None:
             return {}
-        return {"trainable": self.peft.trainable, "frozen_bytes": self.peft.frozen_bytes_at(stage)}
+        return self.peft.costs_at(stage, DTYPE_BYTES[self.precision])
 
     @property
     def trainable(self) -> int:
