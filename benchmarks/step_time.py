@@ -130,7 +130,9 @@ def median_profile(profiles: list[dict]) -> dict:
                             for i, pt in enumerate(curve)] for d, curve in value.items()}
         elif key == "elementwise":
             out[key] = [[pt[0], statistics.median(p[key][i][1] for p in profiles)] for i, pt in enumerate(value)]
-    out["measurements"] = {"rounds": [p.get("measurements") for p in profiles]}
+    rounds = [p.get("measurements") or {} for p in profiles]
+    # what `zerokit plan --hardware` reads for the device memory when no --gpu/--gpu-memory is given
+    out["measurements"] = {"device_memory_bytes": rounds[0].get("device_memory_bytes"), "rounds": rounds}
     return out
 
 
