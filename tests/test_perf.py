@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -374,3 +375,25 @@ def test_step_time_refuses(kw, message):
 def test_time_to_train_refuses_nothing_to_train():
     with pytest.raises(BadInput, match="--train-tokens must be positive"):
         time_to_train_s(_t(), 0)
+
+
+def test_the_probes_zero3_hook_figure_replaces_the_default():
+    """The profile takes ZeRO-3's per-module cost from the probe's real ZeRO-3 engines when it measured it (the
+    slope of the step time over 8 and 32 tiny layers: two all-gathers and two hook passes per module), else the
+    100 us default, and says which."""
+    import copy
+
+    from zerokit.perf.probe import _machine_from_measurements
+
+    with open(Path(__file__).parent / "data" / "step_time" / "profile.json", encoding="utf-8") as f:
+        measured = copy.deepcopy(json.load(f)["measurements"]["rounds"][0])
+    measured.pop("zero3", None)
+    default = _machine_from_measurements(measured)
+    assert default.zero3_module_overhead_s == 100e-6
+    assert default.sources["zero3_module_overhead_s"].startswith("default")
+    latency = measured["collectives"]["latency_s"]
+    slope = 2 * latency + 2 * 800e-6  # per module: two all-gathers, two hook passes of 800 us
+    measured["zero3"] = {"module_overhead_s": slope / 2 - latency, "seconds_per_module": slope}
+    probed = _machine_from_measurements(measured)
+    assert probed.zero3_module_overhead_s == pytest.approx(800e-6)
+    assert probed.sources["zero3_module_overhead_s"] == "probe"

@@ -53,7 +53,7 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     out = tmp_path / "profile.json"
     assert main(["probe", "--quick", "--ranks", "2", "--nvme-path", str(tmp_path), "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "[1/10] device and memory" in captured.err and "[10/10] NVMe read/write" in captured.err
+    assert "[1/11] device and memory" in captured.err and "[11/11] NVMe read/write" in captured.err
     assert "matmul bf16 GFLOP/s by size" in captured.out and f"profile written to {out}" in captured.out
     perf = load_profile(str(out))
     assert perf.device == "cpu" and perf.ranks_measured == 2 and not perf.comm_overlaps_compute

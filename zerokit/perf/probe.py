@@ -153,6 +153,10 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
     for k in ("zero3_module_overhead_s", "step_overhead_s"):
         sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
+    zero3 = m.get("zero3") or {}
+    hooks = zero3.get("module_overhead_s")
+    if hooks is not None:
+        sources["zero3_module_overhead_s"] = "probe"
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
@@ -165,8 +169,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         h2d_pageable=m["copies"]["h2d_pageable"], d2h_pageable=m["copies"]["d2h_pageable"],
         cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
-        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6, step_overhead_s=0.0,
-        ranks_measured=m["ranks"], sources=sources)
+        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6 if hooks is None else hooks,
+        step_overhead_s=0.0, ranks_measured=m["ranks"], sources=sources)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -189,7 +193,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 10
+        self.step_no, self.steps = 0, 11
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -443,6 +447,40 @@ class _Worker:
         return {"params_per_s": rate, "source": "probe: torch.optim.AdamW, because DeepSpeed's fused_adam is not "
                                                  "compiled yet (it builds on first use)"}
 
+    def zero3(self, latency: float) -> dict[str, Any] | None:
+        """ZeRO-3's cost per parameter-owning module and pass beyond its all-gather (DeepSpeed's fetch and release
+        hooks, the coordinator's bookkeeping): real ZeRO-3 engines over K tiny linear layers, where compute is
+        nothing; the step time's slope in K is two all-gathers (forward, backward) and two hook passes per module,
+        and the all-gathers' latency is what the collectives measured."""
+        if self.quick or self.ranks == 1:
+            return None
+        torch = self.torch
+        try:
+            import deepspeed
+        except ImportError:
+            return None
+        dtype = torch.bfloat16
+        config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                  "bf16": {"enabled": True}, "zero_force_ds_cpu_optimizer": False, "zero_allow_untested_optimizer": True,
+                  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                        "stage3_prefetch_bucket_size": 0, "overlap_comm": False}}
+        times = {}
+        for k in (8, 32):
+            model = torch.nn.Sequential(*[torch.nn.Linear(64, 64, bias=False) for _ in range(k)])
+            engine, _, _, _ = deepspeed.initialize(model=model, config=config,
+                                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.0))
+            x = torch.randn(4, 64, dtype=dtype, device=self.device)
+
+            def step(engine=engine, x=x) -> None:
+                engine.backward(engine(x).float().sum())
+                engine.step()
+
+            times[k] = self.mean(self.fixed(step, 10))
+            del engine, model
+        slope = (times[32] - times[8]) / 24
+        return {"module_overhead_s": max(0.0, slope / 2 - latency), "seconds_per_module": slope,
+                "steps_s": {str(k): v for k, v in times.items()}}
+
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
         if not path:
@@ -525,6 +563,15 @@ class _Worker:
         c = out["collectives"]
         self.say(f"      bus {c['bus_bandwidth'] / 1e9:.2f} GB/s, latency {c['latency_s'] * 1e6:.0f} us "
                  f"({time.perf_counter() - t0:.1f} s)" if c else "      one rank: nothing to measure")
+        t0 = self.begin("ZeRO-3 hooks per module (real ZeRO-3 engines over 8 and 32 tiny layers)")
+        why = "one rank, or --quick"
+        try:
+            out["zero3"] = self.zero3(c["latency_s"] if c else 0.0)
+        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent or refusing: the default stands, and says so
+            out["zero3"], why = None, f"{type(e).__name__}: {e}"
+        z = out["zero3"]
+        self.say(f"      {z['module_overhead_s'] * 1e6:.0f} us per module and pass beyond its all-gather "
+                 f"({time.perf_counter() - t0:.1f} s)" if z else f"      not measured ({why}): 100 us assumed")
         t0 = self.begin("CPU Adam (DeepSpeed cpu_adam), all ranks at once")
         out["cpu_adam"] = self.cpu_adam()
         self.say(f"      {out['cpu_adam']['params_per_s_rank'] / 1e6:.0f} M params/s per rank"
