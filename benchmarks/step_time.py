@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zerokit.launch.runner import remove_shm_buffers
 from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, step_time
 
@@ -87,9 +88,11 @@ def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         before = load_average()
-        cmd = ["deepspeed", "--num_gpus", str(RANKS), "--master_port", str(_free_port()),
+        port = _free_port()
+        cmd = ["deepspeed", "--num_gpus", str(RANKS), "--master_port", str(port),
                str(ROOT / "benchmarks" / "_step_time_worker.py"), "--case", str(case_file), "--out", str(out)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)
+        remove_shm_buffers(port)  # DeepSpeed's CPU allreduce buffers, never unlinked by DeepSpeed
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
             raise SystemExit(f"{name}: the training failed:\n" + "\n".join(tail))

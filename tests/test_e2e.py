@@ -62,10 +62,14 @@ def launch_and_train(tmp_path: Path, config: Path, *script_args: str, script: Pa
     """Run the training through `zerokit launch` and return the losses rank 0 wrote."""
     losses = tmp_path / "losses.jsonl"
     extra = ["--bf16", "--output-dir", str(tmp_path / "out")] if script == TRAIN_HF else []
-    r = zerokit("launch", "--config", str(config), "--gpus-per-node", "2", "--master-port", str(free_port()),
+    port = free_port()
+    r = zerokit("launch", "--config", str(config), "--gpus-per-node", "2", "--master-port", str(port),
                 str(script), "--max-steps", str(steps), "--loss-file", str(losses), *extra, *script_args)
     output = r.stdout + r.stderr
     assert r.returncode == 0, output[-6000:]
+    # DeepSpeed's CPU allreduce buffers of this job (69 MB per rank in /dev/shm) are gone with it
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"deepspeed_allreduce_buffer_{os.getuid()}_")
+                and f"_{port}_" in n]
     assert "preflight: " in output and "failed" not in output.split("preflight: ", 1)[1].splitlines()[0]
     assert f"step {steps} loss " in output
     rows = [json.loads(line) for line in losses.read_text().splitlines()]

@@ -297,3 +297,19 @@ def test_a_missing_script_on_one_node_is_bad_input(capsys, tmp_path):
     assert code == 2
     assert capsys.readouterr().err == f"zerokit launch: error: script {tmp_path / 'nope.py'}: no such file (on one " \
                                       "node the script must exist here)\n"
+
+
+def test_a_finished_jobs_shm_buffers_are_removed_and_no_others(tmp_path):
+    """DeepSpeed's CPU accelerator leaves `deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}` in /dev/shm; launch
+    removes its own job's (by master port) once the ranks are gone, and nothing else."""
+    from zerokit.launch.runner import remove_shm_buffers
+
+    uid = os.getuid()
+    ours = [f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29511_{r}" for r in (0, 1)]
+    others = [f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_29512_0", f"deepspeed_allreduce_buffer_{uid + 1}_x_29511_0",
+              "deepspeed_allreduce_buffer_x", "unrelated_29511_0"]
+    for name in ours + others:
+        (tmp_path / name).write_bytes(b"")
+    assert remove_shm_buffers(29511, str(tmp_path)) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
+    assert remove_shm_buffers(29511, str(tmp_path / "missing")) == 0

@@ -195,7 +195,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         raise
     click.echo(f"zerokit launch: {runner.shell_line(argv, env_add)}", err=True)
     pdsh = spec.remote_shell and launcher == "pdsh"
-    return runner.run(argv, env_add, grace=grace, pdsh=pdsh, watch=watch)
+    return runner.run(argv, env_add, grace=grace, pdsh=pdsh, watch=watch, master_port=spec.master_port)
 
 
 def _check_node_rank(spec, hosts: dict[str, int]) -> None:

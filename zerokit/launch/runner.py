@@ -308,7 +308,7 @@ class _PdshWatch:
 
 
 def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh: bool = False,
-        watch: NodeWatch | None = None) -> int:
+        watch: NodeWatch | None = None, master_port: int | None = None) -> int:
     """Start the runner in its own session and wait; return the job's exit code (128+N for a signal).
 
     The runner gets a new session (so a terminal's Ctrl-C reaches only zerokit), and zerokit forwards
@@ -320,6 +320,8 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
     handler kills them through pdsh; and a node that pdsh reports failed stops the job at once (see _PdshWatch).
     `watch`: the node watch of a no-ssh launch; when it says stop (another node failed or was interrupted), this
     node's ranks are stopped as for a Ctrl-C, and its verdict is the exit code.
+    `master_port`: once the job's processes are gone, this node's DeepSpeed CPU-accelerator shared-memory buffers
+    of that rendezvous are removed (see `remove_shm_buffers`).
     """
     try:
         proc = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
@@ -377,6 +379,8 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
         _reap_group(pgid, grace)
         if pdsh_watch is not None:
             pdsh_watch.close()
+        if master_port is not None:
+            remove_shm_buffers(master_port)
     if received:
         code = 128 + received[0]
     elif failure:
@@ -386,6 +390,34 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
         if code == 0 and pdsh_watch is not None and pdsh_watch.failed is not None:
             code = pdsh_watch.failed[1]  # pdsh said a node failed, whatever the runner's own code
     return watch.finish(code) if watch is not None else code
+
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "deepspeed_allreduce_buffer_"
+
+
+def remove_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
+    """Remove this user's DeepSpeed shared-memory allreduce buffers of the rendezvous on `master_port`; how many.
+
+    DeepSpeed's CPU accelerator creates one per local rank, `deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}`
+    (ops/csrc/cpu/comm/shm.cpp, 69 MB each), and never unlinks them: every finished CPU job would leave them in
+    the RAM-backed /dev/shm. Called when the job's processes are gone; the port keeps other jobs' buffers apart.
+    """
+    prefix = f"{SHM_PREFIX}{os.getuid()}_"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        parts = name[len(prefix):].rsplit("_", 2)  # addr, port, rank
+        if len(parts) == 3 and parts[1] == str(master_port) and parts[2].isdigit():
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+                removed += 1
+    return removed
 
 
 def _killpg(pgid: int, signum: int) -> bool:

@@ -107,6 +107,9 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
         finally:
             for log in logs:
                 log.flush()
+            from zerokit.launch.runner import remove_shm_buffers
+
+            remove_shm_buffers(port)  # the ZeRO-3 measurement's DeepSpeed CPU allreduce buffers
         if any(codes) or not os.path.exists(result_file):
             bad = next((r for r, c in enumerate(codes) if c), 0)
             logs[bad].seek(0)
