@@ -31,7 +31,7 @@ SCALE = float(os.environ.get("ZEROKIT_HYPOTHESIS_SCALE", "1"))
 
 
 def examples(n: int):
-    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None,
+    return settings(max_examples=max(1, int(n * SCALE)), deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])
 
