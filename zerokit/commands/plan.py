@@ -183,10 +183,10 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
                                 cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)
     if machine is not None and machine.device == "cpu":
-        from dataclasses import replace as _replace
+        from dataclasses import replace
 
-        hardware = _replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
-                            bf16="bf16" in machine.matmul)
+        hardware = replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
+                           bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
     spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
@@ -237,22 +237,17 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
     preset's published figures will do (the planner builds those itself)."""
     if profile is None and intra is None and inter is None and pcie is None:
         return None, None
-    from zerokit.perf.machine import build_machine
+    from zerokit.perf.machine import build_machine, load_profile_and_memory, with_overrides
 
     if profile is None and gpu is None:
         raise BadInput("--intra-node-bandwidth, --inter-node-bandwidth and --pcie-bandwidth adjust a GPU preset's "
                        "figures: give --gpu PRESET too (or --hardware profile.json from `zerokit probe`)")
-    machine = build_machine(gpu, profile, intra_node_bandwidth=intra, inter_node_bandwidth=inter,
-                            pcie_bandwidth=pcie)
-    memory = None
-    if profile is not None:
-        from zerokit.perf.machine import _read_profile
-
-        data = _read_profile(profile)
-        measured = data.get("measurements")
-        value = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            memory = value
+    if profile is None:
+        return build_machine(gpu, None, intra_node_bandwidth=intra, inter_node_bandwidth=inter,
+                             pcie_bandwidth=pcie), None
+    # the profile wins over the preset (it was measured), the options over both (as build_machine does)
+    machine, memory = load_profile_and_memory(profile)
+    machine = with_overrides(machine, intra_node_bandwidth=intra, inter_node_bandwidth=inter, pcie_bandwidth=pcie)
     return machine, memory
 
 

@@ -214,7 +214,7 @@ def _full_offload_need(ctx: Context) -> int:
 
 def _param_offload(ctx: Context, device: str) -> str:
     """QLoRA's 4-bit weights stay on the GPU (zerokit.planner.peft.QLORA_NO_PARAM_OFFLOAD)."""
-    return "none" if ctx.peft is not None and ctx.peft.method == "qlora" else device
+    return "none" if ctx.qlora else device
 
 
 def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int) -> int:

@@ -11,7 +11,7 @@ How the search works (the README's "How the planner decides" says the same in pr
    fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried). A
    requested micro-batch is tried alone first; only if no setup fits it does a second pass try the smaller ones
    (the largest micro-batch up to the one requested).
-3. Candidates, fastest to most frugal: ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
+3. Candidates, in search order (no offload, then CPU offload, then NVMe): ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
    offload; ZeRO-3 + CPU optimizer and parameter offload; then, only with --nvme-path, ZeRO-3 with the optimizer
    on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
 4. For each candidate, with HF's "auto" buffer sizes (overlap_comm on) and with the most frugal ones: the largest
@@ -176,6 +176,11 @@ class Context:
         return self.peft.costs_at(stage, DTYPE_BYTES[self.precision])
 
     @property
+    def qlora(self) -> bool:
+        """QLoRA: the 4-bit base cannot be offloaded (`zerokit.planner.peft.QLORA_NO_PARAM_OFFLOAD`)."""
+        return self.peft is not None and self.peft.method == "qlora"
+
+    @property
     def trainable(self) -> int:
         """Parameters with gradients and optimizer states."""
         return self.model.parameters if self.peft is None else self.peft.trainable
@@ -326,7 +331,7 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
         pool = tuple(c for c in FORCED_ORDER if _valid(*c, hw)
                      and all(f is None or f == v for f, v in zip(forced, c)))
     nvme = "" if hw.nvme_path else "; NVMe offload is not considered without --nvme-path"
-    if ctx.peft is not None and ctx.peft.method == "qlora" and any(c[2] != "none" for c in pool):
+    if ctx.qlora and any(c[2] != "none" for c in pool):
         pool = tuple(c for c in pool if c[2] == "none")
         nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
     return pool, (f"Candidates, in search order (no offload, then CPU offload, then NVMe): "
