@@ -125,6 +125,8 @@ def _profile(tmp_path, **changes) -> str:
 def test_profile_round_trip(tmp_path):
     perf = load_profile(_profile(tmp_path))
     base = machine_from_preset("a100-80gb")
+    assert perf.compute_scale == 1.0 and base.sources["compute_scale"] == "default"  # a profile before it existed
+    assert load_profile(_profile(tmp_path, compute_scale=1.25)).compute_scale == 1.25
     assert perf.name == "test box" and perf.ranks_measured == 2
     assert perf.matmul == base.matmul and perf.elementwise == base.elementwise
     assert perf.intra_node_bandwidth == base.intra_node_bandwidth and perf.sources["pcie"] == "preset:a100-80gb"
@@ -150,6 +152,7 @@ def test_profile_round_trip(tmp_path):
     ({"h2d_pinned": 0}, "h2d_pinned must be > 0"),
     ({"h2d_pinned": 1e30}, "outside"),
     ({"collective_efficiency": 3}, "collective_efficiency = 3 is outside 0.01..1"),
+    ({"compute_scale": 0.1}, "compute_scale = 0.1 is outside 0.25..8"),
     ({"comm_overlaps_compute": "yes"}, "comm_overlaps_compute must be true or false"),
     ({"ranks_measured": 0}, "ranks_measured must be a whole number 1..1024"),
     ({"sources": {"a": 1}}, "sources must map figure names to strings"),
@@ -375,6 +378,36 @@ def test_step_time_refuses(kw, message):
 def test_time_to_train_refuses_nothing_to_train():
     with pytest.raises(BadInput, match="--train-tokens must be positive"):
         time_to_train_s(_t(), 0)
+
+
+def test_compute_scale_stretches_forward_backward_and_recomputation_only():
+    """A machine whose DeepSpeed steps run forward and backward 1.5x slower than its kernel figures: every compute
+    second grows by half (recomputation and LoRA's adapter products too), and nothing else moves."""
+    slow = replace(FLAT, compute_scale=1.5)
+    for kw in ({}, {"gradient_checkpointing": True}, {"gpus_per_node": 2, "zero_stage": 3},
+               {"trainable_parameters": P // 10, "zero_stage": 2, "gpus_per_node": 2}):
+        base, scaled = _t(**kw), step_time(TINY_LLAMA, slow, **{"parameters": P, "seq_len": 32, "micro_batch": 2,
+                                                                 **kw})
+        assert scaled.compute_s == pytest.approx(1.5 * base.compute_s)
+        assert scaled.step_time_s - scaled.compute_s == pytest.approx(base.step_time_s - base.compute_s)
+        assert scaled.flops_per_step == base.flops_per_step  # the work is the same; only its time grows
+
+
+def test_the_probes_engine_step_sets_the_compute_scale():
+    """The profile takes compute_scale from the probe's reference ZeRO-2 training step when it ran, else 1.0, and
+    says which."""
+    import copy
+
+    from zerokit.perf.probe import _machine_from_measurements
+
+    with open(Path(__file__).parent / "data" / "step_time" / "profile.json", encoding="utf-8") as f:
+        measured = copy.deepcopy(json.load(f)["measurements"]["rounds"][0])
+    measured.pop("engine_step", None)
+    default = _machine_from_measurements(measured)
+    assert default.compute_scale == 1.0 and default.sources["compute_scale"].startswith("default")
+    measured["engine_step"] = {"compute_scale": 1.3, "step_s": 0.2}
+    probed = _machine_from_measurements(measured)
+    assert probed.compute_scale == 1.3 and probed.sources["compute_scale"] == "probe"
 
 
 def test_the_probes_zero3_hook_figure_replaces_the_default():

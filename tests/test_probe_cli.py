@@ -73,3 +73,7 @@ def test_full_probe(tmp_path, capsys):
     perf = load_profile(str(out))
     assert [s for s, _ in perf.matmul["bf16"]] == [64.0, 128.0, 256.0, 512.0]
     assert len(perf.elementwise) == 3 and perf.cpu_adam_params_per_s > 0 and perf.device_adam_params_per_s > 0
+    # the reference ZeRO-2 training step ran and set the compute scale
+    assert perf.sources["compute_scale"] == "probe" and 0.25 <= perf.compute_scale <= 8.0
+    raw = json.loads(out.read_text())["measurements"]["engine_step"]
+    assert raw["step_s"] > 0 and raw["predicted_compute_s"] > 0

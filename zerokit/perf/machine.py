@@ -46,6 +46,7 @@ DEFAULT_NOTES = {
     "op_overhead_s": "~10 us of launch and framework time per kernel (PyTorch eager)",
     "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.1 ms of host time per parameter-owning "
                                "module per pass",
+    "compute_scale": "forward and backward inside a DeepSpeed step run as fast as the kernels measured alone",
 }
 
 
@@ -93,6 +94,10 @@ class MachinePerf:
     """Host time ZeRO-3's hooks spend per parameter-owning module in each forward and backward pass."""
     step_overhead_s: float = 0.0
     """Fixed time per optimizer step (engine bookkeeping, scheduler, logging)."""
+    compute_scale: float = 1.0
+    """Forward and backward time inside a real DeepSpeed training step over the time the kernel figures above give
+    for them: what the engine's gradient hooks and bucket copies, and the ranks sharing caches and memory, add.
+    The probe measures it on a reference llama under a ZeRO-2 engine; 1.0 for presets."""
     ranks_measured: int | None = None
     """Local ranks that ran at once while a probe measured these figures (None for presets)."""
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -200,7 +205,8 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
     sources = {"matmul": src, "elementwise": src, "intra_node_bandwidth": src,
                "inter_node_bandwidth": src, "pcie": src, "collective_efficiency": "default",
                "collective_latency_s": "default", "cpu_adam_params_per_s": "default", "nvme": "default",
-               "op_overhead_s": "default", "zero3_module_overhead_s": "default", "device_adam_params_per_s": src}
+               "op_overhead_s": "default", "zero3_module_overhead_s": "default", "device_adam_params_per_s": src,
+               "compute_scale": "default"}
     intra, inter, pcie = fig.intra_node_bandwidth, fig.inter_node_bandwidth, fig.pcie_bandwidth
     if intra_node_bandwidth is not None:
         intra = parse_bandwidth(intra_node_bandwidth, "--intra-node-bandwidth")
@@ -263,13 +269,13 @@ def build_machine(gpu: str | None = None, hardware_profile: str | None = None, *
 _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth",
                   "collective_efficiency", "collective_latency_s", "h2d_pinned", "d2h_pinned", "h2d_pageable",
                   "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "nvme_read", "nvme_write",
-                  "zero3_module_overhead_s", "step_overhead_s")
+                  "zero3_module_overhead_s", "step_overhead_s", "compute_scale")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")
 # Plausible ranges: a figure outside is a broken or hand-edited profile, not a machine.
 _RANGES = {
     "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
-    "zero3_module_overhead_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
+    "zero3_module_overhead_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0), "compute_scale": (0.25, 8.0),
 }
 
 

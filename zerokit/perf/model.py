@@ -98,9 +98,11 @@ def forward_backward_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, 
 def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
                    attention: str) -> tuple[float, ...]:
     """Per micro-batch: (forward s, backward input-gradient s (scores: gradients of Q, K, P and V), backward
-    weight-gradient s at full training, recomputation s, forward weight-matmul FLOPs, forward score FLOPs, peak). Forward and backward include elementwise kernels, the loss
-    and kernel launches. Cached on the ModelFlops: the planner asks for the same (micro-batch, sequence, dtype) for
-    several setups, and the cache turns a call into a dictionary lookup."""
+    weight-gradient s at full training, recomputation s, forward weight-matmul FLOPs, forward score FLOPs, peak).
+    Forward and backward include elementwise kernels, the loss and kernel launches, and the times are scaled by
+    the machine's `compute_scale` (a DeepSpeed engine's own cost on top of the kernels'). Cached on the ModelFlops:
+    the planner asks for the same (micro-batch, sequence, dtype) for several setups, and the cache turns a call
+    into a dictionary lookup."""
     key = (id(perf), micro_batch, seq_len, dtype, attention)
     hit = mf._cache.get(key)
     if hit is not None and hit[0] is perf:
@@ -126,10 +128,11 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
     ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
     weights = layer_t + head_t
-    result = (weights + score_t + elem + loss / 3.0 + ops,                        # forward
-              weights + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops,  # backward: input gradients
-              weights,                                                            # backward: weight gradients
-              layer_t + score_t + elem + ops,                                     # recomputing the layers
+    k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; 1 for presets)
+    result = (k * (weights + score_t + elem + loss / 3.0 + ops),                        # forward
+              k * (weights + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
+              k * weights,                                                              # backward: weight gradients
+              k * (layer_t + score_t + elem + ops),                                     # recomputing the layers
               weight_flops, score_flops, perf.peak_flops(dtype))
     if len(mf._cache) > 4096:
         mf._cache.clear()
@@ -200,7 +203,7 @@ def _step_time(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int,
                                                                                     precision, attention)
     tokens = micro_batch * seq_len
     adapters = 2.0 * trainable * tokens if share < 1.0 else 0.0
-    bwd = bwd_in + bwd_w * share + 3.0 * adapters / peak
+    bwd = bwd_in + bwd_w * share + 3.0 * adapters / peak * perf.compute_scale
     rec = recompute if gradient_checkpointing else 0.0
     micro_compute = fwd + bwd + rec
     flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + 3.0 * adapters

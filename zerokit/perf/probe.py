@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,6 +157,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
     for k in ("zero3_module_overhead_s", "step_overhead_s"):
         sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
+    engine = m.get("engine_step") or {}
+    sources["compute_scale"] = "probe" if engine else "default: " + DEFAULT_NOTES["compute_scale"]
     zero3 = m.get("zero3") or {}
     hooks = zero3.get("module_overhead_s")
     if hooks is not None:
@@ -173,7 +176,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
         nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6 if hooks is None else hooks,
-        step_overhead_s=0.0, ranks_measured=m["ranks"], sources=sources)
+        step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
+        sources=sources)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -196,7 +200,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 11
+        self.step_no, self.steps = 0, 12
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -484,6 +488,61 @@ class _Worker:
         return {"module_overhead_s": max(0.0, slope / 2 - latency), "seconds_per_module": slope,
                 "steps_s": {str(k): v for k, v in times.items()}}
 
+    def engine_step(self, partial: MachinePerf) -> dict[str, Any] | None:
+        """How much longer forward and backward take inside a real DeepSpeed training step than the kernel figures
+        say (`compute_scale`): the engine's gradient hooks and bucket copies, and every rank working at once on
+        shared caches and memory. A reference llama (transformers' code, random weights, a shape of its own, not
+        any benchmark's) trains under a ZeRO-2 engine (bf16, overlap_comm, AdamW, clipping, as the HF Trainer runs
+        it); its step time less what the time model gives for the step's communication and optimizer, over what
+        the model gives for forward and backward, is the scale. None with --quick, or without DeepSpeed or
+        transformers."""
+        if self.quick:
+            return None
+        torch = self.torch
+        try:
+            import deepspeed
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except ImportError:
+            return None
+        from zerokit.models.params import count_parameters
+        from zerokit.perf.model import step_time
+
+        hidden, layers, seq, micro_batch, vocab = (1024, 4, 1024, 4, 32000) if self.gpu else (384, 2, 256, 4, 1024)
+        config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
+                  "num_hidden_layers": layers, "num_attention_heads": hidden // 64, "num_key_value_heads": hidden // 128,
+                  "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
+        ds_config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
+                     "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,
+                     "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}},
+                     "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True}}
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"},
+                                             attn_implementation="sdpa"))
+        model = model.to(self.device)
+        optimizer = None
+        if self.gpu or not self._op_built("FusedAdamBuilder")[0]:
+            # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: run the torch AdamW
+            # the optimizer figure measured instead, so the model's "rest" prices the optimizer that ran
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0, fused=self.gpu or None)
+            ds_config = {**ds_config, "zero_allow_untested_optimizer": True}
+            del ds_config["optimizer"]
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config,
+                                               optimizer=optimizer)
+        ids = torch.randint(0, vocab, (micro_batch, seq), device=engine.device)
+
+        def step(engine=engine, ids=ids) -> None:
+            engine.backward(engine(input_ids=ids, labels=ids).loss)
+            engine.step()
+
+        measured = self.mean(statistics.median(self.fixed(step, 2) for _ in range(4)))
+        del engine, model
+        t = step_time(config, partial, parameters=count_parameters(config)[0], seq_len=seq, micro_batch=micro_batch,
+                      gpus_per_node=self.ranks, zero_stage=2)
+        rest = t.step_time_s - t.compute_s
+        scale = min(8.0, max(0.25, (measured - rest) / t.compute_s))
+        return {"compute_scale": scale, "step_s": measured, "predicted_compute_s": t.compute_s,
+                "predicted_rest_s": rest, "model": config, "seq_len": seq, "micro_batch": micro_batch}
+
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
         if not path:
@@ -584,6 +643,15 @@ class _Worker:
         out["device_adam"] = self.device_adam()
         self.say(f"      {out['device_adam']['params_per_s'] / 1e6:.0f} M params/s per rank "
                  f"({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("forward and backward inside a DeepSpeed step (a reference llama under ZeRO-2)")
+        why = "--quick"
+        try:
+            out["engine_step"] = self.engine_step(_machine_from_measurements(out))
+        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent, refusing or out of memory: 1.0 stands, and says so
+            out["engine_step"], why = None, f"{type(e).__name__}: {e}"
+        ref = out["engine_step"]
+        self.say(f"      {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel figures "
+                 f"({time.perf_counter() - t0:.1f} s)" if ref else f"      not measured ({why}): x 1.00 assumed")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
