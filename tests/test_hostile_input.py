@@ -246,6 +246,24 @@ def test_a_15_mib_string_lints_in_seconds_and_little_memory(tmp_path):
     assert float(seconds) < 20 and int(mib) < 400, (seconds, mib)
 
 
+def test_a_need_of_petabytes_draws_a_bar_of_the_bars_width():
+    """A 40T model at 16M tokens with eager attention needs ~278 PB per GPU against 2 GB: the table's bars drew one
+    cell per 1/40 of 1.5 GPUs, 10^8 cells and more per bar (MemoryError, exit 70, under 4 GB; the OOM killer at
+    24 GB in a CI run of tests/test_props.py). Under a 4 GB address-space limit it is now a plan that does not
+    fit (exit 1), in well under a second."""
+    limit = 4 << 30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-m", "zerokit", "plan", "--model", "40T", "--gpu-memory", "2GB",
+                        "--seq-len", "16777216", "--attention", "eager"], capture_output=True, text=True,
+                       timeout=120, check=False, preexec_fn=cap)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr[-500:]
+    bars = [line for line in r.stdout.splitlines() if "[PPP" in line]
+    assert len(bars) >= 5 and all("P>]" in line and len(line) < 400 for line in bars)  # off its end, at its width
+
+
 def test_200k_unknown_keys_cost_a_bounded_number_of_did_you_mean_searches(capsys, tmp_path):
     from zerokit.lint.schema import MAX_SUGGESTIONS
 

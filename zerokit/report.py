@@ -147,7 +147,9 @@ def stacked_bar(memory: GpuMemory, capacity: int, scale: int, width: int = BAR_W
     for field_name, ch, _ in SEGMENTS:
         start = round(running / scale * width)
         running += getattr(memory, field_name)
-        cells += [ch] * (round(running / scale * width) - start)
+        # past the bar's end only one more cell matters (it becomes `>`): a need of petabytes against a GPU of
+        # gigabytes must not build a list of billions of cells
+        cells += [ch] * (min(round(running / scale * width), width + 1) - min(start, width + 1))
     if len(cells) > width:
         cells = cells[:width - 1] + [OVERFLOW_MARK]
     cells += [" "] * (width - len(cells))
