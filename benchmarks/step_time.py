@@ -123,7 +123,8 @@ def probe() -> dict:
 
 def median_profile(profiles: list[dict]) -> dict:
     """Figure by figure (curve point by curve point) the median over the probes, so one probe taken while the
-    machine was busy does not set the model's speeds; the raw probes are kept under measurements.rounds."""
+    machine was busy does not set the model's speeds (compute_scale re-derived against the median figures, see
+    _rescale); the raw probes are kept under measurements.rounds."""
     out = json.loads(json.dumps(profiles[0]))
     for key, value in profiles[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "zerokit_profile":
@@ -136,7 +137,25 @@ def median_profile(profiles: list[dict]) -> dict:
     rounds = [p.get("measurements") or {} for p in profiles]
     # what `zerokit plan --hardware` reads for the device memory when no --gpu/--gpu-memory is given
     out["measurements"] = {"device_memory_bytes": rounds[0].get("device_memory_bytes"), "rounds": rounds}
+    _rescale(out, rounds)
     return out
+
+
+def _rescale(out: dict, rounds: list[dict]) -> None:
+    """A probe's compute_scale is its reference step's time over what *its own* kernel figures give for that step,
+    so it is only right beside them: a median scale beside median curves from other rounds is not. Re-derive it
+    against the median figures: each round's measured ZeRO-2 step less the model's non-compute time, over the
+    compute the median profile gives, and the median of that over the rounds."""
+    from zerokit.perf.machine import _profile_from_data
+
+    refs = [r["engine_step"] for r in rounds if r.get("engine_step")]
+    if not refs:
+        return
+    ref = refs[0]
+    perf = _profile_from_data({**out, "compute_scale": 1.0}, "median profile")
+    t = step_time(ref["model"], perf, parameters=count_parameters(ref["model"])[0], seq_len=ref["seq_len"],
+                  micro_batch=ref["micro_batch"], gpus_per_node=RANKS, zero_stage=2)
+    out["compute_scale"] = statistics.median((r["step_s"] - r["predicted_rest_s"]) / t.compute_s for r in refs)
 
 
 def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:

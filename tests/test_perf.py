@@ -393,9 +393,10 @@ def test_compute_scale_stretches_forward_backward_and_recomputation_only():
         assert scaled.flops_per_step == base.flops_per_step  # the work is the same; only its time grows
 
 
-def test_the_probes_engine_step_sets_the_compute_scale():
-    """The profile takes compute_scale from the probe's reference ZeRO-2 training step when it ran, else 1.0, and
-    says which."""
+def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
+    """The profile takes compute_scale and ZeRO-3's per-module cost from the probe's reference ZeRO-2 and ZeRO-3
+    training steps when they ran, else 1.0 and 100 us, and says which; a profile from before them keeps the tiny-layer
+    ZeRO-3 figure it measured."""
     import copy
 
     from zerokit.perf.probe import _machine_from_measurements
@@ -403,30 +404,16 @@ def test_the_probes_engine_step_sets_the_compute_scale():
     with open(Path(__file__).parent / "data" / "step_time" / "profile.json", encoding="utf-8") as f:
         measured = copy.deepcopy(json.load(f)["measurements"]["rounds"][0])
     measured.pop("engine_step", None)
-    default = _machine_from_measurements(measured)
-    assert default.compute_scale == 1.0 and default.sources["compute_scale"].startswith("default")
-    measured["engine_step"] = {"compute_scale": 1.3, "step_s": 0.2}
-    probed = _machine_from_measurements(measured)
-    assert probed.compute_scale == 1.3 and probed.sources["compute_scale"] == "probe"
-
-
-def test_the_probes_zero3_hook_figure_replaces_the_default():
-    """The profile takes ZeRO-3's per-module cost from the probe's real ZeRO-3 engines when it measured it (the
-    slope of the step time over 8 and 32 tiny layers: two all-gathers and two hook passes per module), else the
-    100 us default, and says which."""
-    import copy
-
-    from zerokit.perf.probe import _machine_from_measurements
-
-    with open(Path(__file__).parent / "data" / "step_time" / "profile.json", encoding="utf-8") as f:
-        measured = copy.deepcopy(json.load(f)["measurements"]["rounds"][0])
     measured.pop("zero3", None)
     default = _machine_from_measurements(measured)
+    assert default.compute_scale == 1.0 and default.sources["compute_scale"].startswith("default")
     assert default.zero3_module_overhead_s == 100e-6
     assert default.sources["zero3_module_overhead_s"].startswith("default")
-    latency = measured["collectives"]["latency_s"]
-    slope = 2 * latency + 2 * 800e-6  # per module: two all-gathers, two hook passes of 800 us
-    measured["zero3"] = {"module_overhead_s": slope / 2 - latency, "seconds_per_module": slope}
+    older = _machine_from_measurements({**measured, "zero3": {"module_overhead_s": 800e-6}})
+    assert older.zero3_module_overhead_s == 800e-6 and older.sources["zero3_module_overhead_s"] == "probe"
+    measured["engine_step"] = {"compute_scale": 1.3, "zero3_module_overhead_s": 600e-6, "step_s": 0.2}
     probed = _machine_from_measurements(measured)
-    assert probed.zero3_module_overhead_s == pytest.approx(800e-6)
-    assert probed.sources["zero3_module_overhead_s"] == "probe"
+    assert probed.compute_scale == 1.3 and probed.sources["compute_scale"] == "probe"
+    assert probed.zero3_module_overhead_s == 600e-6 and probed.sources["zero3_module_overhead_s"] == "probe"
+
+

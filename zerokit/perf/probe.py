@@ -38,10 +38,18 @@ def _free_port() -> int:
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment deepspeed/launcher/launch.py gives local rank `rank` of one node (no core binding)."""
+    """The environment deepspeed/launcher/launch.py gives local rank `rank` of one node (no core binding), started
+    as a `deepspeed` found in this interpreter's environment starts it: that environment's bin first on PATH. Torch
+    JIT-builds DeepSpeed's ops with the `ninja` on PATH, and ninja 1.11 and 1.13 hash build commands differently: a
+    probe that met the system's ninja rebuilt fused_adam (about a minute) and judged cpu_adam unbuilt, and the next
+    training rebuilt them back."""
     env = dict(os.environ if base is None else base)
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_SIZE=str(ranks),
                CROSS_RANK="0", CROSS_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    bin_dir = os.path.dirname(sys.executable)
+    path = env.get("PATH", "")
+    if bin_dir and bin_dir not in path.split(os.pathsep):
+        env["PATH"] = bin_dir + (os.pathsep + path if path else "")
     return env
 
 
@@ -159,8 +167,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
     engine = m.get("engine_step") or {}
     sources["compute_scale"] = "probe" if engine else "default: " + DEFAULT_NOTES["compute_scale"]
-    zero3 = m.get("zero3") or {}
-    hooks = zero3.get("module_overhead_s")
+    hooks = engine.get("zero3_module_overhead_s", (m.get("zero3") or {}).get("module_overhead_s"))
     if hooks is not None:
         sources["zero3_module_overhead_s"] = "probe"
     return MachinePerf(
@@ -200,7 +207,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 12
+        self.step_no, self.steps = 0, 11
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -454,94 +461,87 @@ class _Worker:
         return {"params_per_s": rate, "source": "probe: torch.optim.AdamW, because DeepSpeed's fused_adam is not "
                                                  "compiled yet (it builds on first use)"}
 
-    def zero3(self, latency: float) -> dict[str, Any] | None:
-        """ZeRO-3's cost per parameter-owning module and pass beyond its all-gather (DeepSpeed's fetch and release
-        hooks, the coordinator's bookkeeping): real ZeRO-3 engines over K tiny linear layers, where compute is
-        nothing; the step time's slope in K is two all-gathers (forward, backward) and two hook passes per module,
-        and the all-gathers' latency is what the collectives measured."""
+    def engine_steps(self, partial: MachinePerf) -> dict[str, Any] | None:
+        """What a real DeepSpeed training step adds to the kernel figures, on a reference llama (transformers' code,
+        random weights, a shape of its own, not any benchmark's) trained as the HF Trainer runs it (bf16,
+        overlap_comm, AdamW, clipping, DeepSpeed's other defaults), every rank at once:
+        - under ZeRO-2, its step time less what the time model gives for the step's communication and optimizer,
+          over what the model gives for forward and backward, is `compute_scale` (the engine's gradient hooks and
+          bucket copies, and the ranks sharing caches and memory);
+        - under ZeRO-3, the same step's extra time over ZeRO-2's, less the extra communication the model gives,
+          per parameter-owning module and pass (forward, backward), is `zero3_module_overhead_s` (the fetch and
+          release hooks and the coordinator's bookkeeping, at DeepSpeed's default prefetch and persistence).
+        None with --quick or one rank, or without DeepSpeed or transformers."""
         if self.quick or self.ranks == 1:
             return None
-        torch = self.torch
         try:
-            import deepspeed
-        except ImportError:
-            return None
-        dtype = torch.bfloat16
-        config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-                  "bf16": {"enabled": True}, "zero_force_ds_cpu_optimizer": False, "zero_allow_untested_optimizer": True,
-                  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-                                        "stage3_prefetch_bucket_size": 0, "overlap_comm": False}}
-        times = {}
-        for k in (8, 32):
-            model = torch.nn.Sequential(*[torch.nn.Linear(64, 64, bias=False) for _ in range(k)])
-            engine, _, _, _ = deepspeed.initialize(model=model, config=config,
-                                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.0))
-            x = torch.randn(4, 64, dtype=dtype, device=self.device)
-
-            def step(engine=engine, x=x) -> None:
-                engine.backward(engine(x).float().sum())
-                engine.step()
-
-            times[k] = self.mean(self.fixed(step, 10))
-            del engine, model
-        slope = (times[32] - times[8]) / 24
-        return {"module_overhead_s": max(0.0, slope / 2 - latency), "seconds_per_module": slope,
-                "steps_s": {str(k): v for k, v in times.items()}}
-
-    def engine_step(self, partial: MachinePerf) -> dict[str, Any] | None:
-        """How much longer forward and backward take inside a real DeepSpeed training step than the kernel figures
-        say (`compute_scale`): the engine's gradient hooks and bucket copies, and every rank working at once on
-        shared caches and memory. A reference llama (transformers' code, random weights, a shape of its own, not
-        any benchmark's) trains under a ZeRO-2 engine (bf16, overlap_comm, AdamW, clipping, as the HF Trainer runs
-        it); its step time less what the time model gives for the step's communication and optimizer, over what
-        the model gives for forward and backward, is the scale. None with --quick, or without DeepSpeed or
-        transformers."""
-        if self.quick:
-            return None
-        torch = self.torch
-        try:
-            import deepspeed
-            from transformers import LlamaConfig, LlamaForCausalLM
+            import deepspeed  # noqa: F401 -- checked here; the engines import it
+            import transformers  # noqa: F401
         except ImportError:
             return None
         from zerokit.models.params import count_parameters
+        from zerokit.perf.flops import model_flops
         from zerokit.perf.model import step_time
 
-        hidden, layers, seq, micro_batch, vocab = (1024, 4, 1024, 4, 32000) if self.gpu else (384, 2, 256, 4, 1024)
+        # Deep enough that ZeRO-3's hooks stand out of a shared machine's noise (57 modules on the CPU), wide enough
+        # that its projections exceed DeepSpeed's default persistence threshold (1e5 elements) and are gathered.
+        hidden, layers, seq, micro_batch, vocab = (1024, 8, 1024, 4, 32000) if self.gpu else (384, 6, 128, 4, 512)
         config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
                   "num_hidden_layers": layers, "num_attention_heads": hidden // 64, "num_key_value_heads": hidden // 128,
                   "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
+        steps = {stage: self._training_step(config, stage, seq, micro_batch) for stage in (2, 3)}
+        # alternated, so that a slow spell of a shared machine falls on both engines alike: the ZeRO-3 figure is a
+        # difference of the two
+        times: dict[int, list[float]] = {2: [], 3: []}
+        for _ in range(10):
+            for stage, step in steps.items():
+                times[stage].append(self.fixed(step, 2))
+        measured = {stage: self.mean(statistics.median(t)) for stage, t in times.items()}
+        del steps
+        parameters = count_parameters(config)[0]
+        predicted = {stage: step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
+                                      gpus_per_node=self.ranks, zero_stage=stage) for stage in (2, 3)}
+        # the model's time for everything but compute and ZeRO-3's hooks
+        rest = {stage: t.step_time_s - t.compute_s - t.overhead_s for stage, t in predicted.items()}
+        compute = predicted[2].compute_s
+        scale = min(8.0, max(0.25, (measured[2] - rest[2]) / compute))
+        modules = model_flops(config).parameter_modules
+        hooks = min(1.0, max(0.0, (measured[3] - rest[3] - (measured[2] - rest[2])) / (2 * modules)))
+        return {"compute_scale": scale, "zero3_module_overhead_s": hooks, "step_s": measured[2],
+                "zero3_step_s": measured[3], "predicted_compute_s": compute, "predicted_rest_s": rest[2],
+                "predicted_zero3_rest_s": rest[3], "parameter_modules": modules, "model": config, "seq_len": seq,
+                "micro_batch": micro_batch}
+
+    def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int) -> Callable[[], None]:
+        """One training step of `config` under a fresh ZeRO-`stage` engine, as a function (every rank must call it
+        as often as the others: the step holds collectives)."""
+        import deepspeed
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch = self.torch
         ds_config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
                      "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,
                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}},
-                     "zero_optimization": {"stage": 2, "overlap_comm": True, "contiguous_gradients": True}}
+                     "zero_optimization": {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}}
         torch.manual_seed(0)
         model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"},
-                                             attn_implementation="sdpa"))
-        model = model.to(self.device)
+                                             attn_implementation="sdpa")).to(self.device)
         optimizer = None
         if self.gpu or not self._op_built("FusedAdamBuilder")[0]:
             # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: run the torch AdamW
             # the optimizer figure measured instead, so the model's "rest" prices the optimizer that ran
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0, fused=self.gpu or None)
-            ds_config = {**ds_config, "zero_allow_untested_optimizer": True}
+            ds_config["zero_allow_untested_optimizer"] = True
             del ds_config["optimizer"]
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config,
                                                optimizer=optimizer)
-        ids = torch.randint(0, vocab, (micro_batch, seq), device=engine.device)
+        ids = torch.randint(0, config["vocab_size"], (micro_batch, seq), device=engine.device)
 
-        def step(engine=engine, ids=ids) -> None:
+        def step() -> None:
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
 
-        measured = self.mean(statistics.median(self.fixed(step, 2) for _ in range(4)))
-        del engine, model
-        t = step_time(config, partial, parameters=count_parameters(config)[0], seq_len=seq, micro_batch=micro_batch,
-                      gpus_per_node=self.ranks, zero_stage=2)
-        rest = t.step_time_s - t.compute_s
-        scale = min(8.0, max(0.25, (measured - rest) / t.compute_s))
-        return {"compute_scale": scale, "step_s": measured, "predicted_compute_s": t.compute_s,
-                "predicted_rest_s": rest, "model": config, "seq_len": seq, "micro_batch": micro_batch}
+        return step
 
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
@@ -625,15 +625,6 @@ class _Worker:
         c = out["collectives"]
         self.say(f"      bus {c['bus_bandwidth'] / 1e9:.2f} GB/s, latency {c['latency_s'] * 1e6:.0f} us "
                  f"({time.perf_counter() - t0:.1f} s)" if c else "      one rank: nothing to measure")
-        t0 = self.begin("ZeRO-3 hooks per module (real ZeRO-3 engines over 8 and 32 tiny layers)")
-        why = "one rank, or --quick"
-        try:
-            out["zero3"] = self.zero3(c["latency_s"] if c else 0.0)
-        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent or refusing: the default stands, and says so
-            out["zero3"], why = None, f"{type(e).__name__}: {e}"
-        z = out["zero3"]
-        self.say(f"      {z['module_overhead_s'] * 1e6:.0f} us per module and pass beyond its all-gather "
-                 f"({time.perf_counter() - t0:.1f} s)" if z else f"      not measured ({why}): 100 us assumed")
         t0 = self.begin("CPU Adam (DeepSpeed cpu_adam), all ranks at once")
         out["cpu_adam"] = self.cpu_adam()
         self.say(f"      {out['cpu_adam']['params_per_s_rank'] / 1e6:.0f} M params/s per rank"
@@ -643,15 +634,17 @@ class _Worker:
         out["device_adam"] = self.device_adam()
         self.say(f"      {out['device_adam']['params_per_s'] / 1e6:.0f} M params/s per rank "
                  f"({time.perf_counter() - t0:.1f} s)")
-        t0 = self.begin("forward and backward inside a DeepSpeed step (a reference llama under ZeRO-2)")
-        why = "--quick"
+        t0 = self.begin("training steps of a reference llama under ZeRO-2 and ZeRO-3 engines")
+        why = "one rank, or --quick"
         try:
-            out["engine_step"] = self.engine_step(_machine_from_measurements(out))
-        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent, refusing or out of memory: 1.0 stands, and says so
+            out["engine_step"] = self.engine_steps(_machine_from_measurements(out))
+        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent, refusing or out of memory: defaults stand, and say so
             out["engine_step"], why = None, f"{type(e).__name__}: {e}"
         ref = out["engine_step"]
-        self.say(f"      {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel figures "
-                 f"({time.perf_counter() - t0:.1f} s)" if ref else f"      not measured ({why}): x 1.00 assumed")
+        self.say(f"      ZeRO-2 {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel "
+                 f"figures; ZeRO-3 {ref['zero3_step_s']:.3f} s/step: "
+                 f"{ref['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass ({time.perf_counter() - t0:.1f} s)"
+                 if ref else f"      not measured ({why}): x 1.00 and 100 us assumed")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
