@@ -3,13 +3,14 @@
 tests/data/step_time/measured.json holds the median steady-state step time of each setup and profile.json the
 `zerokit probe` profile taken with them; both are rewritten by `python benchmarks/step_time.py --measure`.
 
-The issue's target is 20%. The committed data was taken on a quiet machine (load average 1.4-1.9, three rounds,
-runs of a setup within 1.25x of each other), with the probe measuring ZeRO-3's per-module hook cost (806 us per
-module and pass here; the 100 us default had left ZeRO-3 25-29% low). Every case is now predicted 13-22% low, all
-by a similar factor: the probe's matmul and elementwise figures run faster than the same kernels inside a
-training step. So this test holds the model to 25% on every case, and checks the ranking wherever two setups
-differ by > 15% and by more than the spread of either one's runs (slowest run / fastest run), so that the
-measurement itself tells them apart: all 11 such pairs are ranked as measured.
+The issue's target is 20%, and this test holds the model to it on every case. The committed data: five rounds,
+each a `zerokit probe` and then every case once (load average 1.5-2.3 with the two ranks running), with the probe's
+reference llama steps under ZeRO-2 and ZeRO-3 engines setting `compute_scale` (1.56: forward and backward inside a
+DeepSpeed step take that much longer than the kernel figures say) and ZeRO-3's per-module cost (726 us). Worst
+error 16.8% (zero3_offload_param). The ranking is checked wherever two setups differ by > 15% and by more than the
+spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart: all 7
+such pairs are ranked as measured. (zero3 against zero3_offload_param differ by 23% in these medians but not in
+the three earlier measurements of this session, and their runs overlap: the model has them within 2%.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from zerokit.models.params import count_parameters
 from zerokit.perf import load_profile, step_time
 
 DATA = Path(__file__).parent / "data" / "step_time"
-TOLERANCE = 0.25
+TOLERANCE = 0.20
 MEASURED = json.loads((DATA / "measured.json").read_text())
 PERF = load_profile(str(DATA / "profile.json"))
 
@@ -47,7 +48,7 @@ def test_golden_data_covers_the_six_setups():
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED["cases"]))
-def test_within_25_percent_of_measured(name):
+def test_within_20_percent_of_measured(name):
     case = MEASURED["cases"][name]
     assert predicted(case["setup"]) == pytest.approx(case["median_s"], rel=TOLERANCE)
 
@@ -63,4 +64,4 @@ def test_ranking_matches_where_the_runs_tell_setups_apart():
         if ratio > 1.15 and ratio > spread:
             assert (predicted(cases[a]["setup"]) < predicted(cases[b]["setup"])) == (ma < mb), (a, b)
             checked += 1
-    assert checked >= 10  # 11 pairs on the committed data
+    assert checked >= 7  # 7 pairs on the committed data
