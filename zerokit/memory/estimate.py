@@ -109,6 +109,7 @@ class StepCosts:
         "grads_backward",
         "grads_held",
         "grads_rest",
+        "integral",
         "opt_rest",
         "overhead",
         "params_rest",
@@ -145,6 +146,9 @@ class StepCosts:
         self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + overhead
         self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + overhead
                            if end_grads else 0)
+        self.integral = all(type(v) is int for v in (self._base, self._end_total, self._step_total, grads_backward,
+                                                     buffers_backward))
+        """Whether every figure is whole bytes, as `headroom`'s rearranged sums need to be exact."""
 
     def need(self, act: ActivationEstimate) -> int:
         """The largest phase total for one micro-batch (overhead included)."""
@@ -154,6 +158,17 @@ class StepCosts:
         return max(a + act.forward_transient, a + act.loss_transient, a + act.head_transient - lp,
                    a + act.head_weight_gradient - lp + later, a + act.layer_transient - lp + later,
                    self._end_total, self._step_total)
+
+    def headroom(self, capacity: int) -> tuple[int, int] | None:
+        """The largest `activation_figures` that fit in `capacity` bytes: `need(act) <= capacity` exactly when
+        both of act's figures are within these (None: the phases without activations alone do not fit).
+
+        Integer arithmetic only (the analytic activation model's figures are whole bytes); the planner's search
+        asks this once per setup instead of summing `need` for every micro-batch it probes."""
+        if self._end_total > capacity or self._step_total > capacity:
+            return None
+        held = capacity - self._base
+        return held, held - self.grads_backward - self.buffers_backward
 
     def phases(self, act: ActivationEstimate) -> dict[str, GpuMemory]:
         """Each phase's components at its own peak."""
@@ -182,6 +197,15 @@ class StepCosts:
             "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
                                         self.step_transient, 0, ovh),
         }
+
+
+def activation_figures(act: ActivationEstimate) -> tuple[int, int]:
+    """One micro-batch's activations as `StepCosts.need` weighs them, to hold against `StepCosts.headroom`: (held
+    with the largest transient before DeepSpeed's backward buffers exist, held from the lm_head's weight gradient
+    on, when they do). need = max(base + first, base + backward buffers + second, the phases without activations)."""
+    lp = act.loss_transient // 2
+    return (act.activations + max(act.forward_transient, act.loss_transient, act.head_transient - lp),
+            act.activations + max(act.head_weight_gradient, act.layer_transient) - lp)
 
 
 def _div(n: int, shards: int) -> int:
