@@ -146,8 +146,8 @@ class StepCosts:
         self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + overhead
         self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + overhead
                            if end_grads else 0)
-        self.integral = all(type(v) is int for v in (self._base, self._end_total, self._step_total, grads_backward,
-                                                     buffers_backward))
+        self.integral = (type(self._base) is int and type(self._end_total) is int and type(self._step_total) is int
+                         and type(grads_backward) is int and type(buffers_backward) is int)
         """Whether every figure is whole bytes, as `headroom`'s rearranged sums need to be exact."""
 
     def need(self, act: ActivationEstimate) -> int:
@@ -177,26 +177,32 @@ class StepCosts:
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
+        # the backward moments as GpuMemory's fields, in its order: only the largest becomes one (a hot path)
         moments = [
             # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-            GpuMemory(params, grads, opt, a, act.loss_transient, 0, ovh),
+            (params, grads, opt, a, act.loss_transient, 0, ovh),
             # the lm_head backward: the logits gradient and the head's weight gradient
-            GpuMemory(params, grads, opt, a - lp, act.head_transient, 0, ovh),
+            (params, grads, opt, a - lp, act.head_transient, 0, ovh),
             # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into
             # the newly allocated partition through the buckets; the logits gradient is gone
-            GpuMemory(params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
+            (params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
             # one decoder layer's working set (with checkpointing, its recompute), the loss long done
-            GpuMemory(params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
+            (params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
         ]
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
-            moments.append(GpuMemory(self.params_rest, self.grads_rest + self.end_grads, opt, 0,
-                                     self.end_transient, 0, ovh))
+            moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
         return {
             "forward": GpuMemory(params, grads, opt, a, act.forward_transient, 0, ovh),
-            "backward": max(moments, key=lambda m: m.total),
+            "backward": GpuMemory(*max(moments, key=_total)),
             "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
                                         self.step_transient, 0, ovh),
         }
+
+
+def _total(fields: tuple[int, ...]) -> int:
+    """`GpuMemory.total` of its fields, added in the same order."""
+    p, g, o, a, t, b, v = fields
+    return p + g + o + a + t + b + v
 
 
 def activation_figures(act: ActivationEstimate) -> tuple[int, int]:

@@ -606,9 +606,9 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     settings = ctx.levels(stage)[pick][0]
     accumulation = ctx.accumulation_steps(mb)
     phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck, stage))
-    peak = max(PHASES, key=lambda p: phases[p].total)
-    memory = phases[peak]
-    total = memory.total
+    totals = {p: phases[p].total for p in PHASES}
+    peak = max(PHASES, key=totals.__getitem__)
+    memory, total = phases[peak], totals[peak]
     gpu_ratio = total / hw.gpu_memory_bytes
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
@@ -617,7 +617,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
     fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
-                          fits, why_not, {p: phases[p].total for p in PHASES}, peak,
+                          fits, why_not, totals, peak,
                           performance if fits else None)
     return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
 
