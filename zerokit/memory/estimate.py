@@ -109,6 +109,7 @@ class StepCosts:
         "grads_backward",
         "grads_held",
         "grads_rest",
+        "integral",
         "opt_rest",
         "overhead",
         "params_rest",
@@ -145,6 +146,9 @@ class StepCosts:
         self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + overhead
         self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + overhead
                            if end_grads else 0)
+        self.integral = (type(self._base) is int and type(self._end_total) is int and type(self._step_total) is int
+                         and type(grads_backward) is int and type(buffers_backward) is int)
+        """Whether every figure is whole bytes, as `headroom`'s rearranged sums need to be exact."""
 
     def need(self, act: ActivationEstimate) -> int:
         """The largest phase total for one micro-batch (overhead included)."""
@@ -155,6 +159,17 @@ class StepCosts:
                    a + act.head_weight_gradient - lp + later, a + act.layer_transient - lp + later,
                    self._end_total, self._step_total)
 
+    def headroom(self, capacity: int) -> tuple[int, int] | None:
+        """The largest `activation_figures` that fit in `capacity` bytes: `need(act) <= capacity` exactly when
+        both of act's figures are within these (None: the phases without activations alone do not fit).
+
+        Integer arithmetic only (the analytic activation model's figures are whole bytes); the planner's search
+        asks this once per setup instead of summing `need` for every micro-batch it probes."""
+        if self._end_total > capacity or self._step_total > capacity:
+            return None
+        held = capacity - self._base
+        return held, held - self.grads_backward - self.buffers_backward
+
     def phases(self, act: ActivationEstimate) -> dict[str, GpuMemory]:
         """Each phase's components at its own peak."""
         a, ovh, opt = act.activations, self.overhead, self.opt_rest
@@ -162,26 +177,41 @@ class StepCosts:
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
+        # the backward moments as GpuMemory's fields, in its order: only the largest becomes one (a hot path)
         moments = [
             # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-            GpuMemory(params, grads, opt, a, act.loss_transient, 0, ovh),
+            (params, grads, opt, a, act.loss_transient, 0, ovh),
             # the lm_head backward: the logits gradient and the head's weight gradient
-            GpuMemory(params, grads, opt, a - lp, act.head_transient, 0, ovh),
+            (params, grads, opt, a - lp, act.head_transient, 0, ovh),
             # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into
             # the newly allocated partition through the buckets; the logits gradient is gone
-            GpuMemory(params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
+            (params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
             # one decoder layer's working set (with checkpointing, its recompute), the loss long done
-            GpuMemory(params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
+            (params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
         ]
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
-            moments.append(GpuMemory(self.params_rest, self.grads_rest + self.end_grads, opt, 0,
-                                     self.end_transient, 0, ovh))
+            moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
         return {
             "forward": GpuMemory(params, grads, opt, a, act.forward_transient, 0, ovh),
-            "backward": max(moments, key=lambda m: m.total),
+            "backward": GpuMemory(*max(moments, key=_total)),
             "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
                                         self.step_transient, 0, ovh),
         }
+
+
+def _total(fields: tuple[int, ...]) -> int:
+    """`GpuMemory.total` of its fields, added in the same order."""
+    p, g, o, a, t, b, v = fields
+    return p + g + o + a + t + b + v
+
+
+def activation_figures(act: ActivationEstimate) -> tuple[int, int]:
+    """One micro-batch's activations as `StepCosts.need` weighs them, to hold against `StepCosts.headroom`: (held
+    with the largest transient before DeepSpeed's backward buffers exist, held from the lm_head's weight gradient
+    on, when they do). need = max(base + first, base + backward buffers + second, the phases without activations)."""
+    lp = act.loss_transient // 2
+    return (act.activations + max(act.forward_transient, act.loss_transient, act.head_transient - lp),
+            act.activations + max(act.head_weight_gradient, act.layer_transient) - lp)
 
 
 def _div(n: int, shards: int) -> int:

@@ -108,14 +108,24 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     if hit is not None and hit[0] is perf:
         return hit[1]
     tokens = micro_batch * seq_len
+    rates: dict[tuple[float, int, int], float] = {}  # matmuls of one shape (q and o, gate and up) run at one rate
+
+    def rate(m: Any) -> float:
+        shape = (m.token_share, m.in_features, m.out_features)
+        hit = rates.get(shape)
+        if hit is None:
+            hit = rates[shape] = perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features
+                                                              * m.out_features) ** (1 / 3))
+        return hit
+
     layer_t = head_t = weight_flops = 0.0
     for m in mf.layer_matmuls:
         f = m.flops_per_token * tokens
-        layer_t += f / perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3))
+        layer_t += f / rate(m)
         weight_flops += f
     for m in mf.head_matmuls:
         f = m.flops_per_token * tokens
-        head_t += f / perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features * m.out_features) ** (1 / 3))
+        head_t += f / rate(m)
         weight_flops += f
     score_t = score_flops = 0.0
     for g, pairs in mf.attention_pairs(seq_len, attention):

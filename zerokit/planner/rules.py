@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, costs_for
+from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, costs_for
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -100,6 +100,7 @@ class Context:
     _activations: dict = field(default_factory=dict)
     _levels: dict = field(default_factory=dict)
     _costs: dict = field(default_factory=dict)
+    _figures: dict = field(default_factory=dict)
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -193,6 +194,31 @@ class Context:
         """Per-GPU bytes at the largest phase for this setup and micro-batch."""
         costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
         return costs.need(self.activation(micro_batch, checkpointing, stage))
+
+    def fit_test(self, stage: int, opt: str, param: str, level: int, accumulation: int,
+                 checkpointing: bool) -> Callable[[int], bool]:
+        """micro-batch -> whether `need` is within the GPU's memory, for the micro-batches of one accumulation.
+
+        The search's hot path: the setup's headroom is computed once, and each micro-batch's activation figures
+        once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
+        make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
+        """
+        costs = self.costs(stage, opt, param, level, accumulation)
+        cap = self.hardware.gpu_memory_bytes
+        if self.activation_model is not None or not costs.integral:
+            return lambda mb: costs.need(self.activation(mb, checkpointing, stage)) <= cap
+        room = costs.headroom(cap)
+        lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
+        figures = self._figures
+
+        def fits(mb: int) -> bool:
+            key = (mb, checkpointing, lora3)
+            f = figures.get(key)
+            if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
+                f = figures[key] = activation_figures(self.activation(mb, checkpointing, stage))
+            return room is not None and f[0] <= room[0] and f[1] <= room[1]
+
+        return fits
 
     @property
     def gpu_label(self) -> str:
@@ -580,9 +606,9 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     settings = ctx.levels(stage)[pick][0]
     accumulation = ctx.accumulation_steps(mb)
     phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck, stage))
-    peak = max(PHASES, key=lambda p: phases[p].total)
-    memory = phases[peak]
-    total = memory.total
+    totals = {p: phases[p].total for p in PHASES}
+    peak = max(PHASES, key=totals.__getitem__)
+    memory, total = phases[peak], totals[peak]
     gpu_ratio = total / hw.gpu_memory_bytes
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
@@ -591,24 +617,25 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
     fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
-                          fits, why_not, {p: phases[p].total for p in PHASES}, peak,
+                          fits, why_not, totals, peak,
                           performance if fits else None)
     return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
-    """Binary search over the micro-batches: the bytes grow with it, and each estimate costs microseconds, so only
-    the ~log2(n) probed ones are ever estimated. With a global batch the largest micro-batch may need no
-    accumulation (and so hold no gradients between micro-batches): it is checked on its own."""
-    mbs, cap = ctx.batch.micro_batches, ctx.hardware.gpu_memory_bytes
+    """Binary search over the micro-batches: the bytes grow with it, so only the ~log2(n) probed ones are ever
+    estimated. With a global batch the largest micro-batch may need no accumulation (and so hold no gradients
+    between micro-batches): it is checked on its own."""
+    mbs, batch = ctx.batch.micro_batches, ctx.batch
     lo, hi, best = 0, len(mbs) - 1, None
-    if ctx.batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
-        if ctx.need(stage, opt, param, level, mbs[-1], checkpointing) <= cap:
+    if batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
+        if ctx.fit_test(stage, opt, param, level, 1, checkpointing)(mbs[-1]):
             return mbs[-1]
         hi -= 1
+    fits = ctx.fit_test(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing)
     while lo <= hi:
         mid = (lo + hi) // 2
-        if ctx.need(stage, opt, param, level, mbs[mid], checkpointing) <= cap:
+        if fits(mbs[mid]):
             best, lo = mbs[mid], mid + 1
         else:
             hi = mid - 1
