@@ -21,6 +21,8 @@ MIN_GPU_MEMORY = 1 * 2**30
 
 @dataclass(frozen=True)
 class GpuPreset:
+    """A GPU as `--gpu` names it: its memory and whether it computes in bf16."""
+
     name: str
     memory_mib: int
     """memory.total as nvidia-smi (rocm-smi for AMD) reports it."""
