@@ -7,7 +7,7 @@ Memory is what the driver reports as the device's total (`nvidia-smi --query-gpu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.planner.types import Hardware
@@ -19,8 +19,9 @@ MIB = 2**20
 MIN_GPU_MEMORY = 1 * 2**30
 
 
-@dataclass(frozen=True)
-class GpuPreset:
+class GpuPreset(NamedTuple):
+    """A GPU as `--gpu` names it: its memory and whether it computes in bf16."""
+
     name: str
     memory_mib: int
     """memory.total as nvidia-smi (rocm-smi for AMD) reports it."""

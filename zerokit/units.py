@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from decimal import ROUND_HALF_EVEN, Decimal
+from typing import TYPE_CHECKING
 
 from zerokit.errors import BadInput
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 _SIZE_UNITS = {
     "b": 1,
@@ -38,11 +40,23 @@ def _limit(maximum: int) -> str:
 
 
 def _decimal(num: str) -> Decimal | None:
-    """The number exactly (no float rounding, no overflow); None for one too long or too far out to be sane."""
+    """The number exactly (no float rounding, no overflow); None for one too long or too far out to be sane.
+
+    decimal is imported here, not at the top: only sizes and counts need it, and most commands parse neither.
+    """
+    from decimal import Decimal
+
     exponent = num.lower().partition("e")[2].lstrip("+-")
     if len(num) > 400 or len(exponent) > 4:
         return None
     return Decimal(num)
+
+
+def _whole(value: Decimal) -> int:
+    """The nearest integer, ties to even (as `round` does), computed exactly."""
+    from decimal import ROUND_HALF_EVEN
+
+    return int(value.to_integral_value(ROUND_HALF_EVEN))
 
 
 def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> int:
@@ -59,6 +73,8 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
         if unit in ("k", "m", "g", "t", "p"):
             hint = f"; did you mean {m['num']}{unit.upper()}B (10^n) or {m['num']}{unit.upper()}iB (2^n)?"
         else:
+            import difflib  # only for this message: most runs never need it
+
             close = difflib.get_close_matches(unit, _SIZE_UNITS, n=1)
             if close:
                 hint = f"; did you mean {m['num']}{_canon(close[0])}?"
@@ -69,7 +85,7 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
     if unit == "" and value != value.to_integral_value():
         raise BadInput(f"{what} {_show(text)}: a plain number is a byte count and must be whole; or add a unit: "
                        "80GB, 80GiB")
-    return _bounded(int((value * _SIZE_UNITS[unit or "b"]).to_integral_value(ROUND_HALF_EVEN)), what, text, maximum)
+    return _bounded(_whole(value * _SIZE_UNITS[unit or "b"]), what, text, maximum)
 
 
 def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, whole: bool = False) -> int:
@@ -89,7 +105,7 @@ def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, 
         raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
     if whole and value != value.to_integral_value():
         raise BadInput(f"{what} {_show(text)} is not a whole number; give a whole count such as {int(value) or 1}")
-    return _bounded(int(value.to_integral_value(ROUND_HALF_EVEN)), what, text, maximum)
+    return _bounded(_whole(value), what, text, maximum)
 
 
 def parse_positive_int(text: str | int, what: str, maximum: int = MAX_INT) -> int:
@@ -149,6 +165,8 @@ def format_count(n: float) -> str:
 
 def closest(name: str, choices, what: str) -> str:
     """The error text for an unknown name, with the closest known one."""
+    import difflib  # an error path: a run that succeeds never imports it
+
     close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=0.5)
     lookup = {c.lower(): c for c in choices}
     hint = f"; did you mean {lookup[close[0]]!r}?" if close else f"; known: {', '.join(sorted(choices))}"

@@ -74,6 +74,8 @@ DEVICES = ("cuda", "cpu")
 
 @dataclass(frozen=True)
 class ActivationEstimate:
+    """One micro-batch's activation memory: what autograd holds for backward, and the transient peaks above it."""
+
     activations: int
     """Bytes autograd holds at the end of forward for ONE micro-batch (loss included, parameters excluded)."""
     transient: int

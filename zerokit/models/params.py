@@ -19,14 +19,13 @@ same as transformers would build it. tests/test_models.py holds every family aga
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from zerokit.errors import BadInput
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """One module that owns parameters."""
 
     name: str
@@ -46,8 +45,7 @@ class Part:
     MoE expert stacks, and the router weight as a 2-D one (experts = 1)."""
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     """What one decoder layer keeps for backward, as `zerokit.memory.activations` models it.
 
     `kind` picks the activation builder (llama, moe, gpt2, opt, gpt_neox, falcon); the flags are the structural
@@ -68,8 +66,7 @@ class Layout:
     """qwen2_moe: a gated shared expert beside the routed ones."""
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """How one `model_type` is built: its config defaults, derived keys, modules and activation layout.
 
     This is the one registry of model families: parameter counting (here), LoRA targets (`zerokit.models.lora`),
@@ -79,7 +76,7 @@ class Family:
     defaults: Mapping[str, Any]
     parts: Callable[[dict], list[Part]]
     derive: Callable[[dict], None] = lambda c: None
-    aliases: Mapping[str, str] = field(default_factory=dict)
+    aliases: Mapping[str, str] = MappingProxyType({})
     """Canonical key -> the key this family's config class stores it under (transformers' `attribute_map`)."""
     layout: Layout = Layout("llama")
     """How the activation model lays out its layers."""
@@ -147,7 +144,7 @@ def _experts(h: int, inter: int, n: int) -> list[Part]:
 
 
 def _times(parts: list[Part], copies: int) -> list[Part]:
-    return [replace(p, copies=p.copies * copies) for p in parts if copies > 0]
+    return [p._replace(copies=p.copies * copies) for p in parts if copies > 0]
 
 
 def _embed_and_head(c: dict, layers: list[Part], final_norm: int) -> list[Part]:

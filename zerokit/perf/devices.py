@@ -9,7 +9,7 @@ presets cite their hub configs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 GB = 10**9
 TFLOPS = 10**12
@@ -19,8 +19,7 @@ PCIE_X16_BYTES_PER_S = {3: 15.75 * GB, 4: 31.5 * GB, 5: 63.0 * GB}
 PCIE_SOURCE = "PCI-SIG, PCI Express Base Specification 3.0/4.0/5.0: 8/16/32 GT/s per lane, 128b/130b (pcisig.com/specifications)"
 
 
-@dataclass(frozen=True)
-class DeviceFigures:
+class DeviceFigures(NamedTuple):
     """A GPU's published peak figures and the interconnect its usual server uses."""
 
     name: str
@@ -37,7 +36,7 @@ class DeviceFigures:
     """Generation of the host PCIe x16 link (host <-> device copies, offload)."""
     inter_node_bandwidth: float
     """Default network bandwidth of one node to the others, all NICs together, one direction, bytes/s."""
-    sources: tuple[str, ...] = field(default=())
+    sources: tuple[str, ...] = ()
     """Public documents the figures come from (title and URL)."""
 
     @property

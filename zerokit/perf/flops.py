@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.models.params import complete_config, model_parts
 
 
-@dataclass(frozen=True)
-class Matmul:
+class Matmul(NamedTuple):
     """One weight matmul of the model: `in_features` -> `out_features`, `copies` times per token."""
 
     name: str
@@ -42,8 +41,7 @@ class Matmul:
         return 2.0 * self.in_features * self.out_features * self.copies
 
 
-@dataclass(frozen=True)
-class AttentionLayers:
+class AttentionLayers(NamedTuple):
     """The attention shape of a group of layers that score alike."""
 
     layers: int

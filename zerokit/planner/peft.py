@@ -15,8 +15,6 @@ from typing import Any
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import LoraSetup
-from zerokit.models.lora import ALL_LINEAR, lora_parameters
-from zerokit.models.quant import frozen_base_bytes
 from zerokit.models.spec import ModelSpec
 
 LORA_ALPHA_PER_RANK = 2
@@ -93,6 +91,10 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
     """The adapters for `--peft method`, or None for full fine-tuning; BadInput for anything PEFT would refuse."""
     if method == "none":
         return None
+    # Imported here: a full fine-tuning plan (the usual one) never counts adapters or quantized bytes.
+    from zerokit.models.lora import ALL_LINEAR, lora_parameters
+    from zerokit.models.quant import frozen_base_bytes
+
     if method not in ("lora", "qlora"):
         raise BadInput(f"--peft must be none, lora or qlora, got {method!r}")
     if method == "qlora" and precision not in QLORA_PRECISIONS:

@@ -32,7 +32,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
@@ -43,9 +43,11 @@ from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.model import StepTime, step_time
-from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, PeftPlan, plan_peft
 from zerokit.planner.types import Candidate, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
+
+if TYPE_CHECKING:
+    from zerokit.planner.peft import PeftPlan
 
 MAX_AUTO_MICRO_BATCH = 64
 AUTO_MICRO_BATCHES = tuple(2**i for i in range(MAX_AUTO_MICRO_BATCH.bit_length()))  # 1, 2, 4, ..., 64
@@ -288,6 +290,10 @@ def rule_precision(ctx: Context) -> tuple[str, str]:
 def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     """LoRA/QLoRA: count the adapters, price the frozen base, refuse what PEFT, bitsandbytes or DeepSpeed refuse."""
     t = ctx.training
+    if t.peft == "none":
+        return None, None  # full fine-tuning: zerokit.planner.peft is not even imported
+    from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, plan_peft
+
     if t.peft == "qlora" and t.offload_param not in (None, "none"):
         raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
                        "--offload-param none or auto (optimizer offload of the adapters works)")

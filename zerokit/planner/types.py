@@ -22,6 +22,8 @@ PEFT_METHODS = ("none", "lora", "qlora")
 
 @dataclass(frozen=True)
 class Hardware:
+    """The machine a plan is for: its GPUs, their memory, and the host memory and NVMe offload can use."""
+
     gpu_name: str
     """GPU preset name, or `custom` when only --gpu-memory is given."""
     gpu_memory_bytes: int
@@ -49,6 +51,8 @@ class Hardware:
 
 @dataclass(frozen=True)
 class Training:
+    """How the model trains: sequence and batch sizes, what is forced, precision, optimizer and adapters."""
+
     seq_len: int
     """Tokens per sample."""
     micro_batch: int | None = None
@@ -135,6 +139,8 @@ class GpuMemory:
 
 @dataclass(frozen=True)
 class Candidate:
+    """One setup priced: its per-GPU memory, host and NVMe bytes, whether it fits and how fast it would run."""
+
     setup: Setup
     memory: GpuMemory
     cpu_bytes_per_node: int
@@ -151,6 +157,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
+    """The chosen setup and the DeepSpeed settings that go with it: what the ds_config is built from."""
+
     zero_stage: int
     offload_optimizer: str
     offload_param: str
@@ -169,6 +177,8 @@ class Decision:
 
 @dataclass(frozen=True)
 class Plan:
+    """What `plan()` returns: the decision, its memory, every candidate tried and the reasons, in order."""
+
     model: ModelSpec
     hardware: Hardware
     training: Training
