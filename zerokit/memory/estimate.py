@@ -172,12 +172,16 @@ class StepCosts:
 
     def phases(self, act: ActivationEstimate) -> dict[str, GpuMemory]:
         """Each phase's components at its own peak."""
+        return {p: GpuMemory(*f) for p, f in zip(PHASES, self.phase_components(act))}
+
+    def phase_components(self, act: ActivationEstimate) -> tuple[tuple[int, ...], ...]:
+        """`phases(act)` as GpuMemory's fields, in its order, per phase of PHASES: the planner totals every
+        candidate's phases but builds GpuMemory objects only for its peak (a hot path)."""
         a, ovh, opt = act.activations, self.overhead, self.opt_rest
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
-        # the backward moments as GpuMemory's fields, in its order: only the largest becomes one (a hot path)
         moments = [
             # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
             (params, grads, opt, a, act.loss_transient, 0, ovh),
@@ -191,15 +195,12 @@ class StepCosts:
         ]
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
             moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
-        return {
-            "forward": GpuMemory(params, grads, opt, a, act.forward_transient, 0, ovh),
-            "backward": GpuMemory(*max(moments, key=_total)),
-            "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
-                                        self.step_transient, 0, ovh),
-        }
+        return ((params, grads, opt, a, act.forward_transient, 0, ovh),
+                max(moments, key=components_total),
+                (self.params_rest, self.grads_rest + self.step_grads, opt, 0, self.step_transient, 0, ovh))
 
 
-def _total(fields: tuple[int, ...]) -> int:
+def components_total(fields: tuple[int, ...]) -> int:
     """`GpuMemory.total` of its fields, added in the same order."""
     p, g, o, a, t, b, v = fields
     return p + g + o + a + t + b + v

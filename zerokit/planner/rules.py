@@ -37,14 +37,14 @@ from typing import Any, NamedTuple
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, costs_for
+from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_for
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.model import StepTime, step_time
 from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, PeftPlan, plan_peft
-from zerokit.planner.types import Candidate, Hardware, Setup, Training
+from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
 MAX_AUTO_MICRO_BATCH = 64
@@ -68,11 +68,16 @@ class Evaluation(NamedTuple):
     buffers: BufferSettings
     shortfall: float
     """max(need / have) over GPU, CPU RAM and NVMe; <= 1 when it fits."""
-    phases: dict
-    """The cost layer's components at each phase's peak."""
+    components: tuple
+    """The cost layer's components at each phase's peak, as GpuMemory's fields (`StepCosts.phase_components`)."""
     host: HostMemory
     level: int
     """Index of `buffers` in the stage's buffer ladder."""
+
+    @property
+    def phases(self) -> dict[str, GpuMemory]:
+        """The cost layer's components at each phase's peak (built for the chosen candidate only)."""
+        return {p: GpuMemory(*f) for p, f in zip(PHASES, self.components)}
 
 
 @dataclass
@@ -605,10 +610,10 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 break
     settings = ctx.levels(stage)[pick][0]
     accumulation = ctx.accumulation_steps(mb)
-    phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck, stage))
-    totals = {p: phases[p].total for p in PHASES}
+    components = ctx.costs(stage, opt, param, pick, accumulation).phase_components(ctx.activation(mb, ck, stage))
+    totals = {p: components_total(f) for p, f in zip(PHASES, components)}
     peak = max(PHASES, key=totals.__getitem__)
-    memory, total = phases[peak], totals[peak]
+    memory, total = GpuMemory(*components[PHASES.index(peak)]), totals[peak]
     gpu_ratio = total / hw.gpu_memory_bytes
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
@@ -619,7 +624,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
                           fits, why_not, totals, peak,
                           performance if fits else None)
-    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
+    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
