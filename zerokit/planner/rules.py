@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
-from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
+from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
 from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_for
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
@@ -103,7 +103,6 @@ class Context:
     """The step-time model's machine (zerokit.perf.MachinePerf): a GPU preset's published figures or a probe
     profile."""
     _activations: dict = field(default_factory=dict)
-    _levels: dict = field(default_factory=dict)
     _costs: dict = field(default_factory=dict)
     _figures: dict = field(default_factory=dict)
     overhead: int = 0
@@ -115,14 +114,9 @@ class Context:
         else:  # DeepSpeed's CPU accelerator has no CUDA context, NCCL or caching allocator to reserve for
             self.overhead = 0 if hw.accelerator == "cpu" else default_overhead(hw.gpu_memory_bytes)
 
-    def levels(self, stage: int) -> tuple[tuple[BufferSettings, int], ...]:
-        """The buffer ladder for a stage with each setting's bytes, computed once per plan."""
-        if stage not in self._levels:
-            m, w = self.model, DTYPE_BYTES[self.precision]
-            self._levels[stage] = tuple(
-                (b, comm_buffers(b, stage, m.parameters, m.largest_layer_parameters, w))
-                for b in buffer_ladder(m.hidden_size, stage))
-        return self._levels[stage]
+    def levels(self, stage: int) -> tuple[BufferSettings, ...]:
+        """The buffer ladder for a stage (`buffer_ladder`, which depends on the model's hidden size alone)."""
+        return buffer_ladder(self.model.hidden_size, stage)
 
     def activation(self, micro_batch: int, checkpointing: bool, stage: int = 0) -> ActivationEstimate:
         """One micro-batch's activation estimate; cached: every candidate asks the same questions. `stage` matters
@@ -153,7 +147,7 @@ class Context:
         key = (stage, opt, param, level, accumulation > 1)
         hit = self._costs.get(key)
         if hit is None:
-            settings = self.levels(stage)[level][0]
+            settings = self.levels(stage)[level]
             setup = Setup(stage, opt, param, 1, False, accumulation)
             hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
                                                self.overhead, **self.peft_costs(stage))
@@ -161,7 +155,7 @@ class Context:
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
-        b, m, hw, t = self.levels(stage)[level][0], self.model, self.hardware, self.training
+        b, m, hw, t = self.levels(stage)[level], self.model, self.hardware, self.training
         return step_time(self.flops, self.machine, parameters=m.parameters, seq_len=t.seq_len,
                          micro_batch=micro_batch, grad_accum=self.accumulation_steps(micro_batch),
                          gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, zero_stage=stage, offload_optimizer=opt,
@@ -608,7 +602,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
             if ctx.need(stage, opt, param, i, mb, ck) <= hw.gpu_memory_bytes:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
-    settings = ctx.levels(stage)[pick][0]
+    settings = ctx.levels(stage)[pick]
     accumulation = ctx.accumulation_steps(mb)
     components = ctx.costs(stage, opt, param, pick, accumulation).phase_components(ctx.activation(mb, ck, stage))
     totals = {p: components_total(f) for p, f in zip(PHASES, components)}
