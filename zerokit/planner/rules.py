@@ -42,7 +42,7 @@ from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
-from zerokit.perf.model import StepTime, step_time
+from zerokit.perf.model import StepTime, memoised_step_time
 from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, PeftPlan, plan_peft
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
@@ -156,14 +156,12 @@ class Context:
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
         b, m, hw, t = self.levels(stage)[level], self.model, self.hardware, self.training
-        return step_time(self.flops, self.machine, parameters=m.parameters, seq_len=t.seq_len,
-                         micro_batch=micro_batch, grad_accum=self.accumulation_steps(micro_batch),
-                         gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, zero_stage=stage, offload_optimizer=opt,
-                         offload_param=param, gradient_checkpointing=checkpointing, precision=self.precision,
-                         attention=t.attention, overlap_comm=b.overlap_comm,
-                         reduce_bucket_size=b.reduce_bucket_size, allgather_bucket_size=b.allgather_bucket_size,
-                         prefetch_bucket_size=b.prefetch_bucket_size,
-                         persistence_threshold=b.param_persistence_threshold, trainable_parameters=self.trainable)
+        # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
+        return memoised_step_time(self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
+                                  self.accumulation_steps(micro_batch), hw.gpus_per_node, hw.nodes, stage, opt, param,
+                                  checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
+                                  b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
+                                  self.trainable)
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
