@@ -250,6 +250,16 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
     emulates it with a temporary the size of the output, so ZeRO-1/2's all-gather of the updated parameters
     costs eP after the step.
     """
+    return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
+                       precision, accumulation, buffers, overhead, modules, persistent, largest_layer, gloo,
+                       adapter_bytes)
+
+
+def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
+                offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
+                buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
+                gloo: bool, adapter_bytes: int | None) -> StepCosts:
+    """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
     t = parameters if trainable is None else trainable
@@ -356,15 +366,20 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
     mixed-precision states on a frozen base of `frozen_bytes` (None, 0: every parameter trains)."""
-    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if setup.zero_stage == 3 \
-        else ((), 0)
-    return step_costs(parameters=model.parameters, trainable=trainable, frozen_bytes=frozen_bytes,
-                      world_size=hardware.world_size, zero_stage=setup.zero_stage,
-                      offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
-                      precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
-                      overhead=overhead, modules=modules, persistent=persistent,
-                      largest_layer=model.largest_layer_parameters, gloo=hardware.accelerator == "cpu",
-                      adapter_bytes=adapter_bytes)
+    return costs_of(model, hardware, setup.zero_stage, setup.offload_optimizer, setup.offload_param,
+                    setup.gradient_accumulation_steps, precision, buffers, overhead, trainable=trainable,
+                    frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes)
+
+
+def costs_of(model: Any, hardware: Hardware, zero_stage: int, offload_optimizer: str, offload_param: str,
+             accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
+             trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None) -> StepCosts:
+    """`costs_for` with the setup's stage, offload and accumulation given apart: the planner asks once per
+    candidate and buffer setting of every plan, without a Setup to build."""
+    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 else ((), 0)
+    return _step_costs(model.parameters, trainable, frozen_bytes, hardware.world_size, zero_stage, offload_optimizer,
+                       offload_param, precision, accumulation, buffers, overhead, modules, persistent,
+                       model.largest_layer_parameters, hardware.accelerator == "cpu", adapter_bytes)
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_for
+from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -147,10 +147,9 @@ class Context:
         key = (stage, opt, param, level, accumulation > 1)
         hit = self._costs.get(key)
         if hit is None:
-            settings = self.levels(stage)[level]
-            setup = Setup(stage, opt, param, 1, False, accumulation)
-            hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
-                                               self.overhead, **self.peft_costs(stage))
+            hit = self._costs[key] = costs_of(self.model, self.hardware, stage, opt, param, accumulation,
+                                              self.precision, self.levels(stage)[level], self.overhead,
+                                              **self.peft_costs(stage))
         return hit
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
