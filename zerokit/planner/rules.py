@@ -105,6 +105,9 @@ class Context:
     _activations: dict = field(default_factory=dict)
     _costs: dict = field(default_factory=dict)
     _figures: dict = field(default_factory=dict)
+    """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
+    _limits: dict = field(default_factory=dict)
+    """A setup's (StepCosts, whether the fit test may compare figures, `StepCosts.headroom` of the GPU)."""
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -199,20 +202,28 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        costs = self.costs(stage, opt, param, level, accumulation)
-        cap = self.hardware.gpu_memory_bytes
-        if self.activation_model is not None or not costs.integral:
+        key = (stage, opt, param, level, accumulation > 1)  # the cost cache's key (`costs`)
+        limit = self._limits.get(key)
+        if limit is None:
+            costs = self.costs(stage, opt, param, level, accumulation)
+            exact = self.activation_model is None and costs.integral
+            limit = self._limits[key] = (costs, exact, costs.headroom(self.hardware.gpu_memory_bytes) if exact
+                                         else None)
+        costs, exact, room = limit
+        if not exact:
+            cap = self.hardware.gpu_memory_bytes
             return lambda mb: costs.need(self.activation(mb, checkpointing, stage)) <= cap
-        room = costs.headroom(cap)
         lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
-        figures = self._figures
+        figures = self._figures.get((checkpointing, lora3))
+        if figures is None:
+            figures = self._figures[checkpointing, lora3] = {}
+        held, later = room if room is not None else (None, None)  # None: not even the phases without activations fit
 
         def fits(mb: int) -> bool:
-            key = (mb, checkpointing, lora3)
-            f = figures.get(key)
+            f = figures.get(mb)
             if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                f = figures[key] = activation_figures(self.activation(mb, checkpointing, stage))
-            return room is not None and f[0] <= room[0] and f[1] <= room[1]
+                f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
+            return held is not None and f[0] <= held and f[1] <= later
 
         return fits
 
