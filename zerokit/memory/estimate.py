@@ -366,20 +366,21 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
     mixed-precision states on a frozen base of `frozen_bytes` (None, 0: every parameter trains)."""
-    return costs_of(model, hardware, setup.zero_stage, setup.offload_optimizer, setup.offload_param,
-                    setup.gradient_accumulation_steps, precision, buffers, overhead, trainable=trainable,
-                    frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes)
+    return costs_of(model, hardware.world_size, hardware.accelerator, setup.zero_stage, setup.offload_optimizer,
+                    setup.offload_param, setup.gradient_accumulation_steps, precision, buffers, overhead,
+                    trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes)
 
 
-def costs_of(model: Any, hardware: Hardware, zero_stage: int, offload_optimizer: str, offload_param: str,
-             accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
+def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
+             offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
              trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None) -> StepCosts:
-    """`costs_for` with the setup's stage, offload and accumulation given apart: the planner asks once per
-    candidate and buffer setting of every plan, without a Setup to build."""
+    """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
+    given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
+    when nothing fits), without a Setup or a Hardware to build."""
     modules, persistent = module_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 else ((), 0)
-    return _step_costs(model.parameters, trainable, frozen_bytes, hardware.world_size, zero_stage, offload_optimizer,
+    return _step_costs(model.parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer,
                        offload_param, precision, accumulation, buffers, overhead, modules, persistent,
-                       model.largest_layer_parameters, hardware.accelerator == "cpu", adapter_bytes)
+                       model.largest_layer_parameters, accelerator == "cpu", adapter_bytes)
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:

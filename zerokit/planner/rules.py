@@ -150,8 +150,9 @@ class Context:
         key = (stage, opt, param, level, accumulation > 1)
         hit = self._costs.get(key)
         if hit is None:
-            hit = self._costs[key] = costs_of(self.model, self.hardware, stage, opt, param, accumulation,
-                                              self.precision, self.levels(stage)[level], self.overhead,
+            hw = self.hardware
+            hit = self._costs[key] = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param,
+                                              accumulation, self.precision, self.levels(stage)[level], self.overhead,
                                               **self.peft_costs(stage))
         return hit
 
