@@ -195,14 +195,45 @@ class Context:
         costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
         return costs.need(self.activation(micro_batch, checkpointing, stage))
 
-    def fit_test(self, stage: int, opt: str, param: str, level: int, accumulation: int,
-                 checkpointing: bool) -> Callable[[int], bool]:
-        """micro-batch -> whether `need` is within the GPU's memory, for the micro-batches of one accumulation.
+    def largest_fitting(self, stage: int, opt: str, param: str, level: int, accumulation: int, checkpointing: bool,
+                        micro_batches: tuple[int, ...]) -> int | None:
+        """The largest of `micro_batches` (ascending, all of one accumulation) whose `need` is within the GPU's
+        memory, by binary search: the bytes grow with the micro-batch, so only ~log2(n) of them are probed.
 
         The search's hot path: the setup's headroom is computed once, and each micro-batch's activation figures
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
+        costs, exact, room = self._limit(stage, opt, param, level, accumulation)
+        lo, hi, best = 0, len(micro_batches) - 1, None
+        if not exact:
+            cap = self.hardware.gpu_memory_bytes
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if costs.need(self.activation(micro_batches[mid], checkpointing, stage)) <= cap:
+                    best, lo = micro_batches[mid], mid + 1
+                else:
+                    hi = mid - 1
+            return best
+        lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
+        figures = self._figures.get((checkpointing, lora3))
+        if figures is None:
+            figures = self._figures[checkpointing, lora3] = {}
+        held, later = room if room is not None else (None, None)  # None: not even the phases without activations fit
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            mb = micro_batches[mid]
+            f = figures.get(mb)
+            if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
+                f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
+            if held is not None and f[0] <= held and f[1] <= later:
+                best, lo = mb, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
+        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU)."""
         key = (stage, opt, param, level, accumulation > 1)  # the cost cache's key (`costs`)
         limit = self._limits.get(key)
         if limit is None:
@@ -210,23 +241,7 @@ class Context:
             exact = self.activation_model is None and costs.integral
             limit = self._limits[key] = (costs, exact, costs.headroom(self.hardware.gpu_memory_bytes) if exact
                                          else None)
-        costs, exact, room = limit
-        if not exact:
-            cap = self.hardware.gpu_memory_bytes
-            return lambda mb: costs.need(self.activation(mb, checkpointing, stage)) <= cap
-        lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
-        figures = self._figures.get((checkpointing, lora3))
-        if figures is None:
-            figures = self._figures[checkpointing, lora3] = {}
-        held, later = room if room is not None else (None, None)  # None: not even the phases without activations fit
-
-        def fits(mb: int) -> bool:
-            f = figures.get(mb)
-            if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
-            return held is not None and f[0] <= held and f[1] <= later
-
-        return fits
+        return limit
 
     @property
     def gpu_label(self) -> str:
@@ -635,19 +650,11 @@ def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int,
     estimated. With a global batch the largest micro-batch may need no accumulation (and so hold no gradients
     between micro-batches): it is checked on its own."""
     mbs, batch = ctx.batch.micro_batches, ctx.batch
-    lo, hi, best = 0, len(mbs) - 1, None
     if batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
-        if ctx.fit_test(stage, opt, param, level, 1, checkpointing)(mbs[-1]):
+        if ctx.largest_fitting(stage, opt, param, level, 1, checkpointing, mbs[-1:]) is not None:
             return mbs[-1]
-        hi -= 1
-    fits = ctx.fit_test(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mbs[mid]):
-            best, lo = mbs[mid], mid + 1
-        else:
-            hi = mid - 1
-    return best
+        mbs = mbs[:-1]
+    return ctx.largest_fitting(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing, mbs)
 
 
 def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
