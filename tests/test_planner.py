@@ -280,13 +280,13 @@ def test_smaller_buffers_only_when_they_buy_a_faster_step():
     assert all(ctx.need(3, "cpu", "none", i, frugal_mb, False) > ctx.hardware.gpu_memory_bytes
                for i in range(d.level))
     assert d.candidate.performance.tokens_per_s > ctx.step(3, "cpu", "none", 0, auto_mb, False).tokens_per_s
-    assert d.buffers.max_live_parameters < ctx.levels(3)[0][0].max_live_parameters
+    assert d.buffers.max_live_parameters < ctx.levels(3)[0].max_live_parameters
     config = build_ds_config(plan(LLAMA13, hw, t))
     assert config["zero_optimization"]["stage3_max_live_parameters"] == d.buffers.max_live_parameters
     # With the auto sizes' micro-batch asked for, the first setting (HF's auto sizes, overlap_comm on) stays.
     p4 = plan(LLAMA13, hw, replace(t, micro_batch=auto_mb))
     assert p4.decision.overlap_comm and p4.decision.reduce_bucket_size == 5120**2
-    assert p4.decision.max_live_parameters == ctx.levels(3)[0][0].max_live_parameters
+    assert p4.decision.max_live_parameters == ctx.levels(3)[0].max_live_parameters
 
 
 def _largest(ctx, level: int) -> int:

@@ -20,6 +20,7 @@ Element counts are multiplied by the training dtype's bytes (2 for bf16/fp16, 4 
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 OVERLAP_FACTOR = 4.5
@@ -54,8 +55,10 @@ def hf_auto_settings(hidden_size: int, overlap_comm: bool = True,
     return BufferSettings(overlap_comm, h2, h2, int(0.9 * h2), 10 * hidden_size, max_live_parameters, True)
 
 
+@functools.lru_cache(maxsize=256)
 def buffer_ladder(hidden_size: int, zero_stage: int) -> tuple[BufferSettings, ...]:
     """Settings from fastest to most frugal; the planner keeps the first that does as well as the last.
+    Cached: the planner asks for every stage of every plan, and the ladder depends on the hidden size alone.
 
     HF's "auto" sizes with overlap_comm come first, so a trainer config can leave them "auto"; then fewer live
     ZeRO-3 parameters; then no overlap; then quarter-size buckets (explicit values).

@@ -172,12 +172,16 @@ class StepCosts:
 
     def phases(self, act: ActivationEstimate) -> dict[str, GpuMemory]:
         """Each phase's components at its own peak."""
+        return {p: GpuMemory(*f) for p, f in zip(PHASES, self.phase_components(act))}
+
+    def phase_components(self, act: ActivationEstimate) -> tuple[tuple[int, ...], ...]:
+        """`phases(act)` as GpuMemory's fields, in its order, per phase of PHASES: the planner totals every
+        candidate's phases but builds GpuMemory objects only for its peak (a hot path)."""
         a, ovh, opt = act.activations, self.overhead, self.opt_rest
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
-        # the backward moments as GpuMemory's fields, in its order: only the largest becomes one (a hot path)
         moments = [
             # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
             (params, grads, opt, a, act.loss_transient, 0, ovh),
@@ -191,15 +195,12 @@ class StepCosts:
         ]
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
             moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
-        return {
-            "forward": GpuMemory(params, grads, opt, a, act.forward_transient, 0, ovh),
-            "backward": GpuMemory(*max(moments, key=_total)),
-            "optimizer_step": GpuMemory(self.params_rest, self.grads_rest + self.step_grads, opt, 0,
-                                        self.step_transient, 0, ovh),
-        }
+        return ((params, grads, opt, a, act.forward_transient, 0, ovh),
+                max(moments, key=components_total),
+                (self.params_rest, self.grads_rest + self.step_grads, opt, 0, self.step_transient, 0, ovh))
 
 
-def _total(fields: tuple[int, ...]) -> int:
+def components_total(fields: tuple[int, ...]) -> int:
     """`GpuMemory.total` of its fields, added in the same order."""
     p, g, o, a, t, b, v = fields
     return p + g + o + a + t + b + v
@@ -249,6 +250,16 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
     emulates it with a temporary the size of the output, so ZeRO-1/2's all-gather of the updated parameters
     costs eP after the step.
     """
+    return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
+                       precision, accumulation, buffers, overhead, modules, persistent, largest_layer, gloo,
+                       adapter_bytes)
+
+
+def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
+                offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
+                buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
+                gloo: bool, adapter_bytes: int | None) -> StepCosts:
+    """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
     t = parameters if trainable is None else trainable
@@ -355,15 +366,21 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
     mixed-precision states on a frozen base of `frozen_bytes` (None, 0: every parameter trains)."""
-    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if setup.zero_stage == 3 \
-        else ((), 0)
-    return step_costs(parameters=model.parameters, trainable=trainable, frozen_bytes=frozen_bytes,
-                      world_size=hardware.world_size, zero_stage=setup.zero_stage,
-                      offload_optimizer=setup.offload_optimizer, offload_param=setup.offload_param,
-                      precision=precision, accumulation=setup.gradient_accumulation_steps, buffers=buffers,
-                      overhead=overhead, modules=modules, persistent=persistent,
-                      largest_layer=model.largest_layer_parameters, gloo=hardware.accelerator == "cpu",
-                      adapter_bytes=adapter_bytes)
+    return costs_of(model, hardware.world_size, hardware.accelerator, setup.zero_stage, setup.offload_optimizer,
+                    setup.offload_param, setup.gradient_accumulation_steps, precision, buffers, overhead,
+                    trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes)
+
+
+def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
+             offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
+             trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None) -> StepCosts:
+    """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
+    given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
+    when nothing fits), without a Setup or a Hardware to build."""
+    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 else ((), 0)
+    return _step_costs(model.parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer,
+                       offload_param, precision, accumulation, buffers, overhead, modules, persistent,
+                       model.largest_layer_parameters, accelerator == "cpu", adapter_bytes)
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:

@@ -12,14 +12,14 @@ from dataclasses import replace
 
 from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
-from zerokit.memory.estimate import costs_for
+from zerokit.memory.estimate import costs_of
 from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
 from zerokit.perf.machine import MachinePerf, machine_from_preset
 from zerokit.planner.rules import RULES, Context, setup_label
-from zerokit.planner.types import Decision, Hardware, Plan, Setup, Training
+from zerokit.planner.types import Decision, Hardware, Plan, Training
 from zerokit.units import format_bytes
 
 ActivationModel = Callable[[int, int, bool], ActivationEstimate]
@@ -224,7 +224,6 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     frugal = buffer_ladder(model.hidden_size, stage)[-1]
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
     mb = ctx.batch.micro_batches[0]
-    hardware = replace(hw, gpus_per_node=world_size, nodes=1)
-    setup = Setup(stage, opt, param, mb, ck, ctx.accumulation_steps(mb))
-    costs = costs_for(model, hardware, setup, ctx.precision, frugal, ctx.overhead, **ctx.peft_costs(stage))
+    costs = costs_of(model, world_size, hw.accelerator, stage, opt, param, ctx.accumulation_steps(mb), ctx.precision,
+                     frugal, ctx.overhead, **ctx.peft_costs(stage))
     return costs.need(ctx.activation(mb, ck, stage))

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
-from zerokit.memory.buffers import BufferSettings, buffer_ladder, comm_buffers, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, costs_for
+from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
+from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
-from zerokit.perf.model import StepTime, step_time
-from zerokit.planner.types import Candidate, Hardware, Setup, Training
+from zerokit.perf.model import StepTime, memoised_step_time
+from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
 if TYPE_CHECKING:
@@ -70,11 +70,16 @@ class Evaluation(NamedTuple):
     buffers: BufferSettings
     shortfall: float
     """max(need / have) over GPU, CPU RAM and NVMe; <= 1 when it fits."""
-    phases: dict
-    """The cost layer's components at each phase's peak."""
+    components: tuple
+    """The cost layer's components at each phase's peak, as GpuMemory's fields (`StepCosts.phase_components`)."""
     host: HostMemory
     level: int
     """Index of `buffers` in the stage's buffer ladder."""
+
+    @property
+    def phases(self) -> dict[str, GpuMemory]:
+        """The cost layer's components at each phase's peak (built for the chosen candidate only)."""
+        return {p: GpuMemory(*f) for p, f in zip(PHASES, self.components)}
 
 
 @dataclass
@@ -100,9 +105,11 @@ class Context:
     """The step-time model's machine (zerokit.perf.MachinePerf): a GPU preset's published figures or a probe
     profile."""
     _activations: dict = field(default_factory=dict)
-    _levels: dict = field(default_factory=dict)
     _costs: dict = field(default_factory=dict)
     _figures: dict = field(default_factory=dict)
+    """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
+    _limits: dict = field(default_factory=dict)
+    """A setup's (StepCosts, whether the fit test may compare figures, `StepCosts.headroom` of the GPU)."""
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -112,14 +119,9 @@ class Context:
         else:  # DeepSpeed's CPU accelerator has no CUDA context, NCCL or caching allocator to reserve for
             self.overhead = 0 if hw.accelerator == "cpu" else default_overhead(hw.gpu_memory_bytes)
 
-    def levels(self, stage: int) -> tuple[tuple[BufferSettings, int], ...]:
-        """The buffer ladder for a stage with each setting's bytes, computed once per plan."""
-        if stage not in self._levels:
-            m, w = self.model, DTYPE_BYTES[self.precision]
-            self._levels[stage] = tuple(
-                (b, comm_buffers(b, stage, m.parameters, m.largest_layer_parameters, w))
-                for b in buffer_ladder(m.hidden_size, stage))
-        return self._levels[stage]
+    def levels(self, stage: int) -> tuple[BufferSettings, ...]:
+        """The buffer ladder for a stage (`buffer_ladder`, which depends on the model's hidden size alone)."""
+        return buffer_ladder(self.model.hidden_size, stage)
 
     def activation(self, micro_batch: int, checkpointing: bool, stage: int = 0) -> ActivationEstimate:
         """One micro-batch's activation estimate; cached: every candidate asks the same questions. `stage` matters
@@ -150,23 +152,21 @@ class Context:
         key = (stage, opt, param, level, accumulation > 1)
         hit = self._costs.get(key)
         if hit is None:
-            settings = self.levels(stage)[level][0]
-            setup = Setup(stage, opt, param, 1, False, accumulation)
-            hit = self._costs[key] = costs_for(self.model, self.hardware, setup, self.precision, settings,
-                                               self.overhead, **self.peft_costs(stage))
+            hw = self.hardware
+            hit = self._costs[key] = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param,
+                                              accumulation, self.precision, self.levels(stage)[level], self.overhead,
+                                              **self.peft_costs(stage))
         return hit
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
-        b, m, hw, t = self.levels(stage)[level][0], self.model, self.hardware, self.training
-        return step_time(self.flops, self.machine, parameters=m.parameters, seq_len=t.seq_len,
-                         micro_batch=micro_batch, grad_accum=self.accumulation_steps(micro_batch),
-                         gpus_per_node=hw.gpus_per_node, nodes=hw.nodes, zero_stage=stage, offload_optimizer=opt,
-                         offload_param=param, gradient_checkpointing=checkpointing, precision=self.precision,
-                         attention=t.attention, overlap_comm=b.overlap_comm,
-                         reduce_bucket_size=b.reduce_bucket_size, allgather_bucket_size=b.allgather_bucket_size,
-                         prefetch_bucket_size=b.prefetch_bucket_size,
-                         persistence_threshold=b.param_persistence_threshold, trainable_parameters=self.trainable)
+        b, m, hw, t = self.levels(stage)[level], self.model, self.hardware, self.training
+        # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
+        return memoised_step_time(self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
+                                  self.accumulation_steps(micro_batch), hw.gpus_per_node, hw.nodes, stage, opt, param,
+                                  checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
+                                  b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
+                                  self.trainable)
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
@@ -197,30 +197,53 @@ class Context:
         costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
         return costs.need(self.activation(micro_batch, checkpointing, stage))
 
-    def fit_test(self, stage: int, opt: str, param: str, level: int, accumulation: int,
-                 checkpointing: bool) -> Callable[[int], bool]:
-        """micro-batch -> whether `need` is within the GPU's memory, for the micro-batches of one accumulation.
+    def largest_fitting(self, stage: int, opt: str, param: str, level: int, accumulation: int, checkpointing: bool,
+                        micro_batches: tuple[int, ...]) -> int | None:
+        """The largest of `micro_batches` (ascending, all of one accumulation) whose `need` is within the GPU's
+        memory, by binary search: the bytes grow with the micro-batch, so only ~log2(n) of them are probed.
 
         The search's hot path: the setup's headroom is computed once, and each micro-batch's activation figures
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        costs = self.costs(stage, opt, param, level, accumulation)
-        cap = self.hardware.gpu_memory_bytes
-        if self.activation_model is not None or not costs.integral:
-            return lambda mb: costs.need(self.activation(mb, checkpointing, stage)) <= cap
-        room = costs.headroom(cap)
+        costs, exact, room = self._limit(stage, opt, param, level, accumulation)
+        lo, hi, best = 0, len(micro_batches) - 1, None
+        if not exact:
+            cap = self.hardware.gpu_memory_bytes
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                if costs.need(self.activation(micro_batches[mid], checkpointing, stage)) <= cap:
+                    best, lo = micro_batches[mid], mid + 1
+                else:
+                    hi = mid - 1
+            return best
         lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
-        figures = self._figures
-
-        def fits(mb: int) -> bool:
-            key = (mb, checkpointing, lora3)
-            f = figures.get(key)
+        figures = self._figures.get((checkpointing, lora3))
+        if figures is None:
+            figures = self._figures[checkpointing, lora3] = {}
+        held, later = room if room is not None else (None, None)  # None: not even the phases without activations fit
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            mb = micro_batches[mid]
+            f = figures.get(mb)
             if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                f = figures[key] = activation_figures(self.activation(mb, checkpointing, stage))
-            return room is not None and f[0] <= room[0] and f[1] <= room[1]
+                f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
+            if held is not None and f[0] <= held and f[1] <= later:
+                best, lo = mb, mid + 1
+            else:
+                hi = mid - 1
+        return best
 
-        return fits
+    def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
+        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU)."""
+        key = (stage, opt, param, level, accumulation > 1)  # the cost cache's key (`costs`)
+        limit = self._limits.get(key)
+        if limit is None:
+            costs = self.costs(stage, opt, param, level, accumulation)
+            exact = self.activation_model is None and costs.integral
+            limit = self._limits[key] = (costs, exact, costs.headroom(self.hardware.gpu_memory_bytes) if exact
+                                         else None)
+        return limit
 
     @property
     def gpu_label(self) -> str:
@@ -609,12 +632,12 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
             if ctx.need(stage, opt, param, i, mb, ck) <= hw.gpu_memory_bytes:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
-    settings = ctx.levels(stage)[pick][0]
+    settings = ctx.levels(stage)[pick]
     accumulation = ctx.accumulation_steps(mb)
-    phases = ctx.costs(stage, opt, param, pick, accumulation).phases(ctx.activation(mb, ck, stage))
-    totals = {p: phases[p].total for p in PHASES}
+    components = ctx.costs(stage, opt, param, pick, accumulation).phase_components(ctx.activation(mb, ck, stage))
+    totals = {p: components_total(f) for p, f in zip(PHASES, components)}
     peak = max(PHASES, key=totals.__getitem__)
-    memory, total = phases[peak], totals[peak]
+    memory, total = GpuMemory(*components[PHASES.index(peak)]), totals[peak]
     gpu_ratio = total / hw.gpu_memory_bytes
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
@@ -625,7 +648,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
                           fits, why_not, totals, peak,
                           performance if fits else None)
-    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), phases, host, pick)
+    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
@@ -633,19 +656,11 @@ def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int,
     estimated. With a global batch the largest micro-batch may need no accumulation (and so hold no gradients
     between micro-batches): it is checked on its own."""
     mbs, batch = ctx.batch.micro_batches, ctx.batch
-    lo, hi, best = 0, len(mbs) - 1, None
     if batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
-        if ctx.fit_test(stage, opt, param, level, 1, checkpointing)(mbs[-1]):
+        if ctx.largest_fitting(stage, opt, param, level, 1, checkpointing, mbs[-1:]) is not None:
             return mbs[-1]
-        hi -= 1
-    fits = ctx.fit_test(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing)
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mbs[mid]):
-            best, lo = mbs[mid], mid + 1
-        else:
-            hi = mid - 1
-    return best
+        mbs = mbs[:-1]
+    return ctx.largest_fitting(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing, mbs)
 
 
 def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
