@@ -5,10 +5,10 @@
 
 In-process: every preset model x a mix of hardware x two sequence lengths, models resolved beforehand (that is
 the CLI's job), `plan()` timed alone, which includes the activation model and the step-time model (the ds_config is
-the caller's to build). Every round plans inputs the process has not planned before: both sequence lengths (one even,
-one odd) move up by 2 tokens a round, so a memo keyed on the inputs (the step-time model keeps one) cannot turn a repeated plan into
-a lookup. Only what depends on the model alone (its FLOP and parameter tables) is shared across rounds, as it is
-across the plans of a real session. The target is >= 10,000 plans per CPU second.
+the caller's to build). Every round plans inputs the process has not planned before: both sequence lengths (one
+even, one odd) move up by 2 tokens a round, so a memo keyed on the inputs (the step-time model keeps one) cannot
+turn a repeated plan into a lookup. Only what depends on the model alone (its FLOP and parameter tables) is shared
+across rounds, as it is across the plans of a real session. The target is >= 10,000 plans per CPU second.
 
 Cold: a fresh `python -m zerokit plan ... --format json` against a fresh `python -c "import click"`, alternated,
 median of N wall times. The target (issue 9) is zerokit <= 1.5x click's time: a cold plan should cost little more than

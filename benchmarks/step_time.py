@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from zerokit.launch.runner import remove_shm_buffers
 from zerokit.models.params import count_parameters
-from zerokit.perf import build_machine, load_profile, step_time
+from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
 
 DATA = ROOT / "tests" / "data" / "step_time"
 PROFILE = DATA / "profile.json"
@@ -146,13 +146,11 @@ def _rescale(out: dict, rounds: list[dict]) -> None:
     so it is only right beside them: a median scale beside median curves from other rounds is not. Re-derive it
     against the median figures: each round's measured ZeRO-2 step less the model's non-compute time, over the
     compute the median profile gives, and the median of that over the rounds."""
-    from zerokit.perf.machine import _profile_from_data
-
     refs = [r["engine_step"] for r in rounds if r.get("engine_step")]
     if not refs:
         return
     ref = refs[0]
-    perf = _profile_from_data({**out, "compute_scale": 1.0}, "median profile")
+    perf = profile_from_json({**out, "compute_scale": 1.0}, "the median profile")
     t = step_time(ref["model"], perf, parameters=count_parameters(ref["model"])[0], seq_len=ref["seq_len"],
                   micro_batch=ref["micro_batch"], gpus_per_node=RANKS, zero_stage=2)
     out["compute_scale"] = statistics.median((r["step_s"] - r["predicted_rest_s"]) / t.compute_s for r in refs)

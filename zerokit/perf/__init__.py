@@ -14,11 +14,12 @@ from zerokit.perf.machine import (
                                   load_profile,
                                   machine_from_preset,
                                   parse_bandwidth,
+                                  profile_from_json,
                                   profile_to_json,
                                   with_overrides,
 )
 from zerokit.perf.model import StepTime, step_time, time_to_train_s
 
 __all__ = ["DEVICE_FIGURES", "DeviceFigures", "MachinePerf", "ModelFlops", "StepTime", "build_machine",
-           "load_profile", "machine_from_preset", "model_flops", "parse_bandwidth", "profile_to_json", "step_time",
-           "time_to_train_s", "with_overrides"]
+           "load_profile", "machine_from_preset", "model_flops", "parse_bandwidth", "profile_from_json",
+           "profile_to_json", "step_time", "time_to_train_s", "with_overrides"]

@@ -309,7 +309,7 @@ def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     """`load_profile`, and the device memory the probe measured (None when the profile does not say), from one
     read of the file: `zerokit plan --hardware` takes the GPU memory from it when none is given."""
     data = _read_profile(path)
-    perf = _profile_from_data(data, path)
+    perf = profile_from_json(data, path)
     measured = data.get("measurements")
     memory = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
     if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
@@ -317,7 +317,9 @@ def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     return perf, memory
 
 
-def _profile_from_data(data: Any, path: str) -> MachinePerf:
+def profile_from_json(data: Any, path: str) -> MachinePerf:
+    """The MachinePerf of a profile's JSON (`profile_to_json`'s inverse), read from `path`; BadInput (one line,
+    with the fix) for anything that is not one."""
     where = f"--hardware {path}"
     if not isinstance(data, dict) or data.get("zerokit_profile") != PROFILE_VERSION:
         raise BadInput(f"{where}: not a zerokit probe profile (no \"zerokit_profile\": {PROFILE_VERSION}); "

@@ -6,7 +6,8 @@ for threads (deepspeed/launcher/launch.py sets OMP_NUM_THREADS only with --bind_
 torch's default thread count, as in training. Every measurement runs on all ranks at once, so a figure is what one
 rank gets while the others are busy too; rank 0 reports the mean over the ranks.
 
-Imported by the CLI only when `zerokit probe` runs; the worker imports torch (and deepspeed, for its Adam ops).
+Imported by the CLI only when `zerokit probe` runs; the worker imports torch (and deepspeed and transformers, for
+the Adam ops and the reference training steps).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
                 log.flush()
             from zerokit.launch.runner import remove_shm_buffers
 
-            remove_shm_buffers(port)  # the ZeRO-3 measurement's DeepSpeed CPU allreduce buffers
+            remove_shm_buffers(port)  # the reference training steps' DeepSpeed CPU allreduce buffers
         if any(codes) or not os.path.exists(result_file):
             bad = next((r for r, c in enumerate(codes) if c), 0)
             logs[bad].seek(0)
@@ -487,9 +488,12 @@ class _Worker:
         # that its projections exceed DeepSpeed's default persistence threshold (1e5 elements) and are gathered.
         hidden, layers, seq, micro_batch, vocab = (1024, 8, 1024, 4, 32000) if self.gpu else (384, 6, 128, 4, 512)
         config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
-                  "num_hidden_layers": layers, "num_attention_heads": hidden // 64, "num_key_value_heads": hidden // 128,
-                  "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
-        steps = {stage: self._training_step(config, stage, seq, micro_batch) for stage in (2, 3)}
+                  "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
+                  "num_key_value_heads": hidden // 128, "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
+        # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: the engines then run the
+        # torch AdamW that the optimizer figure measured, so the model's "rest" prices the optimizer that ran
+        torch_adam = self.gpu or not self._op_built("FusedAdamBuilder")[0]
+        steps = {stage: self._training_step(config, stage, seq, micro_batch, torch_adam) for stage in (2, 3)}
         # alternated, so that a slow spell of a shared machine falls on both engines alike: the ZeRO-3 figure is a
         # difference of the two
         times: dict[int, list[float]] = {2: [], 3: []}
@@ -512,9 +516,11 @@ class _Worker:
                 "predicted_zero3_rest_s": rest[3], "parameter_modules": modules, "model": config, "seq_len": seq,
                 "micro_batch": micro_batch}
 
-    def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int) -> Callable[[], None]:
-        """One training step of `config` under a fresh ZeRO-`stage` engine, as a function (every rank must call it
-        as often as the others: the step holds collectives)."""
+    def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int,
+                       torch_adam: bool) -> Callable[[], None]:
+        """One training step of `config` under a fresh ZeRO-`stage` engine (with torch's AdamW instead of
+        DeepSpeed's when `torch_adam`), as a function (every rank must call it as often as the others: the step
+        holds collectives)."""
         import deepspeed
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -527,9 +533,7 @@ class _Worker:
         model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"},
                                              attn_implementation="sdpa")).to(self.device)
         optimizer = None
-        if self.gpu or not self._op_built("FusedAdamBuilder")[0]:
-            # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: run the torch AdamW
-            # the optimizer figure measured instead, so the model's "rest" prices the optimizer that ran
+        if torch_adam:
             optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0, fused=self.gpu or None)
             ds_config["zero_allow_untested_optimizer"] = True
             del ds_config["optimizer"]
@@ -638,7 +642,7 @@ class _Worker:
         why = "one rank, or --quick"
         try:
             out["engine_step"] = self.engine_steps(_machine_from_measurements(out))
-        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent, refusing or out of memory: defaults stand, and say so
+        except Exception as e:  # noqa: BLE001 -- DeepSpeed absent, refusing, out of memory: the defaults stand, said
             out["engine_step"], why = None, f"{type(e).__name__}: {e}"
         ref = out["engine_step"]
         self.say(f"      ZeRO-2 {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel "

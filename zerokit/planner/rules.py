@@ -11,9 +11,10 @@ How the search works (the README's "How the planner decides" says the same in pr
    fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried). A
    requested micro-batch is tried alone first; only if no setup fits it does a second pass try the smaller ones
    (the largest micro-batch up to the one requested).
-3. Candidates, in search order (no offload, then CPU offload, then NVMe): ZeRO-0, 1, 2, 3; ZeRO-2 + CPU optimizer offload; ZeRO-3 + CPU optimizer
-   offload; ZeRO-3 + CPU optimizer and parameter offload; then, only with --nvme-path, ZeRO-3 with the optimizer
-   on NVMe (parameters on GPU, then on CPU), then both on NVMe. Forced options filter this list.
+3. Candidates, in search order (no offload, then CPU offload, then NVMe): ZeRO-0, 1, 2, 3; ZeRO-2 + CPU
+   optimizer offload; ZeRO-3 + CPU optimizer offload; ZeRO-3 + CPU optimizer and parameter offload; then, only
+   with --nvme-path, ZeRO-3 with the optimizer on NVMe (parameters on GPU, then on CPU), then both on NVMe.
+   Forced options filter this list.
 4. For each candidate, with HF's "auto" buffer sizes (overlap_comm on) and with the most frugal ones: the largest
    micro-batch that fits without gradient checkpointing and the largest that fits with it. The step-time model
    (`zerokit.perf`) times each of these options and the candidate keeps the one with the most tokens/s; smaller
@@ -207,28 +208,23 @@ class Context:
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
         costs, exact, room = self._limit(stage, opt, param, level, accumulation)
+        cap = self.hardware.gpu_memory_bytes
+        # keyed as the activation cache is (`activation`): checkpointing, and LoRA at ZeRO-3
+        figures = self._figures.setdefault((checkpointing, self.peft is not None and stage == 3), {}) if exact \
+            else None
         lo, hi, best = 0, len(micro_batches) - 1, None
-        if not exact:
-            cap = self.hardware.gpu_memory_bytes
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                if costs.need(self.activation(micro_batches[mid], checkpointing, stage)) <= cap:
-                    best, lo = micro_batches[mid], mid + 1
-                else:
-                    hi = mid - 1
-            return best
-        lora3 = stage == 3 if self.peft else False  # the activation cache's key (`activation`)
-        figures = self._figures.get((checkpointing, lora3))
-        if figures is None:
-            figures = self._figures[checkpointing, lora3] = {}
-        held, later = room if room is not None else (None, None)  # None: not even the phases without activations fit
         while lo <= hi:
             mid = (lo + hi) // 2
             mb = micro_batches[mid]
-            f = figures.get(mb)
-            if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
-            if held is not None and f[0] <= held and f[1] <= later:
+            if figures is None:
+                fits = costs.need(self.activation(mb, checkpointing, stage)) <= cap
+            else:
+                f = figures.get(mb)
+                if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
+                    f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
+                # room None: not even the phases without activations fit
+                fits = room is not None and f[0] <= room[0] and f[1] <= room[1]
+            if fits:
                 best, lo = mb, mid + 1
             else:
                 hi = mid - 1
