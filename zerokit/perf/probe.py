@@ -252,6 +252,15 @@ class _Worker:
         times.sort()
         return times[len(times) // 2]
 
+    def ffn(self, hidden: int) -> int:
+        """A reference llama's MLP width: 8/3 of the hidden size, on a GPU rounded up to a multiple of 256 as Llama's
+        own configs are (11008 for 4096). A GPU runs a matmul dimension such as 5461 on slower kernels than the
+        square powers of two the matmul curve measures: on an H100 a 2048-wide reference with 5461 ran 1.7x slower
+        than a 0.9B llama of the same FLOPs with 5504, in plain PyTorch too (0.307 vs 0.183 s/step), and the probe
+        took that for the engine's cost. The CPU references keep the widths their committed calibration used."""
+        width = hidden * 8 // 3
+        return -(-width // 256) * 256 if self.gpu else width
+
     def begin(self, what: str) -> float:
         self.step_no += 1
         self.say(f"[{self.step_no}/{self.steps}] {what} ...")
@@ -350,7 +359,7 @@ class _Worker:
                                                               else ((128, 512), (320, 1024), (640, 1024)))
         curve = []
         for hidden, tokens in shapes:
-            config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
+            config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": self.ffn(hidden),
                       "num_hidden_layers": 2, "num_attention_heads": max(1, hidden // 64),
                       "num_key_value_heads": max(1, hidden // 64), "vocab_size": 256, "tie_word_embeddings": False,
                       "max_position_embeddings": 256}
@@ -433,8 +442,11 @@ class _Worker:
         return self.mean(n / self.seconds(opt.step))
 
     def cpu_adam(self) -> dict[str, Any]:
+        """DeepSpeed's CPU Adam, every rank at once. On a GPU machine over 1 GB of states per rank, beyond any cache:
+        offload moves billions of parameters, and there the step is bound by the host's memory bandwidth (on an
+        H100 host 8.4M parameters ran at 8.2G params/s, a 0.9B model's offloaded step at well under half that)."""
         torch = self.torch
-        n = (1 << 18) if self.quick else (1 << 23)
+        n = (1 << 18) if self.quick else ((1 << 26) if self.gpu else (1 << 23))
         built, where = self._op_built("CPUAdamBuilder")
         if built:
             from deepspeed.ops.adam import DeepSpeedCPUAdam
@@ -472,8 +484,9 @@ class _Worker:
         - under ZeRO-3, the same step's extra time over ZeRO-2's, less the extra communication the model gives,
           per parameter-owning module and pass (forward, backward), is `zero3_module_overhead_s` (the fetch and
           release hooks and the coordinator's bookkeeping, at DeepSpeed's default prefetch and persistence).
-        None with --quick or one rank, or without DeepSpeed or transformers."""
-        if self.quick or self.ranks == 1:
+        None with --quick, on one CPU rank (the quick probes the tests run), or without DeepSpeed or transformers.
+        A GPU machine with one GPU measures them too: a one-rank engine still runs ZeRO's hooks and copies."""
+        if self.quick or (self.ranks == 1 and not self.gpu):
             return None
         try:
             import deepspeed  # noqa: F401 -- checked here; the engines import it
@@ -485,21 +498,39 @@ class _Worker:
         from zerokit.perf.model import step_time
 
         # Deep enough that ZeRO-3's hooks stand out of a shared machine's noise (57 modules on the CPU), wide enough
-        # that its projections exceed DeepSpeed's default persistence threshold (1e5 elements) and are gathered.
-        hidden, layers, seq, micro_batch, vocab = (1024, 8, 1024, 4, 32000) if self.gpu else (384, 6, 128, 4, 512)
-        config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": hidden * 8 // 3,
+        # that its projections exceed DeepSpeed's default persistence threshold (1e5 elements) and are gathered. On
+        # a GPU, big enough that the device, not the host's dispatch, sets the pace, as in the trainings zerokit
+        # plans: 0.5B parameters and as many tokens as the GPU holds beside two engines (16,384 on 80 GB). On an
+        # H100 a 1024-wide 4,096-token reference ran at 1.9x its kernel figures and this one at 2,048-wide, 4,096
+        # tokens at 1.45x and at 16,384 tokens 1.86x, while a 0.9B llama at 8,192 tokens ran at 0.9-1.0x: most of
+        # that was the MLP width 5461 (see ffn), which real models do not use.
+        hidden, layers, seq, micro_batch, vocab = (2048, 8, 2048, 2, 32000) if self.gpu else (384, 6, 128, 4, 512)
+        if self.gpu:
+            memory = self.torch.cuda.get_device_properties(self.device).total_memory
+            micro_batch = 8 if memory >= 60e9 else (4 if memory >= 30e9 else 2)
+        config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": self.ffn(hidden),
                   "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
                   "num_key_value_heads": hidden // 128, "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
         # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: the engines then run the
         # torch AdamW that the optimizer figure measured, so the model's "rest" prices the optimizer that ran
         torch_adam = self.gpu or not self._op_built("FusedAdamBuilder")[0]
-        steps = {stage: self._training_step(config, stage, seq, micro_batch, torch_adam) for stage in (2, 3)}
-        # alternated, so that a slow spell of a shared machine falls on both engines alike: the ZeRO-3 figure is a
-        # difference of the two
-        times: dict[int, list[float]] = {2: [], 3: []}
-        for _ in range(10):
-            for stage, step in steps.items():
-                times[stage].append(self.fixed(step, 2))
+        # A ZeRO-3 engine replaces torch.nn.functional.linear with its memory-efficient autograd function, for good
+        # ("This will persist unless manually reset"): a ZeRO-2 training never runs it, a ZeRO-3 one always does,
+        # so each engine steps with its own (on an H100 the ZeRO-2 reference ran 1.5-1.9x slower under ZeRO-3's).
+        functional = self.torch.nn.functional
+        plain = functional.linear
+        try:
+            steps = {stage: self._training_step(config, stage, seq, micro_batch, torch_adam) for stage in (2, 3)}
+            linear = {2: plain, 3: functional.linear}
+            # alternated, so that a slow spell of a shared machine falls on both engines alike: the ZeRO-3 figure is
+            # a difference of the two
+            times: dict[int, list[float]] = {2: [], 3: []}
+            for _ in range(10):
+                for stage, step in steps.items():
+                    functional.linear = linear[stage]
+                    times[stage].append(self.fixed(step, 2))
+        finally:
+            functional.linear = plain
         measured = {stage: self.mean(statistics.median(t)) for stage, t in times.items()}
         del steps
         parameters = count_parameters(config)[0]
