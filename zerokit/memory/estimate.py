@@ -313,8 +313,13 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
         adapters_gathered = ab * t * min(kept, parameters) // max(parameters, 1)
-    return StepCosts(params_rest=partition16 + e * persistent,
-                     gathered=e * min(kept, parameters) + adapters_gathered, opt_rest=opt,
+    gathered, persistent_bytes = e * min(kept, parameters) + adapters_gathered, e * persistent
+    if n == 1 and params_on_gpu:
+        # one rank gathers nothing: DeepSpeed's _no_gather_coalesced points each parameter at its partition, which
+        # is the whole parameter, persistent ones too (a 0.9B llama on one H100: its forward peak 1.76 GB over
+        # ZeRO-2's, the gradient partition, not 2.8 GB)
+        gathered = persistent_bytes = 0
+    return StepCosts(params_rest=partition16 + persistent_bytes, gathered=gathered, opt_rest=opt,
                      grads_rest=grad_partitions + bucket, grads_held=0, grads_backward=0, buffers_backward=0,
                      step_grads=step, step_transient=0, overhead=overhead)
 
