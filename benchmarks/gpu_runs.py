@@ -1,0 +1,283 @@
+"""Real DeepSpeed trainings on a GPU against zerokit's plans: step time, and memory phase by phase.
+
+    python benchmarks/gpu_runs.py              # the tables, from the committed measurements in tests/data/gpu/
+    python benchmarks/gpu_runs.py --measure    # on a GPU machine: probe it, plan and train every case (minutes),
+                                               # rewrite tests/data/gpu/{profile,measured}.json
+
+--measure runs `zerokit probe` (one rank per GPU, as the deepspeed runner starts them), then plans each case with
+the probe's profile exactly as `zerokit plan --hardware profile.json --target deepspeed` does (the case's setup
+forced, or nothing forced for "planned"), and trains the plan's own ds_config through the real `deepspeed` runner
+(`benchmarks/_step_time_worker.py`: a llama of about 0.9B parameters built from its config with random weights,
+`warmup` untimed steps, then `steps` timed ones with the device synchronised at each step's end, then one step
+with the caching allocator's peaks read phase by phase).
+
+The tables compare, per case:
+- the plan's step time (`performance.step_time_s`) with the median timed step; target 20%, and the ranking of
+  setups that differ by more than 15% the same as measured;
+- each phase's plan figure without its overhead reserve with the most bytes of live tensors the allocator saw in
+  that phase (torch.cuda.max_memory_allocated); target 3% of the step's peak, as for the CPU runs of
+  benchmarks/realrun_memory.py;
+- the plan's total (overhead included: CUDA context, NCCL, allocator slack) with what the device really held at the
+  peak (reserved blocks + what lies outside the allocator): "fits" must hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT / "tests" / "data" / "gpu"
+PROFILE = DATA / "profile.json"
+MEASURED = DATA / "measured.json"
+WORKER = ROOT / "benchmarks" / "_step_time_worker.py"
+PHASES = ("forward", "backward", "optimizer_step")
+
+# About 0.9B parameters: 14 GB of bf16 mixed-precision Adam states and ~10 GB of activations at 8,192 tokens per
+# micro-batch, so every setup below fits one 80 GB GPU and a step takes a tenth of a second or more.
+MODEL = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 16,
+         "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 2048,
+         "tie_word_embeddings": False, "rms_norm_eps": 1e-6}
+# --small: a model the CPU runs in seconds, to try the pipeline without a GPU
+SMALL = {**MODEL, "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256}
+SEQ_LEN, MICRO_BATCH = 2048, 4
+CASES = {
+    "zero0": {"stage": 0},
+    "zero1": {"stage": 1},
+    "zero2": {"stage": 2},
+    "zero3": {"stage": 3},
+    "zero2_ckpt": {"stage": 2, "checkpointing": True},
+    "zero2_accum4": {"stage": 2, "accumulation": 4},
+    "zero2_offload_optimizer": {"stage": 2, "offload_optimizer": "cpu"},
+    "zero3_offload_param": {"stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"},
+    # nothing forced: the plan's own choice for 32 sequences per optimizer step
+    "planned": {"global_batch": 32},
+}
+
+
+def plan_case(case: dict, perf, device_memory: int, ranks: int, model: dict, seq_len: int):
+    """What `zerokit plan --hardware profile.json --target deepspeed` plans for the case."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import spec_from_config
+    from zerokit.planner import Training, plan
+
+    hardware = resolve_hardware(gpu_memory=device_memory, gpus_per_node=ranks)
+    spec = spec_from_config(model, "llama-0.9b", source="config")
+    forced = "stage" in case
+    accumulation = case.get("accumulation", 1)
+    training = Training(
+        seq_len=seq_len, target="deepspeed",
+        micro_batch=MICRO_BATCH if forced else None,
+        global_batch=MICRO_BATCH * accumulation * ranks if forced else case["global_batch"],
+        zero_stage=case.get("stage"),
+        offload_optimizer=case.get("offload_optimizer", "none") if forced else None,
+        offload_param=case.get("offload_param", "none") if forced else None,
+        gradient_checkpointing=case.get("checkpointing", False) if forced else None)
+    return plan(spec, hardware, training, machine=perf)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: dict, seq_len: int, warmup: int,
+          steps: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    with tempfile.TemporaryDirectory(prefix="zerokit-gpu-") as tmp:
+        spec = {"model": model, "seq_len": seq_len, "ds_config": ds_config, "warmup": warmup, "steps": steps,
+                "gradient_checkpointing": checkpointing, "attention": "sdpa"}
+        case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
+        case_file.write_text(json.dumps(spec))
+        cmd = ["deepspeed", "--num_gpus", str(ranks), "--master_port", str(_free_port()), str(WORKER),
+               "--case", str(case_file), "--out", str(out)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-25:]
+            return {"error": f"exit {proc.returncode}", "log_tail": tail}
+        data = json.loads(out.read_text())
+    times = data["step_times_s"][warmup:]
+    return {"median_s": statistics.median(times), "steps_s": times, "loss": data["loss"],
+            "memory": data.get("memory"), "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def versions() -> dict:
+    out = {}
+    for mod in ("torch", "deepspeed", "transformers"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = None
+    return out
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Path, reuse_profile: bool,
+            keep: Path | None) -> None:
+    from zerokit.perf import profile_from_json, profile_to_json
+    from zerokit.perf.probe import run_probe
+
+    model, seq_len = (SMALL, 128) if small else (MODEL, SEQ_LEN)
+    if reuse_profile and (out_dir / PROFILE.name).exists():
+        profile = json.loads((out_dir / PROFILE.name).read_text())
+        raw = profile["measurements"]
+    else:
+        t0 = time.perf_counter()
+        perf, raw = run_probe(ranks=None, progress=lambda line: print(line, flush=True))
+        profile = profile_to_json(perf, raw)
+        _write(out_dir / PROFILE.name, profile)
+        print(f"probe: {time.perf_counter() - t0:.0f} s", flush=True)
+    perf = profile_from_json(profile, "the probe")
+    ranks, device_memory = raw["ranks"], raw["device_memory_bytes"]
+    kept = keep if keep is not None and keep.exists() else out_dir / MEASURED.name
+    old = json.loads(kept.read_text()) if keep is not None and kept.exists() else {}
+    measured = {"command": "python benchmarks/gpu_runs.py --measure", "date": time.strftime("%Y-%m-%d %H:%M"),
+                "device": raw["name"], "ranks": ranks, "model": model, "seq_len": seq_len, "micro_batch": MICRO_BATCH,
+                "warmup_steps": warmup, "timed_steps": steps, "versions": versions(),
+                "cases": dict(old.get("cases", {}))}
+    from zerokit.dsconfig import build_ds_config
+
+    for name in cases:
+        result = plan_case(CASES[name], perf, device_memory, ranks, model, seq_len)
+        d = result.decision
+        ds_config = result.ds_config or build_ds_config(result)
+        run = train(name, ds_config, d.gradient_checkpointing, ranks, model, seq_len, warmup, steps)
+        run["setup"] = CASES[name]
+        run["warmup_steps"], run["timed_steps"] = warmup, steps
+        run["ds_config"] = ds_config
+        measured["cases"][name] = run
+        _write(out_dir / MEASURED.name, measured)
+        print(f"{name}: " + (f"median {run['median_s']:.3f} s/step, planned {result.performance.step_time_s:.3f} s "
+                             f"({run['wall_s']} s)" if "error" not in run
+                             else f"FAILED {run['error']}\n  " + "\n  ".join(run["log_tail"])), flush=True)
+
+
+def report(data_dir: Path, compute_scale: float | None = None) -> int:
+    from dataclasses import replace
+
+    from zerokit.perf import load_profile
+
+    if not (data_dir / MEASURED.name).exists():
+        print(f"no GPU measurements in {data_dir}: run `python benchmarks/gpu_runs.py --measure` on a GPU machine")
+        return 0
+    perf = load_profile(str(data_dir / PROFILE.name))
+    if compute_scale is not None:
+        perf = replace(perf, compute_scale=compute_scale)
+    measured = json.loads((data_dir / MEASURED.name).read_text())
+    profile = json.loads((data_dir / PROFILE.name).read_text())
+    device_memory = profile["measurements"]["device_memory_bytes"]
+    model, seq_len, ranks = measured["model"], measured["seq_len"], measured["ranks"]
+    print(f"Real DeepSpeed trainings on {measured['device']} x {ranks} ({measured['date']}; llama "
+          f"{model['hidden_size']} x {model['num_hidden_layers']} layers, seq {seq_len}, bf16; "
+          f"{', '.join(f'{k} {v}' for k, v in measured['versions'].items())}), each the plan's own ds_config, "
+          f"against the plan with this GPU's probe profile (compute scale {perf.compute_scale:.2f}"
+          + (", set by --compute-scale)" if compute_scale is not None else ")"))
+    print(f"\n{'case':24} {'setup':34} {'measured':>9} {'predicted':>9} {'error':>7}  {'compute':>8} {'comm':>7} "
+          f"{'offload':>8} {'optim':>7} {'overhead':>8}")
+    rows, worst, mem_rows = [], 0.0, []
+    for name, run in measured["cases"].items():
+        if "error" in run:
+            print(f"{name:24} training failed: {run['error']}")
+            continue
+        result = plan_case(run["setup"], perf, device_memory, ranks, model, seq_len)
+        d, t = result.decision, result.performance
+        setup = (f"Z{d.zero_stage} mb{d.micro_batch_size} ga{d.gradient_accumulation_steps}"
+                 + (" ckpt" if d.gradient_checkpointing else "")
+                 + (f" off-opt:{d.offload_optimizer}" if d.offload_optimizer != "none" else "")
+                 + (f" off-par:{d.offload_param}" if d.offload_param != "none" else ""))
+        got = run["median_s"]
+        err = (t.step_time_s - got) / got
+        worst = max(worst, abs(err))
+        rows.append((name, got, t.step_time_s, d.micro_batch_size * d.gradient_accumulation_steps))
+        print(f"{name:24} {setup:34} {got:8.3f}s {t.step_time_s:8.3f}s {err:+7.1%}  {t.compute_s:7.3f}s "
+              f"{t.exposed_communication_s:6.3f}s {t.offload_s:7.3f}s {t.optimizer_s:6.3f}s {t.overhead_s:7.3f}s")
+        if run.get("memory"):
+            mem_rows.append((name, result, run["memory"]))
+    flips = []
+    for i, (a, ma, pa, sa) in enumerate(rows):
+        for b, mb, pb, sb in rows[i + 1:]:
+            ta, tb = ma / sa, mb / sb  # per sequence: the planned case may train more tokens per step
+            qa, qb = pa / sa, pb / sb
+            if max(ta, tb) / min(ta, tb) > 1.15 and (ta < tb) != (qa < qb):
+                flips.append(f"{a} vs {b}")
+    print(f"step time: worst error {worst:.1%} (target 20%: {'met' if worst <= 0.20 else 'NOT met'}); ranking "
+          "(time per sequence) of setups that differ by > 15%: "
+          + ("same as measured" if not flips else "differs for " + ", ".join(flips)))
+    mem_ok = memory_table(mem_rows) if mem_rows else True
+    return 0 if worst <= 0.20 and not flips and mem_ok else 1
+
+
+def memory_table(rows: list) -> bool:
+    print(f"\n{'case':24} {'phase':15} {'predicted':>10} {'allocated':>10} {'error':>7}")
+    worst, covered, lines = 0.0, True, []
+    for name, result, memory in rows:
+        phases = memory["phases"]
+        peak = max(phases[p]["allocated"] for p in PHASES)
+        for p in PHASES:
+            m = result.phases[p]
+            predicted = m.total - m.overhead
+            got = phases[p]["allocated"]
+            err = (predicted - got) / peak
+            worst = max(worst, abs(err))
+            print(f"{name:24} {p:15} {predicted / 1e9:8.2f}GB {got / 1e9:8.2f}GB {err:+7.1%}")
+        # what must fit: the live tensors at the peak and what lies outside the allocator (CUDA context, NCCL,
+        # cuBLAS); the allocator's cache on top is slack it gives back (empties) before it reports out of memory
+        plan_peak = max(result.phases[p].total for p in PHASES)
+        floor = peak + memory["outside_allocator"]
+        held = max(phases[p]["reserved"] for p in PHASES) + memory["outside_allocator"]
+        covered &= plan_peak >= floor
+        lines.append(f"{name:24} {plan_peak / 1e9:8.2f}GB {floor / 1e9:10.2f}GB {held / 1e9:10.2f}GB "
+                     f"{memory['device_total'] / 1e9:8.2f}GB" + ("" if plan_peak >= floor else "  plan below the floor"))
+    print(f"memory: worst phase error {worst:.1%} of the step's peak (target 3%: "
+          f"{'met' if worst <= 0.03 else 'NOT met'})")
+    print(f"\n{'case':24} {'plan peak':>10} {'live+outside':>12} {'held+outside':>12} {'device':>10}   (plan peak: the "
+          "plan's total with its overhead reserve; live: allocated tensors at the peak; held: the allocator's "
+          "reserved blocks, its cache included; outside: what the device holds beyond the allocator)")
+    print("\n".join(lines))
+    print(f"the plan's peak covers the live tensors and what lies outside the allocator in "
+          f"{'every case' if covered else 'NOT every case'}; every run trained without running out of memory")
+    return worst <= 0.03 and covered
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--measure", action="store_true", help="probe this GPU machine and train every case (minutes)")
+    p.add_argument("--cases", default=",".join(CASES), help="comma list of cases to train")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--out", type=Path, default=DATA, help="where --measure writes (default: the committed data)")
+    p.add_argument("--small", action="store_true", help="a tiny model, to try the pipeline on a CPU")
+    p.add_argument("--compute-scale", type=float, help="the table with this compute_scale instead of the profile's")
+    p.add_argument("--reuse-profile", action="store_true", help="keep --out's profile instead of probing again")
+    p.add_argument("--keep", type=Path, nargs="?", const=MEASURED, default=None,
+                   help="keep the other cases' trainings from this measured.json (default: the committed one)")
+    args = p.parse_args()
+    if args.measure:
+        measure([c for c in args.cases.split(",") if c], args.warmup, args.steps, args.small, args.out,
+                args.reuse_profile, args.keep)
+    return report(args.out, args.compute_scale)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
