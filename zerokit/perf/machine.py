@@ -15,9 +15,10 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
 
