@@ -17,6 +17,7 @@ text); only where their code comes from differs. After changing a dataclass, rew
 from __future__ import annotations
 
 import _thread
+import builtins
 import dataclasses
 import sys
 from types import FunctionType
@@ -54,11 +55,13 @@ def _exec(source: Any, globals: dict | None = None, locals: dict | None = None, 
         exec(source, globals, locals)  # noqa: S102
         return
     if "__builtins__" not in globals:
-        globals["__builtins__"] = __builtins__  # as exec() does
+        globals["__builtins__"] = vars(builtins)  # as exec() does
     locals[fn.__name__] = FunctionType(fn.__code__, globals)
 
 
 def _dataclass(cls: type | None = None, /, **options: Any) -> Any:
+    """`dataclasses.dataclass(cls, **options)`, its exec() served from the generated module."""
+
     def wrap(cls: type) -> type:
         with _lock:
             # dataclasses calls exec() by its bare name, found in the module's namespace before the builtins
@@ -79,7 +82,6 @@ if TYPE_CHECKING:
     from dataclasses import dataclass
 else:
     dataclass = _dataclass
-    dataclass.__doc__ = dataclasses.dataclass.__doc__
 
 
 def import_all() -> list[str]:
