@@ -1,5 +1,3 @@
-import sys
+from zerokit.cli import run
 
-from zerokit.cli import main
-
-sys.exit(main())
+run()

@@ -6,9 +6,11 @@ Subcommands live one per module in `zerokit.commands` and are imported only when
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -86,5 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+def run() -> NoReturn:
+    """The program (the `zerokit` script, `python -m zerokit`): main(), then exit with its code.
+
+    Just before exiting, gc.freeze() moves every object to the collector's permanent generation, which the
+    interpreter's final collections skip: about 10 ms of a 110 ms `zerokit plan`, spent walking objects the process
+    is dropping anyway. By then zerokit has closed its files and joined its threads and subprocesses (context
+    managers throughout), so the only difference is that objects in reference cycles are not finalized one by one.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -19,10 +19,11 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.units import format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20

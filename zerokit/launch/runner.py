@@ -17,10 +17,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.launch.hostfile import read_hostfile, validate_hostname
 from zerokit.launch.render import render

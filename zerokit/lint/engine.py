@@ -11,9 +11,10 @@ import glob
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import BinaryIO
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from zerokit.lint import accelerate
 from zerokit.lint.findings import ERROR, WARNING, Finding

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from zerokit._dataclass import dataclass
 
 ERROR = "error"
 WARNING = "warning"

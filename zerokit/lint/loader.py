@@ -10,10 +10,11 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.fileio import MAX_INPUT_BYTES, Unreadable, read_bytes, read_stream
 

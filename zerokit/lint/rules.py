@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.autofill import fills
 from zerokit.lint import schema as schema_mod
 from zerokit.lint.findings import ERROR, WARNING, Finding, dotted

@@ -11,11 +11,11 @@ import difflib
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.lint.findings import ERROR, WARNING, dotted
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "ds_config.schema.json"

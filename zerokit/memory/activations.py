@@ -59,9 +59,9 @@ Known gap on the CPU: gpt2 in fp32 with sdpa at micro-batch 1 is 4 % low.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from zerokit._dataclass import dataclass
 from zerokit.models.params import FAMILIES, Layout, complete_config
 
 __all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "estimate_activations"]

@@ -45,11 +45,12 @@ import bisect
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
 
+from zerokit._dataclass import dataclass
 from zerokit.memory import calibration_cache
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 

@@ -51,9 +51,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import BufferSettings
 from zerokit.memory.host import HostMemory, host_memory

@@ -22,10 +22,10 @@ tests/test_lora.py holds every family against `peft.get_peft_model` on the meta 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.models.params import Part, complete_config, model_parts
 

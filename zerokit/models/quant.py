@@ -21,9 +21,9 @@ tests/test_quant.py holds these against real bitsandbytes-quantized miniatures (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.models.params import Part, model_parts
 

@@ -18,9 +18,10 @@ models (eager attention, where both count s^2).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, NamedTuple
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.models.params import complete_config, model_parts
 

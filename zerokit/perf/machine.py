@@ -15,9 +15,10 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
 
@@ -156,8 +157,9 @@ def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:
 # ---------------------------------------------------------------------------------------------------------------------
 # Bandwidth strings
 
-_BANDWIDTH = re.compile(r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<prefix>[kKMGTP]?)(?P<i>i?)"
-                        r"(?P<unit>B|b)(?:/s|ps)")
+_BANDWIDTH = (r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<prefix>[kKMGTP]?)(?P<i>i?)"
+              r"(?P<unit>B|b)(?:/s|ps)")
+"""A pattern string, compiled (and cached by `re`) on first use: most plans give no bandwidth."""
 _PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"": 1, "k": 2**10, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 MAX_BANDWIDTH = 100e12  # 100 TB/s: above any link or memory sold today
@@ -169,7 +171,7 @@ def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
         value = float(text)
     else:
         s = str(text).strip().replace(" ", "").replace("_", "")
-        m = _BANDWIDTH.fullmatch(s)
+        m = re.fullmatch(_BANDWIDTH, s)
         if not m:
             hint = ""
             if re.fullmatch(r"[0-9.eE+-]+", s):

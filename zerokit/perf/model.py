@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.machine import MachinePerf

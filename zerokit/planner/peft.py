@@ -10,9 +10,9 @@ Pure arithmetic on top of `zerokit.models.lora` (adapter counts, as `peft.get_pe
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.memory.activations import LoraSetup
 from zerokit.models.spec import ModelSpec

@@ -32,9 +32,10 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead

@@ -7,9 +7,10 @@ Each input attribute's docstring is its option's meaning: `--help`, templates an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from zerokit._dataclass import dataclass
 from zerokit.models.spec import ModelSpec
 
 ZERO_STAGES = (0, 1, 2, 3)
