@@ -64,7 +64,7 @@ from typing import Any, NamedTuple
 
 from zerokit.models.params import FAMILIES, Layout, complete_config
 
-__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "estimate_activations"]
+__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "analytic_figures", "estimate_activations"]
 
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _ATTENTION = ("sdpa", "flash", "eager")
@@ -779,6 +779,31 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     `device` is where the model trains ("cuda" for a GPU plan, "cpu" for DeepSpeed's CPU accelerator); `lora`
     describes LoRA/QLoRA adapters on a frozen base (None: full fine-tuning).
     """
+    e = _check(dtype, attention, device)
+    if seq_len < 1 or micro_batch < 1:
+        raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
+    arch = _arch(config, e, attention, device, lora)
+    generic, note = _note(config, attention, arch)
+    figures = _figures(arch, e, seq_len, micro_batch, gradient_checkpointing)
+    return ActivationEstimate(figures[0], figures[1], generic, note, *figures[2:])
+
+
+def analytic_figures(config: Mapping[str, Any], *, attention: str = "sdpa", dtype: str = "bf16", device: str = "cuda",
+                     lora: LoraSetup | None = None) -> tuple[bool, str | None, Callable[[int, int, bool], tuple]]:
+    """(generic, note, figures): `estimate_activations` for one config and setting with the family's coefficients
+    looked up once, as `figures(seq_len, micro_batch, checkpointing)` -> the ActivationEstimate's integer fields
+    in its order (activations, transient, forward, loss, head and layer transients, head weight gradient).
+
+    The planner's search asks for a dozen micro-batches of one setting per plan; the setting is checked here, the
+    sequence length and micro-batch (>= 1) are the caller's to check."""
+    e = _check(dtype, attention, device)
+    arch = _arch(config, e, attention, device, lora)
+    return (*_note(config, attention, arch), lambda seq_len, micro_batch, checkpointing: _figures(
+        arch, e, seq_len, micro_batch, checkpointing))
+
+
+def _check(dtype: str, attention: str, device: str) -> int:
+    """The bytes of `dtype`, after refusing a setting the model does not know."""
     e = _DTYPE_BYTES.get(dtype)
     if e is None:
         raise ValueError(f"dtype must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
@@ -786,19 +811,23 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         raise ValueError(f"attention must be one of {list(_ATTENTION)}, got {attention!r}")
     if device not in DEVICES:
         raise ValueError(f"device must be one of {list(DEVICES)}, got {device!r}")
-    if seq_len < 1 or micro_batch < 1:
-        raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
+    return e
+
+
+def _note(config: Mapping[str, Any], attention: str, arch: _Arch) -> tuple[bool, str | None]:
+    """(generic, note) of an estimate: the same for every micro-batch of a config and attention kernel."""
     model_type = str(config.get("model_type", ""))
-    generic = model_type not in FAMILIES
-    arch = _arch(config, e, attention, device, lora)
-    s, b = seq_len, micro_batch
+    if model_type not in FAMILIES:
+        return True, (f"model_type {model_type or '(missing)'!r} is not modelled: llama-like layout assumed; "
+                      "use zerokit.memory.calibrate for an exact figure")
+    if model_type == "gemma2" and attention == "sdpa":
+        return False, "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
+    return False, arch.note
+
+
+def _figures(arch: _Arch, e: int, s: int, b: int, gradient_checkpointing: bool) -> tuple[int, ...]:
+    """The ActivationEstimate's integer fields, in its order, from the family's coefficients."""
     tokens = s * b
-    note = arch.note
-    if generic:
-        note = (f"model_type {model_type or '(missing)'!r} is not modelled: llama-like layout assumed; "
-                "use zerokit.memory.calibrate for an exact figure")
-    elif model_type == "gemma2" and attention == "sdpa":
-        note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
     masked = arch.window and s >= arch.window
     if gradient_checkpointing:
         acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
@@ -820,5 +849,5 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     # forward's own peak: the loss upcasts the logits to fp32 (a copy unless they already are) and allocates the
     # fp32 log-probabilities while both are alive; the log-probabilities are part of `acts`
     forward_peak = tokens * arch.vocab * (e + (4 if e != 4 else 0))
-    return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note,
-                              int(forward_peak), int(loss_peak), int(head_peak), int(layer_peak), int(head_grad))
+    return (int(acts), int(max(loss_peak, head_peak, layer_peak)), int(forward_peak), int(loss_peak), int(head_peak),
+            int(layer_peak), int(head_grad))

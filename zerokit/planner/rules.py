@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zerokit.errors import BadInput
-from zerokit.memory.activations import ActivationEstimate, estimate_activations
+from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_of
+from zerokit.memory.estimate import PHASES, StepCosts, components_total, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -106,6 +106,10 @@ class Context:
     """The step-time model's machine (zerokit.perf.MachinePerf): a GPU preset's published figures or a probe
     profile."""
     _activations: dict = field(default_factory=dict)
+    _analytic_models: dict = field(default_factory=dict)
+    """LoRA at ZeRO-3 -> `analytic_figures` of the plan's setting."""
+    _parts: dict = field(default_factory=dict)
+    """(micro-batch, checkpointing, LoRA at ZeRO-3) -> the analytic model's figures (`analytic_figures`)."""
     _costs: dict = field(default_factory=dict)
     _figures: dict = field(default_factory=dict)
     """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
@@ -132,15 +136,35 @@ class Context:
         if hit is None:
             if self.activation_model is not None:
                 hit = self.activation_model(self.training.seq_len, micro_batch, checkpointing)
+                if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
+                    self.warnings.append(hit.note)
             else:
-                hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
-                                           attention=self.training.attention, dtype=self.precision,
-                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator,
-                                           lora=self.peft.activation_setup(stage, DTYPE_BYTES[self.precision])
-                                           if self.peft else None)
+                generic, note, _ = self._analytic(key[2])
+                f = self._analytic_figures(micro_batch, checkpointing, key[2])
+                hit = ActivationEstimate(f[0], f[1], generic, note, *f[2:])
             self._activations[key] = hit
-            if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
-                self.warnings.append(hit.note)
+        return hit
+
+    def _analytic(self, lora3: bool) -> tuple:
+        """`analytic_figures` of the plan's setting (LoRA at ZeRO-3 or not), made on the first question; its note
+        (the same for every micro-batch) joins the warnings then, where the first estimate would put it."""
+        hit = self._analytic_models.get(lora3)
+        if hit is None:
+            hit = self._analytic_models[lora3] = analytic_figures(
+                self.model.config, attention=self.training.attention, dtype=self.precision,
+                device=self.hardware.accelerator,
+                lora=self.peft.activation_setup(3 if lora3 else 0, DTYPE_BYTES[self.precision]) if self.peft else None)
+            note = hit[1]
+            if note and note not in self.warnings and not note.startswith("calibrated"):
+                self.warnings.append(note)
+        return hit
+
+    def _analytic_figures(self, micro_batch: int, checkpointing: bool, lora3: bool) -> tuple[int, ...]:
+        """The analytic model's ActivationEstimate fields of one micro-batch (`analytic_figures`), cached."""
+        key = (micro_batch, checkpointing, lora3)
+        hit = self._parts.get(key)
+        if hit is None:
+            hit = self._parts[key] = self._analytic(lora3)[2](self.training.seq_len, micro_batch, checkpointing)
         return hit
 
     def activations(self, micro_batch: int, checkpointing: bool) -> tuple[int, int]:
@@ -220,8 +244,11 @@ class Context:
                 fits = costs.need(self.activation(mb, checkpointing, stage)) <= cap
             else:
                 f = figures.get(mb)
-                if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                    f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
+                if f is None:  # asked even when nothing fits: `_analytic` records the model's note in order
+                    a, _, fwd, loss, head, layer, head_grad = self._analytic_figures(
+                        mb, checkpointing, self.peft is not None and stage == 3)
+                    lp = loss // 2  # as `activation_figures` weighs them
+                    f = figures[mb] = (a + max(fwd, loss, head - lp), a + max(head_grad, layer) - lp)
                 # room None: not even the phases without activations fit
                 fits = room is not None and f[0] <= room[0] and f[1] <= room[1]
             if fits:
