@@ -384,8 +384,23 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:
-    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3."""
-    return _module_trace(_config_key(model.config), model.parameters, model.num_layers, persistence_threshold)
+    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3.
+
+    Remembered per config object (every ZeRO-3 candidate of every plan of a model asks), the object kept alive
+    beside it so that an id is never reused for another; `_module_trace` keys on the content."""
+    config = model.config
+    key = (id(config), model.parameters, model.num_layers, persistence_threshold)
+    hit = _TRACES.get(key)
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    trace = _module_trace(_config_key(config), model.parameters, model.num_layers, persistence_threshold)
+    if len(_TRACES) > 512:
+        _TRACES.clear()
+    _TRACES[key] = (config, trace)
+    return trace
+
+
+_TRACES: dict[tuple, tuple[Mapping[str, Any], tuple[tuple[int, ...], int]]] = {}
 
 
 _KEYS: dict[int, tuple[Mapping[str, Any], Any]] = {}

@@ -43,7 +43,7 @@ from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
-from zerokit.perf.model import StepTime, memoised_step_time
+from zerokit.perf.model import StepTime, step_time_of
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
@@ -111,6 +111,8 @@ class Context:
     _parts: dict = field(default_factory=dict)
     """(micro-batch, checkpointing, LoRA at ZeRO-3) -> the analytic model's figures (`analytic_figures`)."""
     _costs: dict = field(default_factory=dict)
+    _steps: dict = field(default_factory=dict)
+    """(stage, optimizer and parameter offload, buffer level, micro-batch, checkpointing) -> StepTime."""
     _figures: dict = field(default_factory=dict)
     """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
     _limits: dict = field(default_factory=dict)
@@ -178,20 +180,32 @@ class Context:
         hit = self._costs.get(key)
         if hit is None:
             hw = self.hardware
-            hit = self._costs[key] = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param,
-                                              accumulation, self.precision, self.levels(stage)[level], self.overhead,
-                                              **self.peft_costs(stage))
+            buffers = buffer_ladder(self.model.hidden_size, stage)[level]
+            if self.peft is None:
+                hit = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                               self.precision, buffers, self.overhead)
+            else:
+                hit = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                               self.precision, buffers, self.overhead, **self.peft_costs(stage))
+            self._costs[key] = hit
         return hit
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
-        """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
-        b, m, hw, t = self.levels(stage)[level], self.model, self.hardware, self.training
-        # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
-        return memoised_step_time(self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
-                                  self.accumulation_steps(micro_batch), hw.gpus_per_node, hw.nodes, stage, opt, param,
-                                  checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
-                                  b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
-                                  self.trainable)
+        """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
+        key = (stage, opt, param, level, micro_batch, checkpointing)
+        hit = self._steps.get(key)
+        if hit is None:
+            b, m, hw, t = buffer_ladder(self.model.hidden_size, stage)[level], self.model, self.hardware, \
+                self.training
+            per_gpu = self.batch.per_gpu_samples
+            # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
+            hit = self._steps[key] = step_time_of(
+                self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
+                1 if per_gpu is None else per_gpu // micro_batch, hw.gpus_per_node, hw.nodes, stage, opt, param,
+                checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
+                b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
+                self.model.parameters if self.peft is None else self.peft.trainable)
+        return hit
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
