@@ -177,27 +177,42 @@ class StepCosts:
     def phase_components(self, act: ActivationEstimate) -> tuple[tuple[int, ...], ...]:
         """`phases(act)` as GpuMemory's fields, in its order, per phase of PHASES: the planner totals every
         candidate's phases but builds GpuMemory objects only for its peak (a hot path)."""
+        return self.phase_totals(act)[0]
+
+    def phase_totals(self, act: ActivationEstimate) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """(`phase_components(act)`, each phase's total, added as `GpuMemory.total` adds them)."""
         a, ovh, opt = act.activations, self.overhead, self.opt_rest
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
-        moments = [
-            # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-            (params, grads, opt, a, act.loss_transient, 0, ovh),
-            # the lm_head backward: the logits gradient and the head's weight gradient
-            (params, grads, opt, a - lp, act.head_transient, 0, ovh),
-            # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into
-            # the newly allocated partition through the buckets; the logits gradient is gone
-            (params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
-            # one decoder layer's working set (with checkpointing, its recompute), the loss long done
-            (params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
-        ]
+        held, buckets = a - lp, self.buffers_backward
+        # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
+        backward = (params, grads, opt, a, act.loss_transient, 0, ovh)
+        peak = params + grads + opt + a + act.loss_transient + 0 + ovh
+        # the lm_head backward: the logits gradient and the head's weight gradient
+        total = params + grads + opt + held + act.head_transient + 0 + ovh
+        if total > peak:
+            backward, peak = (params, grads, opt, held, act.head_transient, 0, ovh), total
+        # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into the
+        # newly allocated partition through the buckets; the logits gradient is gone
+        total = params + later + opt + held + act.head_weight_gradient + buckets + ovh
+        if total > peak:
+            backward, peak = (params, later, opt, held, act.head_weight_gradient, buckets, ovh), total
+        # one decoder layer's working set (with checkpointing, its recompute), the loss long done
+        total = params + later + opt + held + act.layer_transient + buckets + ovh
+        if total > peak:
+            backward, peak = (params, later, opt, held, act.layer_transient, buckets, ovh), total
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
-            moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
-        return ((params, grads, opt, a, act.forward_transient, 0, ovh),
-                max(moments, key=components_total),
-                (self.params_rest, self.grads_rest + self.step_grads, opt, 0, self.step_transient, 0, ovh))
+            end_grads = self.grads_rest + self.end_grads
+            total = self.params_rest + end_grads + opt + 0 + self.end_transient + 0 + ovh
+            if total > peak:
+                backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, 0, ovh), total
+        step_grads = self.grads_rest + self.step_grads
+        return (((params, grads, opt, a, act.forward_transient, 0, ovh), backward,
+                 (self.params_rest, step_grads, opt, 0, self.step_transient, 0, ovh)),
+                (params + grads + opt + a + act.forward_transient + 0 + ovh, peak,
+                 self.params_rest + step_grads + opt + 0 + self.step_transient + 0 + ovh))
 
 
 def components_total(fields: tuple[int, ...]) -> int:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, components_total, costs_of
+from zerokit.memory.estimate import PHASES, StepCosts, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -245,27 +245,37 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        costs, exact, room = self._limit(stage, opt, param, level, accumulation)
-        cap = self.hardware.gpu_memory_bytes
-        # keyed as the activation cache is (`activation`): checkpointing, and LoRA at ZeRO-3
-        figures = self._figures.setdefault((checkpointing, self.peft is not None and stage == 3), {}) if exact \
-            else None
+        limit = self._limits.get((stage, opt, param, level, accumulation > 1))
+        costs, exact, room = limit if limit is not None else self._limit(stage, opt, param, level, accumulation)
         lo, hi, best = 0, len(micro_batches) - 1, None
+        if not exact:
+            cap = self.hardware.gpu_memory_bytes
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                mb = micro_batches[mid]
+                if costs.need(self.activation(mb, checkpointing, stage)) <= cap:
+                    best, lo = mb, mid + 1
+                else:
+                    hi = mid - 1
+            return best
+        lora3 = self.peft is not None and stage == 3
+        if room is None:  # not even the phases without activations fit
+            self._analytic(lora3)  # the model's note, in order, as a probe would record it
+            return None
+        room_first, room_second = room
+        # keyed as the activation cache is (`activation`): checkpointing, and LoRA at ZeRO-3
+        figures = self._figures.get((checkpointing, lora3))
+        if figures is None:
+            figures = self._figures[checkpointing, lora3] = {}
         while lo <= hi:
             mid = (lo + hi) // 2
             mb = micro_batches[mid]
-            if figures is None:
-                fits = costs.need(self.activation(mb, checkpointing, stage)) <= cap
-            else:
-                f = figures.get(mb)
-                if f is None:  # asked even when nothing fits: `_analytic` records the model's note in order
-                    a, _, fwd, loss, head, layer, head_grad = self._analytic_figures(
-                        mb, checkpointing, self.peft is not None and stage == 3)
-                    lp = loss // 2  # as `activation_figures` weighs them
-                    f = figures[mb] = (a + max(fwd, loss, head - lp), a + max(head_grad, layer) - lp)
-                # room None: not even the phases without activations fit
-                fits = room is not None and f[0] <= room[0] and f[1] <= room[1]
-            if fits:
+            f = figures.get(mb)
+            if f is None:
+                a, _, fwd, loss, head, layer, head_grad = self._analytic_figures(mb, checkpointing, lora3)
+                lp = loss // 2  # as `activation_figures` weighs them
+                f = figures[mb] = (a + max(fwd, loss, head - lp), a + max(head_grad, layer) - lp)
+            if f[0] <= room_first and f[1] <= room_second:
                 best, lo = mb, mid + 1
             else:
                 hi = mid - 1
@@ -638,9 +648,11 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     ones; the step-time model picks. Hot path (every candidate of every plan): the rules above read it in words.
     """
     model, hw = ctx.model, ctx.hardware
+    cap = hw.gpu_memory_bytes
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
                        param, DTYPE_BYTES[ctx.precision], trainable=ctx.trainable)
-    last = len(ctx.levels(stage)) - 1
+    levels = buffer_ladder(model.hidden_size, stage)
+    last = len(levels) - 1
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
@@ -666,26 +678,26 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     else:
         _, pick, mb, ck, performance = best
         for i in range(1, pick):  # the first setting of the ladder that holds this option is the fastest one
-            if ctx.need(stage, opt, param, i, mb, ck) <= hw.gpu_memory_bytes:
+            if ctx.need(stage, opt, param, i, mb, ck) <= cap:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
-    settings = ctx.levels(stage)[pick]
     accumulation = ctx.accumulation_steps(mb)
-    components = ctx.costs(stage, opt, param, pick, accumulation).phase_components(ctx.activation(mb, ck, stage))
-    totals = {p: components_total(f) for p, f in zip(PHASES, components)}
-    peak = max(PHASES, key=totals.__getitem__)
-    memory, total = GpuMemory(*components[PHASES.index(peak)]), totals[peak]
-    gpu_ratio = total / hw.gpu_memory_bytes
+    components, totals = ctx.costs(stage, opt, param, pick, accumulation).phase_totals(ctx.activation(mb, ck, stage))
+    peak = 0 if totals[0] >= totals[1] else 1  # the first of the largest, as max(PHASES, key=...) picks
+    if totals[2] > totals[peak]:
+        peak = 2
+    total = totals[peak]
+    gpu_ratio = total / cap
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
     fits = why_not is None
-    candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
-                          fits, why_not, totals, peak,
+    candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
+                          host.cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
                           performance if fits else None)
-    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
+    return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
