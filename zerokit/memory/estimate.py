@@ -270,6 +270,22 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                        adapter_bytes)
 
 
+_KEPT: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+
+
+def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
+    """`_reuse_kept`, remembered per trace object (`module_trace` hands out the same one for every ZeRO-3 setup of
+    a model, and hashing it for the lru_cache showed), the object kept alive beside it."""
+    hit = _KEPT.get((id(modules), reuse_distance))
+    if hit is not None and hit[0] is modules:
+        return hit[1]
+    kept = _reuse_kept(modules, reuse_distance)
+    if len(_KEPT) > 1024:
+        _KEPT.clear()
+    _KEPT[id(modules), reuse_distance] = (modules, kept)
+    return kept
+
+
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
@@ -323,7 +339,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     partition16 = _div(whole, n) if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
-    kept = _reuse_kept(modules, buffers.max_live_parameters) if modules else largest_layer
+    kept = _kept(modules, buffers.max_live_parameters) if modules else largest_layer
     kept = max(kept - persistent, largest_layer, 0)
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
