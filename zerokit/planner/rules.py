@@ -656,14 +656,24 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
-    largest = ctx.batch.micro_batches[-1]
+    # `_largest_fitting`, its batch split made once per candidate
+    search, batch = ctx.largest_fitting, ctx.batch
+    mbs = batch.micro_batches
+    largest = mbs[-1]
+    alone = None
+    if batch.per_gpu_samples == largest and len(mbs) > 1:
+        alone, mbs = mbs[-1:], mbs[:-1]
+    accumulation = ctx.accumulation_steps(mbs[0])
     for level in (0, last) if last else (0,):
         for ck in (False, True) if forced is None else (forced,):
             if ck and forced is None and at_auto.get(False) == largest:
                 continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
             if level and at_auto.get(ck) == largest:
                 continue  # nor can frugal buffers buy a larger one
-            mb = _largest_fitting(ctx, stage, opt, param, level, ck)
+            if alone and search(stage, opt, param, level, 1, ck, alone) is not None:
+                mb = largest
+            else:
+                mb = search(stage, opt, param, level, accumulation, ck, mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
             if not level:
