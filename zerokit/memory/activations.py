@@ -798,8 +798,15 @@ def analytic_figures(config: Mapping[str, Any], *, attention: str = "sdpa", dtyp
     sequence length and micro-batch (>= 1) are the caller's to check."""
     e = _check(dtype, attention, device)
     arch = _arch(config, e, attention, device, lora)
-    return (*_note(config, attention, arch), lambda seq_len, micro_batch, checkpointing: _figures(
-        arch, e, seq_len, micro_batch, checkpointing))
+    terms: dict[tuple[int, bool], tuple] = {}
+
+    def figures(seq_len: int, micro_batch: int, checkpointing: bool) -> tuple[int, ...]:
+        hit = terms.get((seq_len, checkpointing))
+        if hit is None:
+            hit = terms[seq_len, checkpointing] = _sequence_terms(arch, e, seq_len, checkpointing)
+        return _batch_figures(hit, micro_batch)
+
+    return (*_note(config, attention, arch), figures)
 
 
 def _check(dtype: str, attention: str, device: str) -> int:
@@ -827,27 +834,46 @@ def _note(config: Mapping[str, Any], attention: str, arch: _Arch) -> tuple[bool,
 
 def _figures(arch: _Arch, e: int, s: int, b: int, gradient_checkpointing: bool) -> tuple[int, ...]:
     """The ActivationEstimate's integer fields, in its order, from the family's coefficients."""
-    tokens = s * b
-    masked = arch.window and s >= arch.window
+    return _batch_figures(_sequence_terms(arch, e, s, gradient_checkpointing), b)
+
+
+def _sequence_terms(arch: _Arch, e: int, s: int, gradient_checkpointing: bool) -> tuple:
+    """What `_batch_figures` needs of one sequence length: every term that does not depend on the micro-batch,
+    computed as the whole expression computes it (the planner asks for several micro-batches of one)."""
     if gradient_checkpointing:
-        acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
+        per_token = arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s
         # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
-        layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
-        layer_peak += arch.max_layer_fixed
+        layer = arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2
+        inside = masked = None
     else:
-        acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)
-        layer_peak = tokens * (arch.grad_tok + arch.grad_s2 * s)
-    acts += arch.fixed + _LOSS_SCALAR + arch.pre_const * s + (_LABELS_VIEW if b == 1 else 0)
-    if not gradient_checkpointing:
-        acts += arch.layer_fixed + arch.layer_pos * s + (arch.b1 * tokens if b == 1 else 0)
-        if masked:
-            acts += tokens * (arch.window_tok + arch.mask_s * s)
-    loss_peak = tokens * 8 * arch.vocab  # fp32 grads of the log-probs and of the logits
+        per_token = arch.pre + arch.layer + arch.layer_s2 * s + arch.post
+        layer = arch.grad_tok + arch.grad_s2 * s
+        inside = arch.layer_fixed + arch.layer_pos * s  # gone under checkpointing
+        masked = arch.window_tok + arch.mask_s * s if arch.window and s >= arch.window else None
     head_grad = e * arch.vocab * arch.hidden if arch.head_weight_grad else 0
-    head_peak = tokens * e * arch.vocab + head_grad  # the logits gradient in the logits' dtype, the weight gradient
-    layer_peak += arch.param_grad / (2 if gradient_checkpointing else 1)
+    return (s, per_token, arch.fixed + _LOSS_SCALAR + arch.pre_const * s, inside, arch.b1, masked, arch.vocab, e,
+            head_grad, layer, arch.max_layer_fixed if gradient_checkpointing else None,
+            arch.param_grad / (2 if gradient_checkpointing else 1))
+
+
+def _batch_figures(terms: tuple, b: int) -> tuple[int, ...]:
+    """The ActivationEstimate's integer fields of micro-batch `b` from `_sequence_terms`."""
+    s, per_token, const, inside, b1, masked, vocab, e, head_grad, layer, layer_fixed, param_grad = terms
+    tokens = s * b
+    acts = tokens * per_token
+    layer_peak = tokens * layer
+    if layer_fixed is not None:  # checkpointing
+        layer_peak += layer_fixed
+    acts += const + (_LABELS_VIEW if b == 1 else 0)
+    if inside is not None:  # no checkpointing
+        acts += inside + (b1 * tokens if b == 1 else 0)
+        if masked is not None:
+            acts += tokens * masked
+    loss_peak = tokens * 8 * vocab  # fp32 grads of the log-probs and of the logits
+    head_peak = tokens * e * vocab + head_grad  # the logits gradient in the logits' dtype, the weight gradient
+    layer_peak += param_grad
     # forward's own peak: the loss upcasts the logits to fp32 (a copy unless they already are) and allocates the
     # fp32 log-probabilities while both are alive; the log-probabilities are part of `acts`
-    forward_peak = tokens * arch.vocab * (e + (4 if e != 4 else 0))
+    forward_peak = tokens * vocab * (e + (4 if e != 4 else 0))
     return (int(acts), int(max(loss_peak, head_peak, layer_peak)), int(forward_peak), int(loss_peak), int(head_peak),
             int(layer_peak), int(head_grad))
