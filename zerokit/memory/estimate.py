@@ -117,7 +117,7 @@ class StepCosts:
         "step_transient",
     )
 
-    def __init__(self, *, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
+    def __init__(self, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
                  grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
                  end_grads: int = 0, end_transient: int = 0, overhead: int = 0) -> None:
         self.params_rest = params_rest
@@ -303,10 +303,11 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     if zero_stage == 0:
         grads = e * t
         master = FP32 * t if mixed else 0
-        return StepCosts(params_rest=whole, gathered=0, opt_rest=master + ADAM * t, grads_rest=0,
-                         grads_held=grads if held else 0, grads_backward=0, buffers_backward=0,
-                         step_grads=grads, step_transient=2 * FP32 * t if mixed else 0,
-                         end_grads=grads, end_transient=e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead=overhead)
+        # StepCosts' fields by position, in its order (params_rest, gathered, opt_rest, grads_rest, grads_held,
+        # grads_backward, buffers_backward, step_grads, step_transient, end_grads, end_transient, overhead): a
+        # dozen of these per plan, where binding twelve keywords showed
+        return StepCosts(whole, 0, master + ADAM * t, 0, grads if held else 0, 0, 0,
+                         grads, 2 * FP32 * t if mixed else 0, grads, e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead)
     buckets = (2 if buffers.overlap_comm else 1) * bucket
     if zero_stage in (1, 2):
         allgather = e * t if gloo else 0
@@ -314,9 +315,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
             # ZeRO-Offload: each reduced gradient goes straight to the host's fp32 buffer through a staging buffer
             # of the largest parameter's size (`temp_grad_buffer_for_gpu_offload`); no partition on the GPU
             held_bytes = e * t + buckets if held and zero_stage == 1 else 0
-            return StepCosts(params_rest=whole, gathered=0, opt_rest=0, grads_rest=e * largest_layer,
-                             grads_held=held_bytes, grads_backward=0, buffers_backward=0 if held_bytes else buckets,
-                             step_grads=0, step_transient=allgather, overhead=overhead)
+            return StepCosts(whole, 0, 0, e * largest_layer, held_bytes, 0, 0 if held_bytes else buckets,
+                             0, allgather, 0, 0, overhead)
         partition = e * tn
         opt = FP32 * tn + ADAM * tn
         if zero_stage == 2:
@@ -324,9 +324,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         else:  # stage 1 accumulates whole 16-bit gradients (its buckets stay too) and reduces them at the boundary
             held_bytes, backward = (e * t + buckets, partition) if held else (0, partition)
         step = partition + e * tn + (FP32 * tn if mixed else 0)
-        return StepCosts(params_rest=whole, gathered=0, opt_rest=opt, grads_rest=0, grads_held=held_bytes,
-                         grads_backward=backward, buffers_backward=0 if held and zero_stage == 1 else buckets,
-                         step_grads=max(step, allgather), step_transient=0, overhead=overhead)
+        return StepCosts(whole, 0, opt, 0, held_bytes, backward, 0 if held and zero_stage == 1 else buckets,
+                         max(step, allgather), 0, 0, 0, overhead)
     # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
     # grad_partitions_flat_buffer on `self.device`, the offload device) and the step runs there
     params_on_gpu = offload_param == "none"
@@ -344,10 +343,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
         adapters_gathered = ab * t * min(kept, parameters) // max(parameters, 1)
-    return StepCosts(params_rest=partition16 + e * persistent,
-                     gathered=e * min(kept, parameters) + adapters_gathered, opt_rest=opt,
-                     grads_rest=grad_partitions + bucket, grads_held=0, grads_backward=0, buffers_backward=0,
-                     step_grads=step, step_transient=0, overhead=overhead)
+    return StepCosts(partition16 + e * persistent, e * min(kept, parameters) + adapters_gathered, opt,
+                     grad_partitions + bucket, 0, 0, 0, step, 0, 0, 0, overhead)
 
 
 def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *, precision: str | None = None,
