@@ -181,37 +181,44 @@ class StepCosts:
 
     def phase_totals(self, act: ActivationEstimate) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         """(`phase_components(act)`, each phase's total, added as `GpuMemory.total` adds them)."""
-        a, ovh, opt = act.activations, self.overhead, self.opt_rest
+        return self.phase_totals_of(act.activations, act.forward_transient, act.loss_transient, act.head_transient,
+                                    act.layer_transient, act.head_weight_gradient)
+
+    def phase_totals_of(self, a: int, forward: int, loss: int, head: int, layer: int, head_gradient: int
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """`phase_totals` of an ActivationEstimate given by its fields (the planner's analytic figures are these
+        numbers, and it builds no estimate object for them)."""
+        ovh, opt = self.overhead, self.opt_rest
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
-        lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
+        lp = loss // 2  # the fp32 log-probabilities, freed once the loss backward is done
         held, buckets = a - lp, self.buffers_backward
         # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-        backward = (params, grads, opt, a, act.loss_transient, 0, ovh)
-        peak = params + grads + opt + a + act.loss_transient + 0 + ovh
+        backward = (params, grads, opt, a, loss, 0, ovh)
+        peak = params + grads + opt + a + loss + 0 + ovh
         # the lm_head backward: the logits gradient and the head's weight gradient
-        total = params + grads + opt + held + act.head_transient + 0 + ovh
+        total = params + grads + opt + held + head + 0 + ovh
         if total > peak:
-            backward, peak = (params, grads, opt, held, act.head_transient, 0, ovh), total
+            backward, peak = (params, grads, opt, held, head, 0, ovh), total
         # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into the
         # newly allocated partition through the buckets; the logits gradient is gone
-        total = params + later + opt + held + act.head_weight_gradient + buckets + ovh
+        total = params + later + opt + held + head_gradient + buckets + ovh
         if total > peak:
-            backward, peak = (params, later, opt, held, act.head_weight_gradient, buckets, ovh), total
+            backward, peak = (params, later, opt, held, head_gradient, buckets, ovh), total
         # one decoder layer's working set (with checkpointing, its recompute), the loss long done
-        total = params + later + opt + held + act.layer_transient + buckets + ovh
+        total = params + later + opt + held + layer + buckets + ovh
         if total > peak:
-            backward, peak = (params, later, opt, held, act.layer_transient, buckets, ovh), total
+            backward, peak = (params, later, opt, held, layer, buckets, ovh), total
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
             end_grads = self.grads_rest + self.end_grads
             total = self.params_rest + end_grads + opt + 0 + self.end_transient + 0 + ovh
             if total > peak:
                 backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, 0, ovh), total
         step_grads = self.grads_rest + self.step_grads
-        return (((params, grads, opt, a, act.forward_transient, 0, ovh), backward,
+        return (((params, grads, opt, a, forward, 0, ovh), backward,
                  (self.params_rest, step_grads, opt, 0, self.step_transient, 0, ovh)),
-                (params + grads + opt + a + act.forward_transient + 0 + ovh, peak,
+                (params + grads + opt + a + forward + 0 + ovh, peak,
                  self.params_rest + step_grads + opt + 0 + self.step_transient + 0 + ovh))
 
 

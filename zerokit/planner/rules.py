@@ -692,7 +692,13 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
     accumulation = ctx.accumulation_steps(mb)
-    components, totals = ctx.costs(stage, opt, param, pick, accumulation).phase_totals(ctx.activation(mb, ck, stage))
+    costs = ctx.costs(stage, opt, param, pick, accumulation)
+    if ctx.activation_model is None:  # the analytic figures as they are, no ActivationEstimate to build
+        a, _, forward, loss, head, layer, head_gradient = ctx._analytic_figures(mb, ck, ctx.peft is not None
+                                                                                and stage == 3)
+        components, totals = costs.phase_totals_of(a, forward, loss, head, layer, head_gradient)
+    else:
+        components, totals = costs.phase_totals(ctx.activation(mb, ck, stage))
     peak = 0 if totals[0] >= totals[1] else 1  # the first of the largest, as max(PHASES, key=...) picks
     if totals[2] > totals[peak]:
         peak = 2
