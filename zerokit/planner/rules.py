@@ -246,7 +246,13 @@ class Context:
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
         limit = self._limits.get((stage, opt, param, level, accumulation > 1))
-        costs, exact, room = limit if limit is not None else self._limit(stage, opt, param, level, accumulation)
+        return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation),
+                            stage, checkpointing, micro_batches)
+
+    def _search(self, limit: tuple[StepCosts, bool, Any], stage: int, checkpointing: bool,
+                micro_batches: tuple[int, ...]) -> int | None:
+        """`largest_fitting` for a setup's `_limit`, which a candidate looks up once for all its searches."""
+        costs, exact, room = limit
         lo, hi, best = 0, len(micro_batches) - 1, None
         if not exact:
             cap = self.hardware.gpu_memory_bytes
@@ -656,8 +662,8 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
-    # `_largest_fitting`, its batch split made once per candidate
-    search, batch = ctx.largest_fitting, ctx.batch
+    # `_largest_fitting`, its batch split made once per candidate and each setting's limits looked up once
+    search, limit_of, batch = ctx._search, ctx._limit, ctx.batch
     mbs = batch.micro_batches
     largest = mbs[-1]
     alone = None
@@ -665,15 +671,17 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
         alone, mbs = mbs[-1:], mbs[:-1]
     accumulation = ctx.accumulation_steps(mbs[0])
     for level in (0, last) if last else (0,):
+        limit = limit_alone = None
         for ck in (False, True) if forced is None else (forced,):
             if ck and forced is None and at_auto.get(False) == largest:
                 continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
             if level and at_auto.get(ck) == largest:
                 continue  # nor can frugal buffers buy a larger one
-            if alone and search(stage, opt, param, level, 1, ck, alone) is not None:
+            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1)), stage, ck,
+                                alone) is not None:
                 mb = largest
             else:
-                mb = search(stage, opt, param, level, accumulation, ck, mbs)
+                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation)), stage, ck, mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
             if not level:
