@@ -175,8 +175,9 @@ class Context:
         return int(est.activations), int(est.transient)
 
     def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> StepCosts:
-        """The cost layer's micro-batch-independent bytes of a setup, computed once per plan."""
-        key = (stage, opt, param, level, accumulation > 1)
+        """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
+        once for both without accumulation: `_costs_key`)."""
+        key = _costs_key(stage, opt, param, level, accumulation)
         hit = self._costs.get(key)
         if hit is None:
             hw = self.hardware
@@ -245,7 +246,7 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        limit = self._limits.get((stage, opt, param, level, accumulation > 1))
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
         return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation),
                             stage, checkpointing, micro_batches)
 
@@ -289,7 +290,7 @@ class Context:
 
     def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
         """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU)."""
-        key = (stage, opt, param, level, accumulation > 1)  # the cost cache's key (`costs`)
+        key = _costs_key(stage, opt, param, level, accumulation)  # the cost cache's key (`costs`)
         limit = self._limits.get(key)
         if limit is None:
             costs = self.costs(stage, opt, param, level, accumulation)
@@ -302,6 +303,13 @@ class Context:
     def gpu_label(self) -> str:
         hw = self.hardware
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
+
+
+def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple:
+    """A setup's key in a plan's cost caches. ZeRO-1 and ZeRO-2 allocate the same without accumulation
+    (`zerokit.memory.estimate`), on the same buffer ladder: one entry serves both."""
+    held = accumulation > 1
+    return (2 if stage == 1 and not held else stage, opt, param, level, held)
 
 
 @dataclass(frozen=True)
