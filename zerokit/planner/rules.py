@@ -110,7 +110,6 @@ class Context:
     """LoRA at ZeRO-3 -> `analytic_figures` of the plan's setting."""
     _parts: dict = field(default_factory=dict)
     """(micro-batch, checkpointing, LoRA at ZeRO-3) -> the analytic model's figures (`analytic_figures`)."""
-    _costs: dict = field(default_factory=dict)
     _steps: dict = field(default_factory=dict)
     """(stage, optimizer and parameter offload, buffer level, micro-batch, checkpointing) -> StepTime."""
     _figures: dict = field(default_factory=dict)
@@ -177,19 +176,8 @@ class Context:
     def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> StepCosts:
         """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
         once for both without accumulation: `_costs_key`)."""
-        key = _costs_key(stage, opt, param, level, accumulation)
-        hit = self._costs.get(key)
-        if hit is None:
-            hw = self.hardware
-            buffers = buffer_ladder(self.model.hidden_size, stage)[level]
-            if self.peft is None:
-                hit = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
-                               self.precision, buffers, self.overhead)
-            else:
-                hit = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
-                               self.precision, buffers, self.overhead, **self.peft_costs(stage))
-            self._costs[key] = hit
-        return hit
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
+        return (limit if limit is not None else self._limit(stage, opt, param, level, accumulation))[0]
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
@@ -289,14 +277,21 @@ class Context:
         return best
 
     def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
-        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU)."""
-        key = _costs_key(stage, opt, param, level, accumulation)  # the cost cache's key (`costs`)
+        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU),
+        computed once per plan."""
+        key = _costs_key(stage, opt, param, level, accumulation)
         limit = self._limits.get(key)
         if limit is None:
-            costs = self.costs(stage, opt, param, level, accumulation)
+            hw = self.hardware
+            buffers = buffer_ladder(self.model.hidden_size, stage)[level]
+            if self.peft is None:
+                costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                                 self.precision, buffers, self.overhead)
+            else:
+                costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                                 self.precision, buffers, self.overhead, **self.peft_costs(stage))
             exact = self.activation_model is None and costs.integral
-            limit = self._limits[key] = (costs, exact, costs.headroom(self.hardware.gpu_memory_bytes) if exact
-                                         else None)
+            limit = self._limits[key] = (costs, exact, costs.headroom(hw.gpu_memory_bytes) if exact else None)
         return limit
 
     @property
