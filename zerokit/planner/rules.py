@@ -480,7 +480,8 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
         why = f"{_described(ctx, chosen)} is the fastest setup that fits"
         if others:
             why += f"; it beats {_described(ctx, others[0])}"
-    earlier = [e for e in evs[:evs.index(chosen)] if not e.candidate.fits]
+    # its place by identity (`evs.index` compares the candidates before it field by field; their setups differ)
+    earlier = [e for e in evs[:next(i for i, e in enumerate(evs) if e is chosen)] if not e.candidate.fits]
     if earlier:
         why += f"; {_label_of(earlier[-1])} {earlier[-1].candidate.why_not}"
     return chosen, why + "."
