@@ -296,13 +296,13 @@ def speed(repeat: int = 5, number: int = 20000) -> None:
             step_time(spec.config, perf, parameters=spec.parameters, seq_len=4096, micro_batch=1, grad_accum=4,
                       gpus_per_node=8, zero_stage=stage, offload_optimizer=opt, offload_param=par)
     from zerokit.perf.flops import model_flops
-    from zerokit.perf.model import _step_time
+    from zerokit.perf.model import step_time_of
 
     mf = model_flops(spec.config)
 
     def plan_uncached() -> None:  # the model's arithmetic without the per-setup memo (the compute parts stay cached)
         for stage, opt, par in setups:
-            _step_time(mf, perf, spec.parameters, 4096, 1, 4, 8, 1, stage, opt, par, False, "bf16", "sdpa", True,
+            step_time_of(mf, perf, spec.parameters, 4096, 1, 4, 8, 1, stage, opt, par, False, "bf16", "sdpa", True,
                        5e8, 5e8, 5e7, 1e5, True, None)
 
     def baseline() -> None:  # 60 multiply-adds in a Python loop, to compare machines and loads

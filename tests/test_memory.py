@@ -208,3 +208,22 @@ def test_resolve_hardware_bad_input(kwargs, match):
         return
     with pytest.raises(BadInput, match=match):
         resolve_hardware(**kwargs)
+
+
+@pytest.mark.parametrize("accelerator", ["cuda", "cpu"])
+def test_zero1_and_zero2_cost_the_same_without_accumulation(accelerator):
+    """The planner prices both with one cache entry (`zerokit.planner.rules._costs_key`): hold that to the cost
+    layer, at every buffer setting, with and without optimizer offload, full training and LoRA's arguments."""
+    from zerokit.memory.estimate import StepCosts, costs_of
+    from zerokit.models.resolve import resolve_model
+
+    model = resolve_model("llama-2-7b")
+    ladder = buffer_ladder(model.hidden_size, 1)
+    assert ladder == buffer_ladder(model.hidden_size, 2)
+    lora = {"trainable": 20_000_000, "frozen_bytes": 2 * model.parameters, "adapter_bytes": 2}
+    for buffers in ladder:
+        for opt in ("none", "cpu"):
+            for extra in ({}, lora):
+                one, two = (costs_of(model, 8, accelerator, stage, opt, "none", 1, "bf16", buffers, 10**9, **extra)
+                            for stage in (1, 2))
+                assert [getattr(one, k) for k in StepCosts.__slots__] == [getattr(two, k) for k in StepCosts.__slots__]

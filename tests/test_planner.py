@@ -316,3 +316,29 @@ def test_requested_micro_batch_is_kept_when_any_setup_fits_it():
     d = p.decision
     assert d.fits and d.micro_batch_size < 64 and 192 % d.micro_batch_size == 0
     assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 1536
+
+
+@pytest.mark.parametrize("name", ["Setup", "GpuMemory", "Candidate", "Decision", "Plan"])
+def test_stored_init_is_the_dataclass_init(name):
+    """The result types' faster __init__ (`zerokit.planner.types._stored_init`) takes the same parameters and
+    builds the same instance as the one `dataclass` wrote, default factories included."""
+    import dataclasses
+    import inspect
+
+    from zerokit.planner import types
+
+    cls = getattr(types, name)
+    init, generated = cls.__init__, cls.__init__.__wrapped__
+    assert str(inspect.signature(init, follow_wrapped=False)) == str(inspect.signature(generated))
+    args = [object() for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING]
+    ours, theirs = object.__new__(cls), object.__new__(cls)
+    init(ours, *args)
+    generated(theirs, *args)
+    assert vars(ours) == vars(theirs) and list(vars(ours)) == list(vars(theirs))
+    again = object.__new__(cls)
+    init(again, *args)
+    for f in dataclasses.fields(cls):  # a fresh object from each default factory, as dataclass makes
+        if f.default_factory is not dataclasses.MISSING:
+            assert getattr(again, f.name) == getattr(ours, f.name)
+            assert getattr(again, f.name) is not getattr(ours, f.name)

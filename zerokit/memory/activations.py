@@ -64,7 +64,7 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit.models.params import FAMILIES, Layout, complete_config
 
-__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "estimate_activations"]
+__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "analytic_figures", "estimate_activations"]
 
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _ATTENTION = ("sdpa", "flash", "eager")
@@ -779,6 +779,38 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     `device` is where the model trains ("cuda" for a GPU plan, "cpu" for DeepSpeed's CPU accelerator); `lora`
     describes LoRA/QLoRA adapters on a frozen base (None: full fine-tuning).
     """
+    e = _check(dtype, attention, device)
+    if seq_len < 1 or micro_batch < 1:
+        raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
+    arch = _arch(config, e, attention, device, lora)
+    generic, note = _note(config, attention, arch)
+    figures = _figures(arch, e, seq_len, micro_batch, gradient_checkpointing)
+    return ActivationEstimate(figures[0], figures[1], generic, note, *figures[2:])
+
+
+def analytic_figures(config: Mapping[str, Any], *, attention: str = "sdpa", dtype: str = "bf16", device: str = "cuda",
+                     lora: LoraSetup | None = None) -> tuple[bool, str | None, Callable[[int, int, bool], tuple]]:
+    """(generic, note, figures): `estimate_activations` for one config and setting with the family's coefficients
+    looked up once, as `figures(seq_len, micro_batch, checkpointing)` -> the ActivationEstimate's integer fields
+    in its order (activations, transient, forward, loss, head and layer transients, head weight gradient).
+
+    The planner's search asks for a dozen micro-batches of one setting per plan; the setting is checked here, the
+    sequence length and micro-batch (>= 1) are the caller's to check."""
+    e = _check(dtype, attention, device)
+    arch = _arch(config, e, attention, device, lora)
+    terms: dict[tuple[int, bool], tuple] = {}
+
+    def figures(seq_len: int, micro_batch: int, checkpointing: bool) -> tuple[int, ...]:
+        hit = terms.get((seq_len, checkpointing))
+        if hit is None:
+            hit = terms[seq_len, checkpointing] = _sequence_terms(arch, e, seq_len, checkpointing)
+        return _batch_figures(hit, micro_batch)
+
+    return (*_note(config, attention, arch), figures)
+
+
+def _check(dtype: str, attention: str, device: str) -> int:
+    """The bytes of `dtype`, after refusing a setting the model does not know."""
     e = _DTYPE_BYTES.get(dtype)
     if e is None:
         raise ValueError(f"dtype must be one of {sorted(_DTYPE_BYTES)}, got {dtype!r}")
@@ -786,39 +818,62 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
         raise ValueError(f"attention must be one of {list(_ATTENTION)}, got {attention!r}")
     if device not in DEVICES:
         raise ValueError(f"device must be one of {list(DEVICES)}, got {device!r}")
-    if seq_len < 1 or micro_batch < 1:
-        raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
+    return e
+
+
+def _note(config: Mapping[str, Any], attention: str, arch: _Arch) -> tuple[bool, str | None]:
+    """(generic, note) of an estimate: the same for every micro-batch of a config and attention kernel."""
     model_type = str(config.get("model_type", ""))
-    generic = model_type not in FAMILIES
-    arch = _arch(config, e, attention, device, lora)
-    s, b = seq_len, micro_batch
-    tokens = s * b
-    note = arch.note
-    if generic:
-        note = (f"model_type {model_type or '(missing)'!r} is not modelled: llama-like layout assumed; "
-                "use zerokit.memory.calibrate for an exact figure")
-    elif model_type == "gemma2" and attention == "sdpa":
-        note = "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
-    masked = arch.window and s >= arch.window
+    if model_type not in FAMILIES:
+        return True, (f"model_type {model_type or '(missing)'!r} is not modelled: llama-like layout assumed; "
+                      "use zerokit.memory.calibrate for an exact figure")
+    if model_type == "gemma2" and attention == "sdpa":
+        return False, "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
+    return False, arch.note
+
+
+def _figures(arch: _Arch, e: int, s: int, b: int, gradient_checkpointing: bool) -> tuple[int, ...]:
+    """The ActivationEstimate's integer fields, in its order, from the family's coefficients."""
+    return _batch_figures(_sequence_terms(arch, e, s, gradient_checkpointing), b)
+
+
+def _sequence_terms(arch: _Arch, e: int, s: int, gradient_checkpointing: bool) -> tuple:
+    """What `_batch_figures` needs of one sequence length: every term that does not depend on the micro-batch,
+    computed as the whole expression computes it (the planner asks for several micro-batches of one)."""
     if gradient_checkpointing:
-        acts = tokens * (arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s)
+        per_token = arch.pre + arch.ckpt_pre + arch.n_layers * arch.ckpt + arch.post + arch.ckpt_s2 * s
         # the recomputed layer is freed tensor by tensor as its backward runs: its gradients overlap it only partly
-        layer_peak = tokens * (arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2)
-        layer_peak += arch.max_layer_fixed
+        layer = arch.max_layer + arch.max_layer_s2 * s + (arch.grad_tok + arch.grad_s2 * s) / 2
+        inside = masked = None
     else:
-        acts = tokens * (arch.pre + arch.layer + arch.layer_s2 * s + arch.post)
-        layer_peak = tokens * (arch.grad_tok + arch.grad_s2 * s)
-    acts += arch.fixed + _LOSS_SCALAR + arch.pre_const * s + (_LABELS_VIEW if b == 1 else 0)
-    if not gradient_checkpointing:
-        acts += arch.layer_fixed + arch.layer_pos * s + (arch.b1 * tokens if b == 1 else 0)
-        if masked:
-            acts += tokens * (arch.window_tok + arch.mask_s * s)
-    loss_peak = tokens * 8 * arch.vocab  # fp32 grads of the log-probs and of the logits
+        per_token = arch.pre + arch.layer + arch.layer_s2 * s + arch.post
+        layer = arch.grad_tok + arch.grad_s2 * s
+        inside = arch.layer_fixed + arch.layer_pos * s  # gone under checkpointing
+        masked = arch.window_tok + arch.mask_s * s if arch.window and s >= arch.window else None
     head_grad = e * arch.vocab * arch.hidden if arch.head_weight_grad else 0
-    head_peak = tokens * e * arch.vocab + head_grad  # the logits gradient in the logits' dtype, the weight gradient
-    layer_peak += arch.param_grad / (2 if gradient_checkpointing else 1)
+    return (s, per_token, arch.fixed + _LOSS_SCALAR + arch.pre_const * s, inside, arch.b1, masked, arch.vocab, e,
+            head_grad, layer, arch.max_layer_fixed if gradient_checkpointing else None,
+            arch.param_grad / (2 if gradient_checkpointing else 1))
+
+
+def _batch_figures(terms: tuple, b: int) -> tuple[int, ...]:
+    """The ActivationEstimate's integer fields of micro-batch `b` from `_sequence_terms`."""
+    s, per_token, const, inside, b1, masked, vocab, e, head_grad, layer, layer_fixed, param_grad = terms
+    tokens = s * b
+    acts = tokens * per_token
+    layer_peak = tokens * layer
+    if layer_fixed is not None:  # checkpointing
+        layer_peak += layer_fixed
+    acts += const + (_LABELS_VIEW if b == 1 else 0)
+    if inside is not None:  # no checkpointing
+        acts += inside + (b1 * tokens if b == 1 else 0)
+        if masked is not None:
+            acts += tokens * masked
+    loss_peak = tokens * 8 * vocab  # fp32 grads of the log-probs and of the logits
+    head_peak = tokens * e * vocab + head_grad  # the logits gradient in the logits' dtype, the weight gradient
+    layer_peak += param_grad
     # forward's own peak: the loss upcasts the logits to fp32 (a copy unless they already are) and allocates the
     # fp32 log-probabilities while both are alive; the log-probabilities are part of `acts`
-    forward_peak = tokens * arch.vocab * (e + (4 if e != 4 else 0))
-    return ActivationEstimate(int(acts), int(max(loss_peak, head_peak, layer_peak)), generic, note,
-                              int(forward_peak), int(loss_peak), int(head_peak), int(layer_peak), int(head_grad))
+    forward_peak = tokens * vocab * (e + (4 if e != 4 else 0))
+    return (int(acts), int(max(loss_peak, head_peak, layer_peak)), int(forward_peak), int(loss_peak), int(head_peak),
+            int(layer_peak), int(head_grad))

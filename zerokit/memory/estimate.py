@@ -117,7 +117,7 @@ class StepCosts:
         "step_transient",
     )
 
-    def __init__(self, *, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
+    def __init__(self, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
                  grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
                  end_grads: int = 0, end_transient: int = 0, overhead: int = 0) -> None:
         self.params_rest = params_rest
@@ -177,27 +177,49 @@ class StepCosts:
     def phase_components(self, act: ActivationEstimate) -> tuple[tuple[int, ...], ...]:
         """`phases(act)` as GpuMemory's fields, in its order, per phase of PHASES: the planner totals every
         candidate's phases but builds GpuMemory objects only for its peak (a hot path)."""
-        a, ovh, opt = act.activations, self.overhead, self.opt_rest
+        return self.phase_totals(act)[0]
+
+    def phase_totals(self, act: ActivationEstimate) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """(`phase_components(act)`, each phase's total, added as `GpuMemory.total` adds them)."""
+        return self.phase_totals_of(act.activations, act.forward_transient, act.loss_transient, act.head_transient,
+                                    act.layer_transient, act.head_weight_gradient)
+
+    def phase_totals_of(self, a: int, forward: int, loss: int, head: int, layer: int, head_gradient: int
+                        ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """`phase_totals` of an ActivationEstimate given by its fields (the planner's analytic figures are these
+        numbers, and it builds no estimate object for them)."""
+        ovh, opt = self.overhead, self.opt_rest
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
-        lp = act.loss_transient // 2  # the fp32 log-probabilities, freed once the loss backward is done
-        moments = [
-            # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-            (params, grads, opt, a, act.loss_transient, 0, ovh),
-            # the lm_head backward: the logits gradient and the head's weight gradient
-            (params, grads, opt, a - lp, act.head_transient, 0, ovh),
-            # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into
-            # the newly allocated partition through the buckets; the logits gradient is gone
-            (params, later, opt, a - lp, act.head_weight_gradient, self.buffers_backward, ovh),
-            # one decoder layer's working set (with checkpointing, its recompute), the loss long done
-            (params, later, opt, a - lp, act.layer_transient, self.buffers_backward, ovh),
-        ]
+        lp = loss // 2  # the fp32 log-probabilities, freed once the loss backward is done
+        held, buckets = a - lp, self.buffers_backward
+        # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
+        backward = (params, grads, opt, a, loss, 0, ovh)
+        peak = params + grads + opt + a + loss + 0 + ovh
+        # the lm_head backward: the logits gradient and the head's weight gradient
+        total = params + grads + opt + held + head + 0 + ovh
+        if total > peak:
+            backward, peak = (params, grads, opt, held, head, 0, ovh), total
+        # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into the
+        # newly allocated partition through the buckets; the logits gradient is gone
+        total = params + later + opt + held + head_gradient + buckets + ovh
+        if total > peak:
+            backward, peak = (params, later, opt, held, head_gradient, buckets, ovh), total
+        # one decoder layer's working set (with checkpointing, its recompute), the loss long done
+        total = params + later + opt + held + layer + buckets + ovh
+        if total > peak:
+            backward, peak = (params, later, opt, held, layer, buckets, ovh), total
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
-            moments.append((self.params_rest, self.grads_rest + self.end_grads, opt, 0, self.end_transient, 0, ovh))
-        return ((params, grads, opt, a, act.forward_transient, 0, ovh),
-                max(moments, key=components_total),
-                (self.params_rest, self.grads_rest + self.step_grads, opt, 0, self.step_transient, 0, ovh))
+            end_grads = self.grads_rest + self.end_grads
+            total = self.params_rest + end_grads + opt + 0 + self.end_transient + 0 + ovh
+            if total > peak:
+                backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, 0, ovh), total
+        step_grads = self.grads_rest + self.step_grads
+        return (((params, grads, opt, a, forward, 0, ovh), backward,
+                 (self.params_rest, step_grads, opt, 0, self.step_transient, 0, ovh)),
+                (params + grads + opt + a + forward + 0 + ovh, peak,
+                 self.params_rest + step_grads + opt + 0 + self.step_transient + 0 + ovh))
 
 
 def components_total(fields: tuple[int, ...]) -> int:
@@ -255,6 +277,22 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                        adapter_bytes)
 
 
+_KEPT: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+
+
+def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
+    """`_reuse_kept`, remembered per trace object (`module_trace` hands out the same one for every ZeRO-3 setup of
+    a model, and hashing it for the lru_cache showed), the object kept alive beside it."""
+    hit = _KEPT.get((id(modules), reuse_distance))
+    if hit is not None and hit[0] is modules:
+        return hit[1]
+    kept = _reuse_kept(modules, reuse_distance)
+    if len(_KEPT) > 1024:
+        _KEPT.clear()
+    _KEPT[id(modules), reuse_distance] = (modules, kept)
+    return kept
+
+
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
@@ -272,10 +310,11 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     if zero_stage == 0:
         grads = e * t
         master = FP32 * t if mixed else 0
-        return StepCosts(params_rest=whole, gathered=0, opt_rest=master + ADAM * t, grads_rest=0,
-                         grads_held=grads if held else 0, grads_backward=0, buffers_backward=0,
-                         step_grads=grads, step_transient=2 * FP32 * t if mixed else 0,
-                         end_grads=grads, end_transient=e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead=overhead)
+        # StepCosts' fields by position, in its order (params_rest, gathered, opt_rest, grads_rest, grads_held,
+        # grads_backward, buffers_backward, step_grads, step_transient, end_grads, end_transient, overhead): a
+        # dozen of these per plan, where binding twelve keywords showed
+        return StepCosts(whole, 0, master + ADAM * t, 0, grads if held else 0, 0, 0,
+                         grads, 2 * FP32 * t if mixed else 0, grads, e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead)
     buckets = (2 if buffers.overlap_comm else 1) * bucket
     if zero_stage in (1, 2):
         allgather = e * t if gloo else 0
@@ -283,9 +322,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
             # ZeRO-Offload: each reduced gradient goes straight to the host's fp32 buffer through a staging buffer
             # of the largest parameter's size (`temp_grad_buffer_for_gpu_offload`); no partition on the GPU
             held_bytes = e * t + buckets if held and zero_stage == 1 else 0
-            return StepCosts(params_rest=whole, gathered=0, opt_rest=0, grads_rest=e * largest_layer,
-                             grads_held=held_bytes, grads_backward=0, buffers_backward=0 if held_bytes else buckets,
-                             step_grads=0, step_transient=allgather, overhead=overhead)
+            return StepCosts(whole, 0, 0, e * largest_layer, held_bytes, 0, 0 if held_bytes else buckets,
+                             0, allgather, 0, 0, overhead)
         partition = e * tn
         opt = FP32 * tn + ADAM * tn
         if zero_stage == 2:
@@ -293,9 +331,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         else:  # stage 1 accumulates whole 16-bit gradients (its buckets stay too) and reduces them at the boundary
             held_bytes, backward = (e * t + buckets, partition) if held else (0, partition)
         step = partition + e * tn + (FP32 * tn if mixed else 0)
-        return StepCosts(params_rest=whole, gathered=0, opt_rest=opt, grads_rest=0, grads_held=held_bytes,
-                         grads_backward=backward, buffers_backward=0 if held and zero_stage == 1 else buckets,
-                         step_grads=max(step, allgather), step_transient=0, overhead=overhead)
+        return StepCosts(whole, 0, opt, 0, held_bytes, backward, 0 if held and zero_stage == 1 else buckets,
+                         max(step, allgather), 0, 0, 0, overhead)
     # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
     # grad_partitions_flat_buffer on `self.device`, the offload device) and the step runs there
     params_on_gpu = offload_param == "none"
@@ -308,7 +345,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     partition16 = _div(whole, n) if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
-    kept = _reuse_kept(modules, buffers.max_live_parameters) if modules else largest_layer
+    kept = _kept(modules, buffers.max_live_parameters) if modules else largest_layer
     kept = max(kept - persistent, largest_layer, 0)
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
@@ -319,9 +356,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         # is the whole parameter, persistent ones too (a 0.9B llama on one H100: its forward peak 1.76 GB over
         # ZeRO-2's, the gradient partition, not 2.8 GB)
         gathered = persistent_bytes = 0
-    return StepCosts(params_rest=partition16 + persistent_bytes, gathered=gathered, opt_rest=opt,
-                     grads_rest=grad_partitions + bucket, grads_held=0, grads_backward=0, buffers_backward=0,
-                     step_grads=step, step_transient=0, overhead=overhead)
+    return StepCosts(partition16 + persistent_bytes, gathered, opt, grad_partitions + bucket, 0, 0, 0, step, 0, 0, 0,
+                     overhead)
 
 
 def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *, precision: str | None = None,
@@ -389,8 +425,23 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:
-    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3."""
-    return _module_trace(_config_key(model.config), model.parameters, model.num_layers, persistence_threshold)
+    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3.
+
+    Remembered per config object (every ZeRO-3 candidate of every plan of a model asks), the object kept alive
+    beside it so that an id is never reused for another; `_module_trace` keys on the content."""
+    config = model.config
+    key = (id(config), model.parameters, model.num_layers, persistence_threshold)
+    hit = _TRACES.get(key)
+    if hit is not None and hit[0] is config:
+        return hit[1]
+    trace = _module_trace(_config_key(config), model.parameters, model.num_layers, persistence_threshold)
+    if len(_TRACES) > 512:
+        _TRACES.clear()
+    _TRACES[key] = (config, trace)
+    return trace
+
+
+_TRACES: dict[tuple, tuple[Mapping[str, Any], tuple[tuple[int, ...], int]]] = {}
 
 
 _KEYS: dict[int, tuple[Mapping[str, Any], Any]] = {}

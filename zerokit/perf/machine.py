@@ -107,7 +107,13 @@ class MachinePerf:
 
     def peak_flops(self, dtype: str) -> float:
         """The highest matmul FLOP/s measured or published for `dtype` (MFU's denominator)."""
-        return max(f for _, f in self._curve(dtype))
+        curve = self._curve(dtype)
+        hit = _PEAKS.get(id(curve))
+        if hit is None or hit[0] is not curve:  # every plan's step times ask: remembered per curve object
+            if len(_PEAKS) > 256:
+                _PEAKS.clear()
+            hit = _PEAKS[id(curve)] = (curve, max(f for _, f in curve))
+        return hit[1]
 
     def matmul_flops_at(self, dtype: str, size: float) -> float:
         """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
@@ -141,6 +147,7 @@ class MachinePerf:
 
 
 _X = operator.itemgetter(0)
+_PEAKS: dict[int, tuple[tuple[tuple[float, float], ...], float]] = {}
 
 
 def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:

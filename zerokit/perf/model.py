@@ -96,6 +96,23 @@ def forward_backward_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, 
     return matmul, elem, 3.0 * (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
 
 
+def _matmul_table(mf: ModelFlops) -> tuple[tuple, tuple, tuple]:
+    """(the distinct matmul shapes (token share, in, out), then the layer's and the head's matmuls as (FLOPs per
+    token, index of their shape)): what `_compute_parts` reads, kept on the ModelFlops (it depends on the model
+    alone)."""
+    hit = mf._cache.get("matmul table")
+    if hit is None:
+        shapes: dict[tuple[float, int, int], int] = {}
+
+        def terms(matmuls: tuple) -> tuple:
+            return tuple((m.flops_per_token, shapes.setdefault((m.token_share, m.in_features, m.out_features),
+                                                               len(shapes))) for m in matmuls)
+
+        layer, head = terms(mf.layer_matmuls), terms(mf.head_matmuls)
+        hit = mf._cache["matmul table"] = (tuple(shapes), layer, head)
+    return hit
+
+
 def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
                    attention: str) -> tuple[float, ...]:
     """Per micro-batch: (forward s, backward input-gradient s (scores: gradients of Q, K, P and V), backward
@@ -109,24 +126,17 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     if hit is not None and hit[0] is perf:
         return hit[1]
     tokens = micro_batch * seq_len
-    rates: dict[tuple[float, int, int], float] = {}  # matmuls of one shape (q and o, gate and up) run at one rate
-
-    def rate(m: Any) -> float:
-        shape = (m.token_share, m.in_features, m.out_features)
-        hit = rates.get(shape)
-        if hit is None:
-            hit = rates[shape] = perf.matmul_flops_at(dtype, (tokens * m.token_share * m.in_features
-                                                              * m.out_features) ** (1 / 3))
-        return hit
-
+    shapes, layer, head = _matmul_table(mf)
+    # matmuls of one shape (q and o, gate and up) run at one rate
+    rates = [perf.matmul_flops_at(dtype, (tokens * share * n_in * n_out) ** (1 / 3)) for share, n_in, n_out in shapes]
     layer_t = head_t = weight_flops = 0.0
-    for m in mf.layer_matmuls:
-        f = m.flops_per_token * tokens
-        layer_t += f / rate(m)
+    for flops_per_token, shape in layer:
+        f = flops_per_token * tokens
+        layer_t += f / rates[shape]
         weight_flops += f
-    for m in mf.head_matmuls:
-        f = m.flops_per_token * tokens
-        head_t += f / rate(m)
+    for flops_per_token, shape in head:
+        f = flops_per_token * tokens
+        head_t += f / rates[shape]
         weight_flops += f
     score_t = score_flops = 0.0
     for g, pairs in mf.attention_pairs(seq_len, attention):
@@ -177,25 +187,25 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
 
 
 def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepTime:
-    """`step_time` with its keyword arguments given by position, in its signature's order, and the ModelFlops at
-    hand: the planner's entry (about ten calls per plan, where binding twenty keywords showed). Memoised on the
-    ModelFlops, the arguments as one tuple."""
+    """`step_time_of`, memoised on the ModelFlops, the arguments as one tuple (`step_time`'s memo)."""
     key = (id(perf), inputs)
     memo = mf._cache.get(key)
     if memo is not None and memo[0] is perf:
         return memo[1]
-    result = _step_time(mf, perf, *inputs)
+    result = step_time_of(mf, perf, *inputs)
     if len(mf._cache) > 8192:
         mf._cache.clear()
     mf._cache[key] = (perf, result)
     return result
 
 
-def _step_time(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
+def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
                gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
                reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
                persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None) -> StepTime:
+    """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
+    entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
     nbytes = _BYTES.get(precision)
     if nbytes is None:
         raise BadInput(f"precision {precision!r} is not one of bf16, fp16, fp32")

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
-from zerokit.memory.activations import ActivationEstimate, estimate_activations
+from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, activation_figures, components_total, costs_of
+from zerokit.memory.estimate import PHASES, StepCosts, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
-from zerokit.perf.model import StepTime, memoised_step_time
+from zerokit.perf.model import StepTime, step_time_of
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count
 
@@ -107,7 +107,12 @@ class Context:
     """The step-time model's machine (zerokit.perf.MachinePerf): a GPU preset's published figures or a probe
     profile."""
     _activations: dict = field(default_factory=dict)
-    _costs: dict = field(default_factory=dict)
+    _analytic_models: dict = field(default_factory=dict)
+    """LoRA at ZeRO-3 -> `analytic_figures` of the plan's setting."""
+    _parts: dict = field(default_factory=dict)
+    """(micro-batch, checkpointing, LoRA at ZeRO-3) -> the analytic model's figures (`analytic_figures`)."""
+    _steps: dict = field(default_factory=dict)
+    """(stage, optimizer and parameter offload, buffer level, micro-batch, checkpointing) -> StepTime."""
     _figures: dict = field(default_factory=dict)
     """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
     _limits: dict = field(default_factory=dict)
@@ -133,15 +138,35 @@ class Context:
         if hit is None:
             if self.activation_model is not None:
                 hit = self.activation_model(self.training.seq_len, micro_batch, checkpointing)
+                if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
+                    self.warnings.append(hit.note)
             else:
-                hit = estimate_activations(self.model.config, self.training.seq_len, micro_batch,
-                                           attention=self.training.attention, dtype=self.precision,
-                                           gradient_checkpointing=checkpointing, device=self.hardware.accelerator,
-                                           lora=self.peft.activation_setup(stage, DTYPE_BYTES[self.precision])
-                                           if self.peft else None)
+                generic, note, _ = self._analytic(key[2])
+                f = self._analytic_figures(micro_batch, checkpointing, key[2])
+                hit = ActivationEstimate(f[0], f[1], generic, note, *f[2:])
             self._activations[key] = hit
-            if hit.note and hit.note not in self.warnings and not hit.note.startswith("calibrated"):
-                self.warnings.append(hit.note)
+        return hit
+
+    def _analytic(self, lora3: bool) -> tuple:
+        """`analytic_figures` of the plan's setting (LoRA at ZeRO-3 or not), made on the first question; its note
+        (the same for every micro-batch) joins the warnings then, where the first estimate would put it."""
+        hit = self._analytic_models.get(lora3)
+        if hit is None:
+            hit = self._analytic_models[lora3] = analytic_figures(
+                self.model.config, attention=self.training.attention, dtype=self.precision,
+                device=self.hardware.accelerator,
+                lora=self.peft.activation_setup(3 if lora3 else 0, DTYPE_BYTES[self.precision]) if self.peft else None)
+            note = hit[1]
+            if note and note not in self.warnings and not note.startswith("calibrated"):
+                self.warnings.append(note)
+        return hit
+
+    def _analytic_figures(self, micro_batch: int, checkpointing: bool, lora3: bool) -> tuple[int, ...]:
+        """The analytic model's ActivationEstimate fields of one micro-batch (`analytic_figures`), cached."""
+        key = (micro_batch, checkpointing, lora3)
+        hit = self._parts.get(key)
+        if hit is None:
+            hit = self._parts[key] = self._analytic(lora3)[2](self.training.seq_len, micro_batch, checkpointing)
         return hit
 
     def activations(self, micro_batch: int, checkpointing: bool) -> tuple[int, int]:
@@ -150,25 +175,27 @@ class Context:
         return int(est.activations), int(est.transient)
 
     def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> StepCosts:
-        """The cost layer's micro-batch-independent bytes of a setup, computed once per plan."""
-        key = (stage, opt, param, level, accumulation > 1)
-        hit = self._costs.get(key)
-        if hit is None:
-            hw = self.hardware
-            hit = self._costs[key] = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param,
-                                              accumulation, self.precision, self.levels(stage)[level], self.overhead,
-                                              **self.peft_costs(stage))
-        return hit
+        """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
+        once for both without accumulation: `_costs_key`)."""
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
+        return (limit if limit is not None else self._limit(stage, opt, param, level, accumulation))[0]
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
-        """The predicted time of one optimizer step of this setup (memoised by the step-time model)."""
-        b, m, hw, t = self.levels(stage)[level], self.model, self.hardware, self.training
-        # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
-        return memoised_step_time(self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
-                                  self.accumulation_steps(micro_batch), hw.gpus_per_node, hw.nodes, stage, opt, param,
-                                  checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
-                                  b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
-                                  self.trainable)
+        """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
+        key = (stage, opt, param, level, micro_batch, checkpointing)
+        hit = self._steps.get(key)
+        if hit is None:
+            b, m, hw, t = buffer_ladder(self.model.hidden_size, stage)[level], self.model, self.hardware, \
+                self.training
+            per_gpu = self.batch.per_gpu_samples
+            # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
+            hit = self._steps[key] = step_time_of(
+                self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
+                1 if per_gpu is None else per_gpu // micro_batch, hw.gpus_per_node, hw.nodes, stage, opt, param,
+                checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
+                b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
+                self.model.parameters if self.peft is None else self.peft.trainable)
+        return hit
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
@@ -208,44 +235,77 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        costs, exact, room = self._limit(stage, opt, param, level, accumulation)
-        cap = self.hardware.gpu_memory_bytes
-        # keyed as the activation cache is (`activation`): checkpointing, and LoRA at ZeRO-3
-        figures = self._figures.setdefault((checkpointing, self.peft is not None and stage == 3), {}) if exact \
-            else None
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
+        return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation),
+                            stage, checkpointing, micro_batches)
+
+    def _search(self, limit: tuple[StepCosts, bool, Any], stage: int, checkpointing: bool,
+                micro_batches: tuple[int, ...]) -> int | None:
+        """`largest_fitting` for a setup's `_limit`, which a candidate looks up once for all its searches."""
+        costs, exact, room = limit
         lo, hi, best = 0, len(micro_batches) - 1, None
+        if not exact:
+            cap = self.hardware.gpu_memory_bytes
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                mb = micro_batches[mid]
+                if costs.need(self.activation(mb, checkpointing, stage)) <= cap:
+                    best, lo = mb, mid + 1
+                else:
+                    hi = mid - 1
+            return best
+        lora3 = self.peft is not None and stage == 3
+        if room is None:  # not even the phases without activations fit
+            self._analytic(lora3)  # the model's note, in order, as a probe would record it
+            return None
+        room_first, room_second = room
+        # keyed as the activation cache is (`activation`): checkpointing, and LoRA at ZeRO-3
+        figures = self._figures.get((checkpointing, lora3))
+        if figures is None:
+            figures = self._figures[checkpointing, lora3] = {}
         while lo <= hi:
             mid = (lo + hi) // 2
             mb = micro_batches[mid]
-            if figures is None:
-                fits = costs.need(self.activation(mb, checkpointing, stage)) <= cap
-            else:
-                f = figures.get(mb)
-                if f is None:  # asked even when nothing fits: `activation` records the model's notes in order
-                    f = figures[mb] = activation_figures(self.activation(mb, checkpointing, stage))
-                # room None: not even the phases without activations fit
-                fits = room is not None and f[0] <= room[0] and f[1] <= room[1]
-            if fits:
+            f = figures.get(mb)
+            if f is None:
+                a, _, fwd, loss, head, layer, head_grad = self._analytic_figures(mb, checkpointing, lora3)
+                lp = loss // 2  # as `activation_figures` weighs them
+                f = figures[mb] = (a + max(fwd, loss, head - lp), a + max(head_grad, layer) - lp)
+            if f[0] <= room_first and f[1] <= room_second:
                 best, lo = mb, mid + 1
             else:
                 hi = mid - 1
         return best
 
     def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
-        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU)."""
-        key = (stage, opt, param, level, accumulation > 1)  # the cost cache's key (`costs`)
+        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU),
+        computed once per plan."""
+        key = _costs_key(stage, opt, param, level, accumulation)
         limit = self._limits.get(key)
         if limit is None:
-            costs = self.costs(stage, opt, param, level, accumulation)
+            hw = self.hardware
+            buffers = buffer_ladder(self.model.hidden_size, stage)[level]
+            if self.peft is None:
+                costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                                 self.precision, buffers, self.overhead)
+            else:
+                costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
+                                 self.precision, buffers, self.overhead, **self.peft_costs(stage))
             exact = self.activation_model is None and costs.integral
-            limit = self._limits[key] = (costs, exact, costs.headroom(self.hardware.gpu_memory_bytes) if exact
-                                         else None)
+            limit = self._limits[key] = (costs, exact, costs.headroom(hw.gpu_memory_bytes) if exact else None)
         return limit
 
     @property
     def gpu_label(self) -> str:
         hw = self.hardware
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
+
+
+def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple:
+    """A setup's key in a plan's cost caches. ZeRO-1 and ZeRO-2 allocate the same without accumulation
+    (`zerokit.memory.estimate`), on the same buffer ladder: one entry serves both."""
+    held = accumulation > 1
+    return (2 if stage == 1 and not held else stage, opt, param, level, held)
 
 
 @dataclass(frozen=True)
@@ -421,7 +481,8 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
         why = f"{_described(ctx, chosen)} is the fastest setup that fits"
         if others:
             why += f"; it beats {_described(ctx, others[0])}"
-    earlier = [e for e in evs[:evs.index(chosen)] if not e.candidate.fits]
+    # its place by identity (`evs.index` compares the candidates before it field by field; their setups differ)
+    earlier = [e for e in evs[:next(i for i, e in enumerate(evs) if e is chosen)] if not e.candidate.fits]
     if earlier:
         why += f"; {_label_of(earlier[-1])} {earlier[-1].candidate.why_not}"
     return chosen, why + "."
@@ -598,20 +659,34 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     ones; the step-time model picks. Hot path (every candidate of every plan): the rules above read it in words.
     """
     model, hw = ctx.model, ctx.hardware
+    cap = hw.gpu_memory_bytes
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
                        param, DTYPE_BYTES[ctx.precision], trainable=ctx.trainable)
-    last = len(ctx.levels(stage)) - 1
+    levels = buffer_ladder(model.hidden_size, stage)
+    last = len(levels) - 1
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
-    largest = ctx.batch.micro_batches[-1]
+    # `_largest_fitting`, its batch split made once per candidate and each setting's limits looked up once
+    search, limit_of, batch = ctx._search, ctx._limit, ctx.batch
+    mbs = batch.micro_batches
+    largest = mbs[-1]
+    alone = None
+    if batch.per_gpu_samples == largest and len(mbs) > 1:
+        alone, mbs = mbs[-1:], mbs[:-1]
+    accumulation = ctx.accumulation_steps(mbs[0])
     for level in (0, last) if last else (0,):
+        limit = limit_alone = None
         for ck in (False, True) if forced is None else (forced,):
             if ck and forced is None and at_auto.get(False) == largest:
                 continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
             if level and at_auto.get(ck) == largest:
                 continue  # nor can frugal buffers buy a larger one
-            mb = _largest_fitting(ctx, stage, opt, param, level, ck)
+            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1)), stage, ck,
+                                alone) is not None:
+                mb = largest
+            else:
+                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation)), stage, ck, mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
             if not level:
@@ -626,26 +701,32 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     else:
         _, pick, mb, ck, performance = best
         for i in range(1, pick):  # the first setting of the ladder that holds this option is the fastest one
-            if ctx.need(stage, opt, param, i, mb, ck) <= hw.gpu_memory_bytes:
+            if ctx.need(stage, opt, param, i, mb, ck) <= cap:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
-    settings = ctx.levels(stage)[pick]
     accumulation = ctx.accumulation_steps(mb)
-    components = ctx.costs(stage, opt, param, pick, accumulation).phase_components(ctx.activation(mb, ck, stage))
-    totals = {p: components_total(f) for p, f in zip(PHASES, components)}
-    peak = max(PHASES, key=totals.__getitem__)
-    memory, total = GpuMemory(*components[PHASES.index(peak)]), totals[peak]
-    gpu_ratio = total / hw.gpu_memory_bytes
+    costs = ctx.costs(stage, opt, param, pick, accumulation)
+    if ctx.activation_model is None:  # the analytic figures as they are, no ActivationEstimate to build
+        a, _, forward, loss, head, layer, head_gradient = ctx._analytic_figures(mb, ck, ctx.peft is not None
+                                                                                and stage == 3)
+        components, totals = costs.phase_totals_of(a, forward, loss, head, layer, head_gradient)
+    else:
+        components, totals = costs.phase_totals(ctx.activation(mb, ck, stage))
+    peak = 0 if totals[0] >= totals[1] else 1  # the first of the largest, as max(PHASES, key=...) picks
+    if totals[2] > totals[peak]:
+        peak = 2
+    total = totals[peak]
+    gpu_ratio = total / cap
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
         why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
     fits = why_not is None
-    candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), memory, host.cpu_bytes, host.nvme_bytes,
-                          fits, why_not, totals, peak,
+    candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
+                          host.cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
                           performance if fits else None)
-    return Evaluation(candidate, settings, max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
+    return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:

@@ -7,8 +7,8 @@ Each input attribute's docstring is its option's meaning: `--help`, templates an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
-from typing import Any
+from dataclasses import MISSING, field, fields
+from typing import Any, TypeVar
 
 from zerokit._dataclass import dataclass
 from zerokit.models.spec import ModelSpec
@@ -19,6 +19,49 @@ ATTENTION_KERNELS = ("sdpa", "flash", "eager")
 PRECISIONS = ("bf16", "fp16", "fp32")
 TARGETS = ("trainer", "accelerate", "deepspeed")
 PEFT_METHODS = ("none", "lora", "qlora")
+
+_T = TypeVar("_T")
+
+
+class _Factory:
+    """The default of a field with a default_factory in a `_stored_init` signature, shown as dataclass shows it."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()
+
+
+def _stored_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen dataclass an __init__ that stores its fields in the instance dict itself, where the one
+    `dataclass` writes calls `object.__setattr__` per field (the class's own refuses): the planner builds several
+    of these for every candidate of every plan, and that showed. Same parameters, defaults and annotations, same
+    instance; only for classes without __post_init__ whose every field is an __init__ parameter."""
+    own = fields(cls)
+    if hasattr(cls, "__post_init__") or not all(f.init and not f.kw_only for f in own):
+        raise TypeError(f"{cls.__name__}: _stored_init handles plain fields only")
+    env: dict[str, Any] = {"_FACTORY": _FACTORY}
+    params, lines = [], []
+    for f in own:
+        if f.default is not MISSING:
+            env[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        elif f.default_factory is not MISSING:
+            env[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_FACTORY")
+            lines.append(f"    if {f.name} is _FACTORY:\n        {f.name} = _factory_{f.name}()")
+        else:
+            params.append(f.name)
+    lines.append("    fields = self.__dict__")
+    lines += [f"    fields[{f.name!r}] = {f.name}" for f in own]
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines), env)  # noqa: S102
+    init = env["__init__"]
+    generated = cls.__init__
+    init.__qualname__, init.__annotations__ = generated.__qualname__, generated.__annotations__
+    init.__wrapped__ = generated  # what tests/test_planner.py holds it to
+    cls.__init__ = init
+    return cls
 
 
 @dataclass(frozen=True)
@@ -100,6 +143,7 @@ class Training:
     """LoRA dropout in [0, 1); MoE expert and router targets need 0 (PEFT refuses dropout there)."""
 
 
+@_stored_init
 @dataclass(frozen=True)
 class Setup:
     """One point in the search space: what the candidates table lists."""
@@ -113,6 +157,7 @@ class Setup:
     """Micro-batches per optimizer step: with more than one, gradients stay allocated between them."""
 
 
+@_stored_init
 @dataclass(frozen=True)
 class GpuMemory:
     """Per-GPU bytes at the peak of a step; CONTRACT.md defines each field."""
@@ -138,6 +183,7 @@ class GpuMemory:
         }
 
 
+@_stored_init
 @dataclass(frozen=True)
 class Candidate:
     """One setup priced: its per-GPU memory, host and NVMe bytes, whether it fits and how fast it would run."""
@@ -156,6 +202,7 @@ class Candidate:
     """The predicted step time (zerokit.perf.StepTime) when the candidate fits, else None."""
 
 
+@_stored_init
 @dataclass(frozen=True)
 class Decision:
     """The chosen setup and the DeepSpeed settings that go with it: what the ds_config is built from."""
@@ -176,6 +223,7 @@ class Decision:
     fits: bool
 
 
+@_stored_init
 @dataclass(frozen=True)
 class Plan:
     """What `plan()` returns: the decision, its memory, every candidate tried and the reasons, in order."""
