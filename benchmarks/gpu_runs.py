@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zerokit.launch.runner import remove_shm_buffers
+
 DATA = ROOT / "tests" / "data" / "gpu"
 PROFILE = DATA / "profile.json"
 MEASURED = DATA / "measured.json"
@@ -103,10 +105,12 @@ def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: di
                 "gradient_checkpointing": checkpointing, "attention": "sdpa"}
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
-        cmd = ["deepspeed", "--num_gpus", str(ranks), "--master_port", str(_free_port()), str(WORKER),
+        port = _free_port()
+        cmd = ["deepspeed", "--num_gpus", str(ranks), "--master_port", str(port), str(WORKER),
                "--case", str(case_file), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+        remove_shm_buffers(port)  # --small on DeepSpeed's CPU accelerator: its allreduce buffers, never unlinked
         if proc.returncode != 0 or not out.exists():
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-25:]
             return {"error": f"exit {proc.returncode}", "log_tail": tail}
