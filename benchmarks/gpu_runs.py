@@ -120,16 +120,6 @@ def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: di
             "memory": data.get("memory"), "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def versions() -> dict:
-    out = {}
-    for mod in ("torch", "deepspeed", "transformers"):
-        try:
-            out[mod] = __import__(mod).__version__
-        except ImportError:
-            out[mod] = None
-    return out
-
-
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -139,6 +129,8 @@ def _write(path: Path, data: dict) -> None:
 
 def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Path, reuse_profile: bool,
             keep: Path | None) -> None:
+    from realrun_memory import versions  # benchmarks/, this script's folder
+
     from zerokit.perf import profile_from_json, profile_to_json
     from zerokit.perf.probe import run_probe
 
