@@ -11,6 +11,13 @@ forced, or nothing forced for "planned"), and trains the plan's own ds_config th
 `warmup` untimed steps, then `steps` timed ones with the device synchronised at each step's end, then one step
 with the caching allocator's peaks read phase by phase).
 
+The committed H100 data came from a machine with torch but no DeepSpeed and no network: DeepSpeed 0.19.8 was built
+here as a wheel (`DS_BUILD_OPS=0 pip wheel --no-deps --no-build-isolation .` in its sdist) and carried with the
+wheels of pydantic, pydantic-core, annotated-types, typing-inspection, hjson, jsonschema, jsonschema-specifications,
+referencing and rpds-py; there: `pip install --no-deps --target /tmp/site *.whl`, PYTHONPATH=/tmp/site and
+/tmp/site/bin first on PATH, FusedAdam and cpu_adam built once before the probe (`FusedAdamBuilder().load()`,
+`CPUAdamBuilder().load()`, about a minute with TORCH_CUDA_ARCH_LIST=9.0), then `--measure --out DIR`.
+
 The tables compare, per case:
 - the plan's step time (`performance.step_time_s`) with the median timed step; target 20%, and the ranking of
   setups that differ by more than 15% the same as measured;
