@@ -54,6 +54,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from zerokit._dataclass import dataclass
+from zerokit._memo import IdentityMemo
 from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import BufferSettings
 from zerokit.memory.host import HostMemory, host_memory
@@ -277,20 +278,15 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                        adapter_bytes)
 
 
-_KEPT: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+_KEPT = IdentityMemo(1024)
 
 
 def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
     """`_reuse_kept`, remembered per trace object (`module_trace` hands out the same one for every ZeRO-3 setup of
-    a model, and hashing it for the lru_cache showed), the object kept alive beside it."""
-    hit = _KEPT.get((id(modules), reuse_distance))
-    if hit is not None and hit[0] is modules:
-        return hit[1]
-    kept = _reuse_kept(modules, reuse_distance)
-    if len(_KEPT) > 1024:
-        _KEPT.clear()
-    _KEPT[id(modules), reuse_distance] = (modules, kept)
-    return kept
+    a model, and hashing it for the lru_cache showed)."""
+    key = (id(modules), reuse_distance)
+    kept = _KEPT.get(key, modules)
+    return kept if kept is not None else _KEPT.put(key, modules, _reuse_kept(modules, reuse_distance))
 
 
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
@@ -427,36 +423,28 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:
     """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3.
 
-    Remembered per config object (every ZeRO-3 candidate of every plan of a model asks), the object kept alive
-    beside it so that an id is never reused for another; `_module_trace` keys on the content."""
+    Remembered per config object (every ZeRO-3 candidate of every plan of a model asks); `_module_trace` keys on
+    the content."""
     config = model.config
     key = (id(config), model.parameters, model.num_layers, persistence_threshold)
-    hit = _TRACES.get(key)
-    if hit is not None and hit[0] is config:
-        return hit[1]
-    trace = _module_trace(_config_key(config), model.parameters, model.num_layers, persistence_threshold)
-    if len(_TRACES) > 512:
-        _TRACES.clear()
-    _TRACES[key] = (config, trace)
+    trace = _TRACES.get(key, config)
+    if trace is None:
+        trace = _TRACES.put(key, config, _module_trace(_config_key(config), model.parameters, model.num_layers,
+                                                       persistence_threshold))
     return trace
 
 
-_TRACES: dict[tuple, tuple[Mapping[str, Any], tuple[tuple[int, ...], int]]] = {}
-
-
-_KEYS: dict[int, tuple[Mapping[str, Any], Any]] = {}
+_TRACES = IdentityMemo(512)
+_KEYS = IdentityMemo(512)
 
 
 def _config_key(config: Mapping[str, Any]) -> Any:
     """A hashable key of a config's content; remembered per config object (the planner asks for the same one
-    for every ZeRO-3 candidate), the object kept alive beside it so an id is never reused for another."""
-    hit = _KEYS.get(id(config))
-    if hit is not None and hit[0] is config:
-        return hit[1]
-    key = tuple(sorted((k, v if not isinstance(v, (list, dict)) else repr(v)) for k, v in config.items()))
-    if len(_KEYS) > 512:
-        _KEYS.clear()
-    _KEYS[id(config)] = (config, key)
+    for every ZeRO-3 candidate)."""
+    key = _KEYS.get(id(config), config)
+    if key is None:
+        key = _KEYS.put(id(config), config, tuple(sorted((k, v if not isinstance(v, (list, dict)) else repr(v))
+                                                         for k, v in config.items())))
     return key
 
 

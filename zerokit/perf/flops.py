@@ -22,6 +22,7 @@ from dataclasses import field
 from typing import Any, NamedTuple
 
 from zerokit._dataclass import dataclass
+from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.models.params import complete_config, model_parts
 
@@ -276,7 +277,7 @@ def elementwise_passes(c: Mapping[str, Any], mlp_width: int, gated: bool) -> flo
 
 _FAMILY_MATMULS = {"gpt2": _gpt2, "gpt_neox": _gpt_neox, "opt": _opt, "falcon": _falcon}
 
-_CACHE: dict[int, tuple[Mapping[str, Any], ModelFlops]] = {}
+_CACHE = IdentityMemo(256)
 
 
 def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
@@ -287,9 +288,9 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
     """
     if isinstance(config, ModelFlops):
         return config
-    hit = _CACHE.get(id(config))
-    if hit is not None and hit[0] is config:
-        return hit[1]
+    hit = _CACHE.get(id(config), config)
+    if hit is not None:
+        return hit
     c = complete_config(config)
     build = _FAMILY_MATMULS.get(c["model_type"], _decoder)
     try:
@@ -307,7 +308,4 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         head_matmuls=tuple(head), attention=attention, parameter_modules=int(modules),
         module_sizes=tuple((p.params, p.copies) for p in parts),
         elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder))
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[id(config)] = (config, result)
-    return result
+    return _CACHE.put(id(config), config, result)

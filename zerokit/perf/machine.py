@@ -19,6 +19,7 @@ from dataclasses import field, fields, replace
 from typing import Any
 
 from zerokit._dataclass import dataclass
+from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
 
@@ -108,12 +109,8 @@ class MachinePerf:
     def peak_flops(self, dtype: str) -> float:
         """The highest matmul FLOP/s measured or published for `dtype` (MFU's denominator)."""
         curve = self._curve(dtype)
-        hit = _PEAKS.get(id(curve))
-        if hit is None or hit[0] is not curve:  # every plan's step times ask: remembered per curve object
-            if len(_PEAKS) > 256:
-                _PEAKS.clear()
-            hit = _PEAKS[id(curve)] = (curve, max(f for _, f in curve))
-        return hit[1]
+        peak = _PEAKS.get(id(curve), curve)  # every plan's step times ask: remembered per curve object
+        return peak if peak is not None else _PEAKS.put(id(curve), curve, max(f for _, f in curve))
 
     def matmul_flops_at(self, dtype: str, size: float) -> float:
         """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
@@ -147,7 +144,7 @@ class MachinePerf:
 
 
 _X = operator.itemgetter(0)
-_PEAKS: dict[int, tuple[tuple[tuple[float, float], ...], float]] = {}
+_PEAKS = IdentityMemo(256)
 
 
 def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:
