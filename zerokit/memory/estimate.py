@@ -223,12 +223,6 @@ class StepCosts:
                  self.params_rest + step_grads + opt + 0 + self.step_transient + 0 + ovh))
 
 
-def components_total(fields: tuple[int, ...]) -> int:
-    """`GpuMemory.total` of its fields, added in the same order."""
-    p, g, o, a, t, b, v = fields
-    return p + g + o + a + t + b + v
-
-
 def activation_figures(act: ActivationEstimate) -> tuple[int, int]:
     """One micro-batch's activations as `StepCosts.need` weighs them, to hold against `StepCosts.headroom`: (held
     with the largest transient before DeepSpeed's backward buffers exist, held from the lm_head's weight gradient
