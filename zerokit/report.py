@@ -10,7 +10,7 @@ from typing import Any
 
 from zerokit.dsconfig import training_arguments, training_arguments_hint
 from zerokit.planner.types import Candidate, GpuMemory, Plan
-from zerokit.units import format_bytes, format_count
+from zerokit.units import format_bytes, format_count, format_seconds
 
 # Stacked-bar segments, in the order memory is drawn: (GpuMemory field, bar character, legend label).
 SEGMENTS = (
@@ -271,19 +271,6 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "why_not": c.why_not or "",
         })
     return rows
-
-
-def format_seconds(t: float) -> str:
-    """A step or a run: `850 ms`, `1.90 s`, `3.2 h`, `12.4 days`."""
-    if t < 1:
-        return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
-    if t < 100:
-        return f"{t:.2f} s"
-    if t < 3600:
-        return f"{t / 60:.1f} min"
-    if t < 2 * 86400:
-        return f"{t / 3600:.1f} h"
-    return f"{t / 86400:,.1f} days"
 
 
 def performance_line(plan: Plan) -> str:

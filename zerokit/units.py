@@ -163,6 +163,19 @@ def format_count(n: float) -> str:
     return str(int(n))
 
 
+def format_seconds(t: float) -> str:
+    """A step or a run: `850 ms`, `1.90 s`, `3.2 h`, `12.4 days`."""
+    if t < 1:
+        return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
+    if t < 100:
+        return f"{t:.2f} s"
+    if t < 3600:
+        return f"{t / 60:.1f} min"
+    if t < 2 * 86400:
+        return f"{t / 3600:.1f} h"
+    return f"{t / 86400:,.1f} days"
+
+
 def closest(name: str, choices, what: str) -> str:
     """The error text for an unknown name, with the closest known one."""
     import difflib  # an error path: a run that succeeds never imports it

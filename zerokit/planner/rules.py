@@ -46,7 +46,7 @@ from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.model import StepTime, step_time_of
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
-from zerokit.units import format_bytes, format_count
+from zerokit.units import format_bytes, format_count, format_seconds
 
 if TYPE_CHECKING:
     from zerokit.planner.peft import PeftPlan
@@ -378,8 +378,7 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
         raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
                        "--offload-param none or auto (optimizer offload of the adapters works)")
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision)
-    if peft is None:
-        return None, None
+    assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
     share = peft.trainable / max(1, peft.frozen_parameters)
     base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
             f"in 4-bit NF4 with double quantization ({format_bytes(peft.frozen_bytes)}, of which "
@@ -497,11 +496,8 @@ def _described(ctx: Context, e: Evaluation) -> str:
 
 
 def _seconds(t: float) -> str:
-    if t >= 100:
-        return f"{t:,.0f} s"
-    if t >= 1:
-        return f"{t:.2f} s"
-    return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
+    """`format_seconds`, but seconds past 100 too: reasons compare steps, which read best in one unit."""
+    return f"{t:,.0f} s" if t >= 100 else format_seconds(t)
 
 
 def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
