@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zerokit.launch.runner import remove_shm_buffers
+from zerokit.launch.runner import free_port, remove_shm_buffers
 
 DATA = ROOT / "tests" / "data" / "gpu"
 PROFILE = DATA / "profile.json"
@@ -95,14 +95,6 @@ def plan_case(case: dict, perf, device_memory: int, ranks: int, model: dict, seq
     return plan(spec, hardware, training, machine=perf)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: dict, seq_len: int, warmup: int,
           steps: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
@@ -112,7 +104,7 @@ def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: di
                 "gradient_checkpointing": checkpointing, "attention": "sdpa"}
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
-        port = _free_port()
+        port = free_port()
         cmd = ["deepspeed", "--num_gpus", str(ranks), "--master_port", str(port), str(WORKER),
                "--case", str(case_file), "--out", str(out)]
         t0 = time.perf_counter()

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zerokit.launch.runner import remove_shm_buffers
+from zerokit.launch.runner import free_port, remove_shm_buffers
 
 GOLDEN = ROOT / "tests" / "data" / "realrun" / "memory.json"
 MODELS = ROOT / "tests" / "data" / "realrun" / "models"
@@ -170,9 +169,7 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
             "lora_config": result.peft.lora_config() if result.peft is not None else None}
     (workdir / "case.json").write_text(json.dumps(spec))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(WORLD), "--master_port", str(port),
            str(WORKER), "--case", str(workdir / "case.json"), "--out", str(workdir)]
     t0 = time.time()

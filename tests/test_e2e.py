@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 
 import pytest
 from _support import pids_with
+
+from zerokit.launch.runner import free_port
 
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
@@ -34,12 +35,6 @@ TRAIN_HF = ROOT / "examples" / "train_hf.py"
 TRAIN_DS = ROOT / "examples" / "train_ds.py"
 RUN_TIMEOUT = 900  # a first cpu_adam/async_io JIT build on 2 busy cores takes several minutes
 HAS_LIBAIO = any(Path(d, "libaio.h").exists() for d in ("/usr/include", "/usr/local/include"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
 
 
 def zerokit(*args: str, timeout: float = RUN_TIMEOUT, **kw) -> subprocess.CompletedProcess:
@@ -62,7 +57,7 @@ def launch_and_train(tmp_path: Path, config: Path, *script_args: str, script: Pa
     """Run the training through `zerokit launch` and return the losses rank 0 wrote."""
     losses = tmp_path / "losses.jsonl"
     extra = ["--bf16", "--output-dir", str(tmp_path / "out")] if script == TRAIN_HF else []
-    port = free_port()
+    port = free_port("0.0.0.0")
     r = zerokit("launch", "--config", str(config), "--gpus-per-node", "2", "--master-port", str(port),
                 str(script), "--max-steps", str(steps), "--loss-file", str(losses), *extra, *script_args)
     output = r.stdout + r.stderr
@@ -131,7 +126,7 @@ def test_plain_deepspeed_script_with_a_resolved_config(tmp_path):
 def test_the_jobs_exit_code_becomes_zeroks(tmp_path):
     script = tmp_path / "exit7.py"
     script.write_text("import sys\nprint('rank exiting with 7', flush=True)\nsys.exit(7)\n")
-    r = zerokit("launch", "--no-preflight", "--gpus-per-node", "2", "--master-port", str(free_port()), str(script),
+    r = zerokit("launch", "--no-preflight", "--gpus-per-node", "2", "--master-port", str(free_port("0.0.0.0")), str(script),
                 timeout=300)
     assert r.returncode == 7, r.stdout + r.stderr
     assert "rank exiting with 7" in r.stdout
@@ -141,7 +136,7 @@ def test_ctrl_c_during_training_leaves_no_rank_behind(tmp_path):
     config = plan(tmp_path, "zero2-ctrlc", "--zero-stage", "2", "--offload-optimizer", "none")
     marker = f"zk-e2e-ctrlc-{os.getpid()}-{time.time_ns()}"
     argv = [sys.executable, "-u", "-m", "zerokit", "launch", "--no-preflight", "--config", str(config),
-            "--gpus-per-node", "2", "--master-port", str(free_port()), "--grace", "10", str(TRAIN_HF),
+            "--gpus-per-node", "2", "--master-port", str(free_port("0.0.0.0")), "--grace", "10", str(TRAIN_HF),
             "--max-steps", "100000", "--bf16", "--output-dir", str(tmp_path / marker)]
     zk = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     seen = []

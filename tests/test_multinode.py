@@ -14,7 +14,6 @@ import math
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -27,7 +26,7 @@ from _support import pids_with
 
 from zerokit.cli import main
 from zerokit.errors import BadInput
-from zerokit.launch.runner import LaunchSpec, build_command, render_files, render_sbatch, run
+from zerokit.launch.runner import LaunchSpec, build_command, free_port, render_files, render_sbatch, run
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "examples" / "models" / "tiny-llama"
@@ -38,11 +37,6 @@ def spec(**kw) -> LaunchSpec:
     base = {"script": "train.py", "config": "/cfg/ds.json", "runner": "deepspeed"}
     return LaunchSpec(**{**base, **kw})
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------- no-ssh: the command line

@@ -397,6 +397,15 @@ SHM_DIR = "/dev/shm"
 SHM_PREFIX = "deepspeed_allreduce_buffer_"
 
 
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port free on `address` now, for a rendezvous started next (the OS picks it: bind to port 0)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
 def remove_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
     """Remove this user's DeepSpeed shared-memory allreduce buffers of the rendezvous on `master_port`; how many.
 

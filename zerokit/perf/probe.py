@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,18 +23,13 @@ from collections.abc import Callable
 from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
+from zerokit.launch.runner import free_port
 from zerokit.perf.machine import MachinePerf
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 WORKER_TIMEOUT_S = 600
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -66,7 +60,7 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= 64:
         raise BadInput(f"--ranks must be 1..64, got {ranks}")
-    port = _free_port()
+    port = free_port()
     previous = _raise_on_sigterm()
     try:
         return _run_ranks(ranks, port, nvme_path, quick, progress)
