@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from zerokit.launch.runner import remove_shm_buffers
+from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
 
@@ -88,7 +88,7 @@ def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         before = load_average()
-        port = _free_port()
+        port = free_port()
         cmd = ["deepspeed", "--num_gpus", str(RANKS), "--master_port", str(port),
                str(ROOT / "benchmarks" / "_step_time_worker.py"), "--case", str(case_file), "--out", str(out)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800, check=False)
@@ -98,14 +98,6 @@ def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
             raise SystemExit(f"{name}: the training failed:\n" + "\n".join(tail))
         times = json.loads(out.read_text())["step_times_s"][warmup:]
     return {"median_s": statistics.median(times), "steps_s": times, "load_before": before, "load_after": load_average()}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def probe() -> dict:
@@ -224,6 +216,10 @@ def report() -> int:
 
 # Published step times and throughputs of DeepSpeed runs on GPUs, each with its source. Shapes the source leaves out
 # are marked as assumed.
+GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_layer": 96, "n_head": 96, "vocab_size": 51200,
+             "n_positions": 2048}
+"""GPT-3 175B as the Megatron-LM paper trains it (Table 1: 96 layers, hidden 12288, 96 heads, vocabulary 51,200,
+sequence 2048; 174.6B parameters, as zerokit counts it too)."""
 PUBLISHED = [
     {"what": "ZeRO-Offload, 10B GPT-2 on one V100-32GB (ZeRO-2 + CPU optimizer offload, fp16)",
      "source": "Ren et al., ZeRO-Offload: Democratizing Billion-Scale Model Training, arXiv:2101.06840, abstract: "
@@ -240,6 +236,17 @@ PUBLISHED = [
                                        "(--intra-node-bandwidth 200GB/s)",
      "gpu": "a100-80gb", "gpus": 8, "intra": "200GB/s", "seq": 512, "mb": 8, "ga": 1, "stage": 3, "ckpt": True,
      "precision": "bf16", "metric": "samples_per_s", "value": 64.101},
+    # Table 2 of the Megatron-LM paper: DeepSpeed's ZeRO-3 without model parallelism, global batch fixed, so the
+    # micro-batch shrinks as GPUs are added and ZeRO-3's parameter gathers stop hiding behind compute.
+    *({"what": f"GPT-3 175B, ZeRO-3 on {gpus} x A100-80GB ({gpus // 8} nodes), micro-batch {mb}",
+       "source": "Narayanan et al., Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM, "
+                 f"SC'21, arXiv:2104.04473, Table 2: ZeRO-3 (DeepSpeed) 175B on {gpus} GPUs, batch 1536: "
+                 f"{value:.0f} TFLOP/s per GPU",
+       "model": GPT3_175B, "assumed": "fp16, activation recomputation (the paper counts its FLOPs); 8 x 200 Gb/s HDR "
+                                     "InfiniBand per node (--inter-node-bandwidth 200GB/s)",
+       "gpu": "a100-80gb", "gpus": gpus, "nodes": gpus // 8, "inter": "200GB/s", "seq": 2048, "mb": mb, "ga": 1,
+       "stage": 3, "ckpt": True, "precision": "fp16", "metric": "tflops_per_gpu", "value": value}
+      for gpus, mb, value in ((384, 4, 144.0), (1536, 1, 44.0))),
     {"what": "Offload copies on an H100 host: 28 GB GPU->CPU",
      "source": "zerokit issue 9 seed fact: '28 GB moves GPU->CPU in about 2 s and CPU->GPU in under 1 s over "
                "pinned memory'",
@@ -251,30 +258,32 @@ def published_table() -> None:
     from zerokit.models.resolve import resolve_model
 
     print("\nPublished GPU figures, predicted from the GPU presets (no GPU was timed for this table)")
-    print(f"{'figure':72} {'published':>12} {'predicted':>12}")
+    print(f"{'figure':80} {'published':>13} {'predicted':>13} {'error':>6}")
     for row in PUBLISHED:
-        perf = build_machine(gpu=row["gpu"], intra_node_bandwidth=row.get("intra"))
+        perf = build_machine(gpu=row["gpu"], intra_node_bandwidth=row.get("intra"),
+                             inter_node_bandwidth=row.get("inter"))
         if row["metric"] == "d2h_28gb_s":
-            predicted = 28e9 / perf.d2h_pinned
-            print(f"{row['what']:72} {row['value']:10.2f} s {predicted:10.2f} s")
+            predicted, unit = 28e9 / perf.d2h_pinned, "s"
         else:
             model = row["model"]
             spec = resolve_model(model) if isinstance(model, str) else None
             config = spec.config if spec else model
             params = spec.parameters if spec else count_parameters(config)[0]
             t = step_time(config, perf, parameters=params, seq_len=row["seq"], micro_batch=row["mb"],
-                          grad_accum=row["ga"], gpus_per_node=row["gpus"], zero_stage=row["stage"],
+                          grad_accum=row["ga"], gpus_per_node=row["gpus"] // row.get("nodes", 1),
+                          nodes=row.get("nodes", 1), zero_stage=row["stage"],
                           offload_optimizer=row.get("offload_optimizer", "none"),
                           gradient_checkpointing=row["ckpt"], precision=row["precision"])
             if row["metric"] == "tflops_per_gpu":
-                predicted = t.flops_per_step / t.step_time_s / 1e12
+                predicted, unit = t.flops_per_step / t.step_time_s / 1e12, "TF/s"
                 # the paper counts recomputation as work done, as Megatron's TFLOPs formula does
                 if row["ckpt"]:
                     predicted *= 4.0 / 3.0
-                print(f"{row['what']:72} {row['value']:8.1f} TF/s {predicted:8.1f} TF/s")
             else:
-                predicted = row["mb"] * row["gpus"] * row["ga"] / t.step_time_s
-                print(f"{row['what']:72} {row['value']:7.1f} smp/s {predicted:7.1f} smp/s")
+                predicted, unit = row["mb"] * row["gpus"] * row["ga"] / t.step_time_s, "smp/s"
+        error = (predicted - row["value"]) / row["value"]
+        digits = 2 if unit == "s" else 1
+        print(f"{row['what']:80} {row['value']:>7.{digits}f} {unit:<5} {predicted:>7.{digits}f} {unit:<5} {error:>+6.0%}")
         print(f"    source: {row['source']}")
         if row.get("assumed"):
             print(f"    assumed: {row['assumed']}")
