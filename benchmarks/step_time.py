@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zerokit.launch.runner import free_port, remove_shm_buffers
+from zerokit.memory.buffers import buffer_ladder
 from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
 
@@ -53,8 +54,23 @@ CASES = {
 }
 
 
+def buffers(case: dict):
+    """The buffer sizes a plan writes for this model and stage (the ladder's first rung: HF's "auto" sizes)."""
+    return buffer_ladder(MODEL["hidden_size"], case["stage"])[0]
+
+
 def ds_config(case: dict) -> dict:
-    zero: dict = {"stage": case["stage"], "overlap_comm": True, "contiguous_gradients": True}
+    """The case's ds_config, with the bucket sizes a zerokit plan writes (as `dsconfig.build_ds_config` does)."""
+    b = buffers(case)
+    zero: dict = {"stage": case["stage"], "overlap_comm": b.overlap_comm, "contiguous_gradients": True,
+                  "reduce_bucket_size": b.reduce_bucket_size}
+    if case["stage"] == 3:
+        zero.update(stage3_prefetch_bucket_size=b.prefetch_bucket_size,
+                    stage3_param_persistence_threshold=b.param_persistence_threshold,
+                    stage3_max_live_parameters=b.max_live_parameters,
+                    stage3_max_reuse_distance=b.max_live_parameters)
+    else:
+        zero["allgather_bucket_size"] = b.allgather_bucket_size
     for kind in ("offload_optimizer", "offload_param"):
         if case.get(kind):
             zero[kind] = {"device": case[kind], "pin_memory": True}
@@ -67,7 +83,11 @@ def ds_config(case: dict) -> dict:
 
 def predict(case: dict, perf) -> object:
     total, _ = count_parameters(MODEL)
+    b = buffers(case)
     return step_time(MODEL, perf, parameters=total, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH,
+                     overlap_comm=b.overlap_comm, reduce_bucket_size=b.reduce_bucket_size,
+                     allgather_bucket_size=b.allgather_bucket_size, prefetch_bucket_size=b.prefetch_bucket_size,
+                     persistence_threshold=b.param_persistence_threshold,
                      grad_accum=case.get("accumulation", 1), gpus_per_node=RANKS, zero_stage=case["stage"],
                      offload_optimizer=case.get("offload_optimizer", "none"),
                      offload_param=case.get("offload_param", "none"),
@@ -165,8 +185,8 @@ def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:
     old = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     results = dict(old.get("cases", {}))
     for name in cases:
-        results[name] = {"setup": CASES[name], "median_s": statistics.median(r["median_s"] for r in runs[name]),
-                         "runs": runs[name]}
+        results[name] = {"setup": CASES[name], "ds_config": ds_config(CASES[name]),
+                         "median_s": statistics.median(r["median_s"] for r in runs[name]), "runs": runs[name]}
     MEASURED.write_text(json.dumps({
         "command": "python benchmarks/step_time.py --measure",
         "date": time.strftime("%Y-%m-%d %H:%M"), "model": MODEL, "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH,

@@ -275,7 +275,8 @@ FLAT = MachinePerf(name="flat", device="gpu", matmul={"bf16": ((1.0, 1e12),)}, e
                    op_overhead_s=0.0, intra_node_bandwidth=1e9, inter_node_bandwidth=1e9, collective_efficiency=1.0,
                    collective_latency_s=0.0, comm_overlaps_compute=False, h2d_pinned=1e9, d2h_pinned=5e8,
                    h2d_pageable=2.5e8, d2h_pageable=2.5e8, cpu_adam_params_per_s=1e8, device_adam_params_per_s=1e9,
-                   nvme_read=2e9, nvme_write=1e9, zero3_module_overhead_s=0.0, step_overhead_s=0.0)
+                   nvme_read=2e9, nvme_write=1e9, zero3_module_overhead_s=0.0, bucket_flush_s=0.0,
+                   step_overhead_s=0.0)
 P = 156480  # count_parameters(TINY_LLAMA): embed 32768 + 2 x 45440 + norm 64 + head 32768
 FWD = 2 * (32 * 246784 + 270336)  # forward FLOPs of micro-batch 2 x seq 32, sdpa
 RECOMPUTE = 2 * (32 * (246784 - 2 * 64 * 512) + 270336)  # the layers again, LM head excluded
@@ -285,6 +286,24 @@ def _t(**kw):
     args = {"parameters": P, "seq_len": 32, "micro_batch": 2}
     args.update(kw)
     return step_time(TINY_LLAMA, FLAT, **args)
+
+
+def test_bucket_flushes_by_hand():
+    """Each full reduce bucket costs `bucket_flush_s`: ZeRO-2 and 3 flush in every micro-batch's backward, ZeRO-1
+    once a step, ZeRO-0 has no ZeRO buckets; one rank flushes too."""
+    flushing = replace(FLAT, bucket_flush_s=1e-3)
+    flushes = -(-P // 10_000)  # 16 buckets of 10,000 elements hold 156,480 gradients
+    assert flushes == 16
+    for stage, per_step in ((0, 0), (1, 1), (2, 4), (3, 4)):
+        for gpus in (1, 2):
+            args = {"parameters": P, "seq_len": 32, "micro_batch": 2, "grad_accum": 4, "zero_stage": stage,
+                    "gpus_per_node": gpus, "reduce_bucket_size": 10_000}
+            base, paid = step_time(TINY_LLAMA, FLAT, **args), step_time(TINY_LLAMA, flushing, **args)
+            assert paid.overhead_s - base.overhead_s == pytest.approx(per_step * flushes * 1e-3), (stage, gpus)
+            assert paid.step_time_s - base.step_time_s == pytest.approx(per_step * flushes * 1e-3)
+    # DeepSpeed's default bucket (5e8 elements) holds every gradient: one flush per reduce
+    default = step_time(TINY_LLAMA, flushing, parameters=P, seq_len=32, micro_batch=2, zero_stage=2)
+    assert default.overhead_s == pytest.approx(1e-3)
 
 
 def test_single_rank_step_by_hand():
@@ -394,8 +413,8 @@ def test_compute_scale_stretches_forward_backward_and_recomputation_only():
 
 
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
-    """The profile takes compute_scale and ZeRO-3's per-module cost from the probe's reference ZeRO-2 and ZeRO-3
-    training steps when they ran, else 1.0 and 100 us, and says which; a profile from before them keeps the tiny-layer
+    """The profile takes compute_scale, the bucket-flush cost and ZeRO-3's per-module cost from the probe's reference
+    training steps when they ran, else 1.0, 100 us and 100 us, and says which; a profile from before them keeps the tiny-layer
     ZeRO-3 figure it measured."""
     import copy
 
@@ -407,13 +426,18 @@ def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
     measured.pop("zero3", None)
     default = _machine_from_measurements(measured)
     assert default.compute_scale == 1.0 and default.sources["compute_scale"].startswith("default")
-    assert default.zero3_module_overhead_s == 100e-6
+    assert default.zero3_module_overhead_s == 100e-6 == default.bucket_flush_s
     assert default.sources["zero3_module_overhead_s"].startswith("default")
+    assert default.sources["bucket_flush_s"].startswith("default")
     older = _machine_from_measurements({**measured, "zero3": {"module_overhead_s": 800e-6}})
     assert older.zero3_module_overhead_s == 800e-6 and older.sources["zero3_module_overhead_s"] == "probe"
     measured["engine_step"] = {"compute_scale": 1.3, "zero3_module_overhead_s": 600e-6, "step_s": 0.2}
     probed = _machine_from_measurements(measured)
     assert probed.compute_scale == 1.3 and probed.sources["compute_scale"] == "probe"
     assert probed.zero3_module_overhead_s == 600e-6 and probed.sources["zero3_module_overhead_s"] == "probe"
+    assert probed.sources["bucket_flush_s"].startswith("default")  # measured before the flush engine existed
+    measured["engine_step"]["bucket_flush_s"] = 900e-6
+    flushed = _machine_from_measurements(measured)
+    assert flushed.bucket_flush_s == 900e-6 and flushed.sources["bucket_flush_s"] == "probe"
 
 

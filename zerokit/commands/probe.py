@@ -89,6 +89,7 @@ def render_table(perf, raw: dict) -> str:
          perf.sources.get("cpu_adam_params_per_s", "")),
         ("optimizer step on the device", f"{perf.device_adam_params_per_s / 1e6:.0f} M params/s per rank",
          perf.sources.get("device_adam_params_per_s", "")),
+        ("gradient-bucket flush", f"{perf.bucket_flush_s * 1e6:.0f} us", perf.sources.get("bucket_flush_s", "")),
         ("ZeRO-3 hooks per module, pass", f"{perf.zero3_module_overhead_s * 1e6:.0f} us",
          perf.sources.get("zero3_module_overhead_s", "")),
         ("compute in a DeepSpeed step", f"x {perf.compute_scale:.2f} the kernel figures' time",

@@ -59,7 +59,7 @@ class StepTime:
     optimizer_s: float
     """The optimizer step: CPU-Adam when offloaded, the device's Adam otherwise."""
     overhead_s: float
-    """ZeRO-3's per-module fetch/release hooks and the fixed per-step cost."""
+    """Gradient-bucket flushes, ZeRO-3's per-module fetch/release hooks and the fixed per-step cost."""
     tokens_per_step: int
     flops_per_step: float
     """Model FLOPs of one rank per optimizer step (the MFU numerator)."""
@@ -302,6 +302,10 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             grad_bytes * _OPTIMIZER_PASSES / perf.elementwise_at(grad_bytes))
 
     overhead = perf.step_overhead_s
+    if zero_stage:
+        # gradient-bucket flushes: ZeRO-2 and 3 reduce in every backward, ZeRO-1 in the last one (one rank too)
+        flushes = max(1.0, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
+        overhead += (ga if zero_stage > 1 else 1) * flushes * perf.bucket_flush_s
     if zero_stage == 3:
         passes = 3.0 if gradient_checkpointing else 2.0
         overhead += ga * mf.parameter_modules * passes * perf.zero3_module_overhead_s

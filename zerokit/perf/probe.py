@@ -24,12 +24,18 @@ from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
 from zerokit.launch.runner import free_port
+from zerokit.memory.buffers import BufferSettings, buffer_ladder
 from zerokit.perf.machine import MachinePerf
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 WORKER_TIMEOUT_S = 600
+
+
+def _flushes(trainable: int, reduce_bucket_size: float) -> int:
+    """Gradient-bucket flushes of one backward (the time model's count)."""
+    return max(1, -(-int(trainable) // max(int(reduce_bucket_size), 1)))
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -158,13 +164,16 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         read, write = 6.5e9, 3.5e9
     coll = m.get("collectives") or {}
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
-    for k in ("zero3_module_overhead_s", "step_overhead_s"):
+    for k in ("zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s"):
         sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
     engine = m.get("engine_step") or {}
     sources["compute_scale"] = "probe" if engine else "default: " + DEFAULT_NOTES["compute_scale"]
     hooks = engine.get("zero3_module_overhead_s", (m.get("zero3") or {}).get("module_overhead_s"))
     if hooks is not None:
         sources["zero3_module_overhead_s"] = "probe"
+    flush = engine.get("bucket_flush_s")
+    if flush is not None:
+        sources["bucket_flush_s"] = "probe"
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
@@ -178,6 +187,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         cpu_adam_params_per_s=m["cpu_adam"]["params_per_s_node"],
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
         nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6 if hooks is None else hooks,
+        bucket_flush_s=100e-6 if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
         sources=sources)
 
@@ -471,13 +481,17 @@ class _Worker:
     def engine_steps(self, partial: MachinePerf) -> dict[str, Any] | None:
         """What a real DeepSpeed training step adds to the kernel figures, on a reference llama (transformers' code,
         random weights, a shape of its own, not any benchmark's) trained as the HF Trainer runs it (bf16,
-        overlap_comm, AdamW, clipping, DeepSpeed's other defaults), every rank at once:
-        - under ZeRO-2, its step time less what the time model gives for the step's communication and optimizer,
-          over what the model gives for forward and backward, is `compute_scale` (the engine's gradient hooks and
-          bucket copies, and the ranks sharing caches and memory);
-        - under ZeRO-3, the same step's extra time over ZeRO-2's, less the extra communication the model gives,
-          per parameter-owning module and pass (forward, backward), is `zero3_module_overhead_s` (the fetch and
-          release hooks and the coordinator's bookkeeping, at DeepSpeed's default prefetch and persistence).
+        overlap_comm, AdamW, clipping), every rank at once, under three engines, alternated:
+        - ZeRO-2 with DeepSpeed's default buckets (5e8 elements: one gradient-bucket flush a step): its step time
+          less what the time model gives for the step's communication and optimizer, over what the model gives
+          for forward and backward, is `compute_scale` (the engine's gradient hooks, and the ranks sharing caches
+          and memory);
+        - ZeRO-2 with the buckets a plan writes (HF's "auto" sizes for this hidden size: hidden^2, so dozens of
+          flushes): its extra time over the first, less the extra communication the model gives, per extra flush,
+          is `bucket_flush_s`;
+        - ZeRO-3 with a plan's buckets (prefetch 0.9 hidden^2, persistence 10 hidden): its extra time over the
+          second (the same flushes), less the extra communication, per parameter-owning module and pass (forward,
+          backward), is `zero3_module_overhead_s` (the fetch and release hooks and the coordinator's bookkeeping).
         None with --quick, on one CPU rank (the quick probes the tests run), or without DeepSpeed or transformers.
         A GPU machine with one GPU measures them too: a one-rank engine still runs ZeRO's hooks and copies."""
         if self.quick or (self.ranks == 1 and not self.gpu):
@@ -492,16 +506,16 @@ class _Worker:
         from zerokit.perf.model import step_time
 
         # Deep enough that ZeRO-3's hooks stand out of a shared machine's noise (57 modules on the CPU), wide enough
-        # that its projections exceed DeepSpeed's default persistence threshold (1e5 elements) and are gathered. On
+        # that its projections exceed the persistence threshold (10 x hidden) and are gathered. On
         # a GPU, big enough that the device, not the host's dispatch, sets the pace, as in the trainings zerokit
-        # plans: 0.5B parameters and as many tokens as the GPU holds beside two engines (16,384 on 80 GB). On an
+        # plans: 0.5B parameters and as many tokens as the GPU holds beside three engines (8,192 on 80 GB). On an
         # H100 a 1024-wide 4,096-token reference ran at 1.9x its kernel figures and this one at 2,048-wide, 4,096
         # tokens at 1.45x and at 16,384 tokens 1.86x, while a 0.9B llama at 8,192 tokens ran at 0.9-1.0x: most of
         # that was the MLP width 5461 (see ffn), which real models do not use.
         hidden, layers, seq, micro_batch, vocab = (2048, 8, 2048, 2, 32000) if self.gpu else (384, 6, 128, 4, 512)
         if self.gpu:
             memory = self.torch.cuda.get_device_properties(self.device).total_memory
-            micro_batch = 8 if memory >= 60e9 else (4 if memory >= 30e9 else 2)
+            micro_batch = 4 if memory >= 60e9 else (2 if memory >= 30e9 else 1)
         config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": self.ffn(hidden),
                   "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
                   "num_key_value_heads": hidden // 128, "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
@@ -514,47 +528,76 @@ class _Worker:
         # what made it slow there was its MLP width, see ffn).
         functional = self.torch.nn.functional
         plain = functional.linear
+        plan2, plan3 = buffer_ladder(hidden, 2)[0], buffer_ladder(hidden, 3)[0]
+        engines = {"zero2": (2, None), "zero2_plan": (2, plan2), "zero3_plan": (3, plan3)}
         try:
-            steps = {stage: self._training_step(config, stage, seq, micro_batch, torch_adam) for stage in (2, 3)}
-            linear = {2: plain, 3: functional.linear}
-            # alternated, so that a slow spell of a shared machine falls on both engines alike: the ZeRO-3 figure is
-            # a difference of the two
-            times: dict[int, list[float]] = {2: [], 3: []}
+            steps = {name: self._training_step(config, stage, seq, micro_batch, torch_adam, buffers)
+                     for name, (stage, buffers) in engines.items()}
+            linear = {name: plain if stage < 3 else functional.linear for name, (stage, _) in engines.items()}
+            # alternated, so that a slow spell of a shared machine falls on every engine alike: the flush and hook
+            # figures are differences
+            times: dict[str, list[float]] = {name: [] for name in engines}
             for _ in range(10):
-                for stage, step in steps.items():
-                    functional.linear = linear[stage]
-                    times[stage].append(self.fixed(step, 2))
+                for name, step in steps.items():
+                    functional.linear = linear[name]
+                    times[name].append(self.fixed(step, 2))
         finally:
             functional.linear = plain
-        measured = {stage: self.mean(statistics.median(t)) for stage, t in times.items()}
+        measured = {name: self.mean(statistics.median(t)) for name, t in times.items()}
         del steps
         parameters = count_parameters(config)[0]
-        predicted = {stage: step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
-                                      gpus_per_node=self.ranks, zero_stage=stage) for stage in (2, 3)}
-        # the model's time for everything but compute and ZeRO-3's hooks
-        rest = {stage: t.step_time_s - t.compute_s - t.overhead_s for stage, t in predicted.items()}
-        compute = predicted[2].compute_s
-        scale = min(8.0, max(0.25, (measured[2] - rest[2]) / compute))
+        default = {"overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}
+
+        def predict(stage: int, buffers: BufferSettings | None) -> Any:
+            sizes = default if buffers is None else {
+                "overlap_comm": buffers.overlap_comm, "reduce_bucket_size": buffers.reduce_bucket_size,
+                "allgather_bucket_size": buffers.allgather_bucket_size,
+                "prefetch_bucket_size": buffers.prefetch_bucket_size,
+                "persistence_threshold": buffers.param_persistence_threshold}
+            return step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
+                             gpus_per_node=self.ranks, zero_stage=stage, **sizes)
+
+        predicted = {name: predict(stage, buffers) for name, (stage, buffers) in engines.items()}
+        # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
+        rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
+        engine = {name: measured[name] - rest[name] for name in engines}  # compute and the engine's own costs
+        compute = predicted["zero2"].compute_s
+        scale = min(8.0, max(0.25, engine["zero2"] / compute))
+        extra_flushes = _flushes(parameters, plan2.reduce_bucket_size) - _flushes(parameters, 5e8)
+        flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
         modules = model_flops(config).parameter_modules
-        hooks = min(1.0, max(0.0, (measured[3] - rest[3] - (measured[2] - rest[2])) / (2 * modules)))
-        return {"compute_scale": scale, "zero3_module_overhead_s": hooks, "step_s": measured[2],
-                "zero3_step_s": measured[3], "predicted_compute_s": compute, "predicted_rest_s": rest[2],
-                "predicted_zero3_rest_s": rest[3], "parameter_modules": modules, "model": config, "seq_len": seq,
-                "micro_batch": micro_batch}
+        hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
+        return {"compute_scale": scale, "bucket_flush_s": flush, "zero3_module_overhead_s": hooks,
+                "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
+                "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
+                "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
+                "predicted_zero3_rest_s": rest["zero3_plan"], "extra_flushes": extra_flushes,
+                "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
 
     def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int,
-                       torch_adam: bool) -> Callable[[], None]:
-        """One training step of `config` under a fresh ZeRO-`stage` engine (with torch's AdamW instead of
-        DeepSpeed's when `torch_adam`), as a function (every rank must call it as often as the others: the step
-        holds collectives)."""
+                       torch_adam: bool, buffers: BufferSettings | None) -> Callable[[], None]:
+        """One training step of `config` under a fresh ZeRO-`stage` engine, with `buffers` written as a plan's
+        ds_config writes them (None: DeepSpeed's defaults) and torch's AdamW instead of DeepSpeed's when
+        `torch_adam`, as a function (every rank must call it as often as the others: the step holds
+        collectives)."""
         import deepspeed
         from transformers import LlamaConfig, LlamaForCausalLM
 
         torch = self.torch
+        zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
+        if buffers is not None:
+            zero.update(overlap_comm=buffers.overlap_comm, reduce_bucket_size=buffers.reduce_bucket_size)
+            if stage == 3:
+                zero.update(stage3_prefetch_bucket_size=buffers.prefetch_bucket_size,
+                            stage3_param_persistence_threshold=buffers.param_persistence_threshold,
+                            stage3_max_live_parameters=buffers.max_live_parameters,
+                            stage3_max_reuse_distance=buffers.max_live_parameters)
+            else:
+                zero["allgather_bucket_size"] = buffers.allgather_bucket_size
         ds_config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
                      "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,
                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}},
-                     "zero_optimization": {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}}
+                     "zero_optimization": zero}
         torch.manual_seed(0)
         model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"},
                                              attn_implementation="sdpa")).to(self.device)
@@ -672,7 +715,8 @@ class _Worker:
             out["engine_step"], why = None, f"{type(e).__name__}: {e}"
         ref = out["engine_step"]
         self.say(f"      ZeRO-2 {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel "
-                 f"figures; ZeRO-3 {ref['zero3_step_s']:.3f} s/step: "
+                 f"figures; at a plan's buckets {ref['plan_buckets_step_s']:.3f} s/step: "
+                 f"{ref['bucket_flush_s'] * 1e6:.0f} us per bucket flush; ZeRO-3 {ref['zero3_step_s']:.3f} s/step: "
                  f"{ref['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass ({time.perf_counter() - t0:.1f} s)"
                  if ref else f"      not measured ({why}): x 1.00 and 100 us assumed")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
