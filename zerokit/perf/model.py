@@ -199,6 +199,11 @@ def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepT
     return result
 
 
+def bucket_flushes(trainable: float, reduce_bucket_size: float) -> int:
+    """How many times one reduce of `trainable` gradients fills and flushes a `reduce_bucket_size` bucket."""
+    return max(1, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
+
+
 def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
                gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
@@ -236,6 +241,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
 
     # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
     micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
+    reduce_calls = bucket_flushes(trainable, reduce_bucket_size)
     if world > 1:
         bus = perf.intra_node_bandwidth
         if nodes > 1:
@@ -243,7 +249,6 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         per_element = (world - 1) / world * nbytes / (bus * perf.collective_efficiency)
         lat = perf.collective_latency_s
         overlap = overlap_comm and perf.comm_overlaps_compute
-        reduce_calls = max(1.0, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
         reduce = trainable * per_element + reduce_calls * lat
         if zero_stage == 0:
             boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
@@ -304,8 +309,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     overhead = perf.step_overhead_s
     if zero_stage:
         # gradient-bucket flushes: ZeRO-2 and 3 reduce in every backward, ZeRO-1 in the last one (one rank too)
-        flushes = max(1.0, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
-        overhead += (ga if zero_stage > 1 else 1) * flushes * perf.bucket_flush_s
+        overhead += (ga if zero_stage > 1 else 1) * reduce_calls * perf.bucket_flush_s
     if zero_stage == 3:
         passes = 3.0 if gradient_checkpointing else 2.0
         overhead += ga * mf.parameter_modules * passes * perf.zero3_module_overhead_s

@@ -33,11 +33,6 @@ QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 WORKER_TIMEOUT_S = 600
 
 
-def _flushes(trainable: int, reduce_bucket_size: float) -> int:
-    """Gradient-bucket flushes of one backward (the time model's count)."""
-    return max(1, -(-int(trainable) // max(int(reduce_bucket_size), 1)))
-
-
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment deepspeed/launcher/launch.py gives local rank `rank` of one node (no core binding), started
     as a `deepspeed` found in this interpreter's environment starts it: that environment's bin first on PATH. Torch
@@ -503,7 +498,7 @@ class _Worker:
             return None
         from zerokit.models.params import count_parameters
         from zerokit.perf.flops import model_flops
-        from zerokit.perf.model import step_time
+        from zerokit.perf.model import bucket_flushes, step_time
 
         # Deep enough that ZeRO-3's hooks stand out of a shared machine's noise (57 modules on the CPU), wide enough
         # that its projections exceed the persistence threshold (10 x hidden) and are gathered. On
@@ -563,7 +558,7 @@ class _Worker:
         engine = {name: measured[name] - rest[name] for name in engines}  # compute and the engine's own costs
         compute = predicted["zero2"].compute_s
         scale = min(8.0, max(0.25, engine["zero2"] / compute))
-        extra_flushes = _flushes(parameters, plan2.reduce_bucket_size) - _flushes(parameters, 5e8)
+        extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
         flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
         modules = model_flops(config).parameter_modules
         hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
