@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zerokit.launch.runner import free_port, remove_shm_buffers
-from zerokit.memory.buffers import buffer_ladder
+from zerokit.memory.buffers import buffer_ladder, zero_buffer_keys
 from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
 
@@ -60,17 +60,9 @@ def buffers(case: dict):
 
 
 def ds_config(case: dict) -> dict:
-    """The case's ds_config, with the bucket sizes a zerokit plan writes (as `dsconfig.build_ds_config` does)."""
-    b = buffers(case)
-    zero: dict = {"stage": case["stage"], "overlap_comm": b.overlap_comm, "contiguous_gradients": True,
-                  "reduce_bucket_size": b.reduce_bucket_size}
-    if case["stage"] == 3:
-        zero.update(stage3_prefetch_bucket_size=b.prefetch_bucket_size,
-                    stage3_param_persistence_threshold=b.param_persistence_threshold,
-                    stage3_max_live_parameters=b.max_live_parameters,
-                    stage3_max_reuse_distance=b.max_live_parameters)
-    else:
-        zero["allgather_bucket_size"] = b.allgather_bucket_size
+    """The case's ds_config, with the buffer keys a zerokit plan writes (`zero_buffer_keys`, as the plan's
+    ds_config has them)."""
+    zero: dict = {"stage": case["stage"], **zero_buffer_keys(buffers(case), case["stage"])}
     for kind in ("offload_optimizer", "offload_param"):
         if case.get(kind):
             zero[kind] = {"device": case[kind], "pin_memory": True}
@@ -303,7 +295,8 @@ def published_table() -> None:
                 predicted, unit = row["mb"] * row["gpus"] * row["ga"] / t.step_time_s, "smp/s"
         error = (predicted - row["value"]) / row["value"]
         digits = 2 if unit == "s" else 1
-        print(f"{row['what']:80} {row['value']:>7.{digits}f} {unit:<5} {predicted:>7.{digits}f} {unit:<5} {error:>+6.0%}")
+        print(f"{row['what']:80} {row['value']:>7.{digits}f} {unit:<5} {predicted:>7.{digits}f} {unit:<5} "
+              f"{error:>+6.0%}")
         print(f"    source: {row['source']}")
         if row.get("assumed"):
             print(f"    assumed: {row['assumed']}")

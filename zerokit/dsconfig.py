@@ -20,6 +20,7 @@ import dataclasses
 from typing import Any
 
 from zerokit.autofill import ACCELERATE_OWN_DEFAULTS, FILLED_BY
+from zerokit.memory.buffers import zero_buffer_keys
 from zerokit.planner.types import Plan, Training
 
 AUTO = "auto"
@@ -180,19 +181,9 @@ def _zero(plan: Plan) -> dict[str, Any]:
         zero["offload_optimizer"] = _offload(plan, d.offload_optimizer, param=False)
     if d.zero_stage == 3 and d.offload_param != "none":
         zero["offload_param"] = _offload(plan, d.offload_param, param=True)
-    zero["overlap_comm"] = d.overlap_comm
-    zero["contiguous_gradients"] = True
-    zero["reduce_bucket_size"] = d.reduce_bucket_size
-    if d.zero_stage < 3:
-        zero["reduce_scatter"] = True
-        zero["allgather_partitions"] = True
-        zero["allgather_bucket_size"] = d.allgather_bucket_size
-        return zero
-    zero["stage3_prefetch_bucket_size"] = d.prefetch_bucket_size
-    zero["stage3_param_persistence_threshold"] = d.param_persistence_threshold
-    zero["stage3_max_live_parameters"] = d.max_live_parameters
-    zero["stage3_max_reuse_distance"] = d.max_live_parameters
-    zero["stage3_gather_16bit_weights_on_model_save"] = True
+    zero.update(zero_buffer_keys(d, d.zero_stage))
+    if d.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
     return zero
 
 

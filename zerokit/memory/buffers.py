@@ -21,7 +21,7 @@ Element counts are multiplied by the training dtype's bytes (2 for bf16/fp16, 4 
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 OVERLAP_FACTOR = 4.5
 NO_OVERLAP_FACTOR = 2.0
@@ -80,6 +80,24 @@ def buffer_ladder(hidden_size: int, zero_stage: int) -> tuple[BufferSettings, ..
     if zero_stage == 0:
         return (hf_auto_settings(hidden_size),)  # no ZeRO buckets to tune
     return (hf_auto_settings(hidden_size), hf_auto_settings(hidden_size, overlap_comm=False), frugal)
+
+
+def zero_buffer_keys(settings: Any, zero_stage: int) -> dict[str, Any]:
+    """The `zero_optimization` keys a plan writes for its buffers, in the ds_config's order. `settings`: a
+    BufferSettings, or anything with its fields (the planner's Decision). Stage 0 has no ZeRO buffers."""
+    if zero_stage == 0:
+        return {}
+    keys: dict[str, Any] = {"overlap_comm": settings.overlap_comm, "contiguous_gradients": True,
+                            "reduce_bucket_size": settings.reduce_bucket_size}
+    if zero_stage < 3:
+        keys.update(reduce_scatter=True, allgather_partitions=True,
+                    allgather_bucket_size=settings.allgather_bucket_size)
+    else:
+        keys.update(stage3_prefetch_bucket_size=settings.prefetch_bucket_size,
+                    stage3_param_persistence_threshold=settings.param_persistence_threshold,
+                    stage3_max_live_parameters=settings.max_live_parameters,
+                    stage3_max_reuse_distance=settings.max_live_parameters)
+    return keys
 
 
 def comm_buffers(

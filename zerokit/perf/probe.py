@@ -24,7 +24,7 @@ from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
 from zerokit.launch.runner import free_port
-from zerokit.memory.buffers import BufferSettings, buffer_ladder
+from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
 from zerokit.perf.machine import MachinePerf
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
@@ -581,14 +581,7 @@ class _Worker:
         torch = self.torch
         zero: dict[str, Any] = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True}
         if buffers is not None:
-            zero.update(overlap_comm=buffers.overlap_comm, reduce_bucket_size=buffers.reduce_bucket_size)
-            if stage == 3:
-                zero.update(stage3_prefetch_bucket_size=buffers.prefetch_bucket_size,
-                            stage3_param_persistence_threshold=buffers.param_persistence_threshold,
-                            stage3_max_live_parameters=buffers.max_live_parameters,
-                            stage3_max_reuse_distance=buffers.max_live_parameters)
-            else:
-                zero["allgather_bucket_size"] = buffers.allgather_bucket_size
+            zero.update(zero_buffer_keys(buffers, stage))
         ds_config = {"train_micro_batch_size_per_gpu": micro_batch, "gradient_accumulation_steps": 1,
                      "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,
                      "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}},
