@@ -126,8 +126,8 @@ def test_plain_deepspeed_script_with_a_resolved_config(tmp_path):
 def test_the_jobs_exit_code_becomes_zeroks(tmp_path):
     script = tmp_path / "exit7.py"
     script.write_text("import sys\nprint('rank exiting with 7', flush=True)\nsys.exit(7)\n")
-    r = zerokit("launch", "--no-preflight", "--gpus-per-node", "2", "--master-port", str(free_port("0.0.0.0")), str(script),
-                timeout=300)
+    r = zerokit("launch", "--no-preflight", "--gpus-per-node", "2", "--master-port", str(free_port("0.0.0.0")),
+                str(script), timeout=300)
     assert r.returncode == 7, r.stdout + r.stderr
     assert "rank exiting with 7" in r.stdout
 

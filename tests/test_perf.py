@@ -414,8 +414,8 @@ def test_compute_scale_stretches_forward_backward_and_recomputation_only():
 
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
     """The profile takes compute_scale, the bucket-flush cost and ZeRO-3's per-module cost from the probe's reference
-    training steps when they ran, else 1.0, 100 us and 100 us, and says which; a profile from before them keeps the tiny-layer
-    ZeRO-3 figure it measured."""
+    training steps when they ran, else 1.0, 100 us and 100 us, and says which; a profile from before them keeps the
+    tiny-layer ZeRO-3 figure it measured."""
     import copy
 
     from zerokit.perf.probe import _machine_from_measurements

@@ -40,7 +40,8 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   backward re-gathers the rest as it goes. Parameters below `stage3_param_persistence_threshold` elements stay
   whole on every rank. One rank gathers nothing (each parameter is its whole partition), unless the parameters
   are offloaded: then every fetched one stays on the GPU until backward, up to the live limit (measured on an
-  H100; the reuse window would free 40% of a 0.9B llama). The step flattens the partition's gradients (eP/N) and casts them to fp32 (4P/N).
+  H100; the reuse window would free 40% of a 0.9B llama). The step flattens the partition's gradients (eP/N) and
+  casts them to fp32 (4P/N).
 - Optimizer offload (ZeRO-Offload) keeps the master, the moments and the fp32 gradients on the host; parameter
   offload (ZeRO-3) keeps the 16-bit partition there too. What stays on the GPU is the working set: gathered
   parameters, the 16-bit gradients on their way out, buckets.
@@ -337,13 +338,16 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     partition16 = _div(whole, n) if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
-    kept = _kept(modules, buffers.max_live_parameters) if modules else largest_layer
-    if n == 1 and not params_on_gpu:
+    if not modules:
+        kept = largest_layer
+    elif n == 1 and not params_on_gpu:
         # one rank fetching offloaded parameters keeps every one it fetched until backward, as far as the live
         # limit allows: a 0.9B llama on one H100 held 16.29 GB at its forward peak, as much as ZeRO-2 with all its
         # weights on the GPU (16.39 GB), where the reuse window frees the first 40% (15.51 GB). Measured, not yet
         # traced to a line of DeepSpeed; counting it keeps "fits" true for one GPU with parameter offload.
-        kept = min(parameters, buffers.max_live_parameters) if modules else kept
+        kept = min(parameters, buffers.max_live_parameters)
+    else:
+        kept = _kept(modules, buffers.max_live_parameters)
     kept = max(kept - persistent, largest_layer, 0)
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters

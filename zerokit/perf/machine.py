@@ -241,7 +241,8 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
         collective_latency_s=30e-6, comm_overlaps_compute=True,
         h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie,
         cpu_adam_params_per_s=1e9, device_adam_params_per_s=0.7 * fig.memory_bandwidth / 30.0,
-        nvme_read=6.5e9, nvme_write=3.5e9, zero3_module_overhead_s=100e-6, bucket_flush_s=100e-6, step_overhead_s=0.0,
+        nvme_read=6.5e9, nvme_write=3.5e9, zero3_module_overhead_s=100e-6, bucket_flush_s=100e-6,
+        step_overhead_s=0.0,
         sources=sources)
 
 
@@ -292,7 +293,8 @@ _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", 
 # Plausible ranges: a figure outside is a broken or hand-edited profile, not a machine.
 _RANGES = {
     "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
-    "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0), "compute_scale": (0.25, 8.0),
+    "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
+    "compute_scale": (0.25, 8.0),
 }
 
 
