@@ -74,6 +74,49 @@ def test_full_probe(tmp_path, capsys):
     assert [s for s, _ in perf.matmul["bf16"]] == [64.0, 128.0, 256.0, 512.0]
     assert len(perf.elementwise) == 3 and perf.cpu_adam_params_per_s > 0 and perf.device_adam_params_per_s > 0
     # the reference ZeRO-2 training step ran and set the compute scale
-    assert perf.sources["compute_scale"] == "probe" and 0.25 <= perf.compute_scale <= 8.0
+    assert perf.sources["compute_scale"].startswith("probe") and 0.25 <= perf.compute_scale <= 8.0
     raw = json.loads(out.read_text())["measurements"]["engine_step"]
-    assert raw["step_s"] > 0 and raw["predicted_compute_s"] > 0
+    assert raw["step_s"] > 0 and raw["predicted_compute_s"] > 0 and raw["measured_compute_scale"] > 0
+
+
+@pytest.mark.parametrize("ranks, threads, cores, device, expected", [
+    (2, 2, 2, "cpu", "note: 2 ranks x 2 threads on 2 cores"),  # torch's default under the runner, this VM
+    (4, 8, 8, "cpu", "OMP_NUM_THREADS=2"),
+    (3, 2, 2, "cpu", "OMP_NUM_THREADS=1"),  # more ranks than cores: one thread each still
+    (2, 1, 2, "cpu", None),  # OMP_NUM_THREADS=1, or --bind_cores_to_rank
+    (8, 26, 208, "gpu", None),  # a GPU machine's ranks run their matmuls on the GPUs
+    (2, 2, None, "cpu", None),  # a profile written before the core count was recorded
+])
+def test_thread_note(ranks, threads, cores, device, expected):
+    from zerokit.commands.probe import thread_note
+
+    note = thread_note({"ranks": ranks, "threads_per_rank": threads, "cores": cores, "device": device})
+    assert note == expected if expected is None else expected in note
+
+
+def _measurements(engine_step: dict) -> dict:
+    """The fields `_machine_from_measurements` reads, at round figures."""
+    return {"name": "cpu: test", "device": "cpu", "ranks": 2, "matmul": {"bf16": [[64, 1e10], [512, 1e11]]},
+            "elementwise": [[1e6, 5e9]], "op_overhead_s": 5e-6,
+            "copies": {k: 5e9 for k in ("h2d_pinned", "d2h_pinned", "h2d_pageable", "d2h_pageable")},
+            "cpu_adam": {"source": "probe", "params_per_s_node": 2e8}, "device_adam": {"source": "probe",
+                                                                                      "params_per_s": 1e8},
+            "engine_step": engine_step}
+
+
+@pytest.mark.parametrize("measured, kept, bounded", [(1.37, 1.37, False), (0.21, 0.25, True), (9.5, 8.0, True)])
+def test_compute_scale_at_its_bound_says_so(measured, kept, bounded):
+    from zerokit.perf.probe import _machine_from_measurements
+
+    perf = _machine_from_measurements(_measurements({"compute_scale": kept, "measured_compute_scale": measured}))
+    assert perf.compute_scale == kept
+    source = perf.sources["compute_scale"]
+    assert (source == "probe") is not bounded
+    assert not bounded or f"measured x {measured:.2f}" in source and "re-run the probe on an idle machine" in source
+
+
+def test_profiles_before_the_measured_scale_read_as_probed():
+    from zerokit.perf.probe import _machine_from_measurements
+
+    perf = _machine_from_measurements(_measurements({"compute_scale": 0.25}))
+    assert perf.compute_scale == 0.25 and perf.sources["compute_scale"] == "probe"
