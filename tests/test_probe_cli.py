@@ -34,7 +34,13 @@ def test_output_path_is_checked_before_measuring(tmp_path, capsys):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert main(["probe", "--force", "-o", str(fifo)]) == 2  # --force never writes into a FIFO
-    assert "not a regular file" in capsys.readouterr().err
+    assert "is a FIFO (named pipe); zerokit writes only regular files" in capsys.readouterr().err
+    link = tmp_path / "link.json"
+    link.symlink_to(existing)
+    assert main(["probe", "--force", "-o", str(link)]) == 2  # nor replaces a symlink
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert main(["probe", "-o", ""]) == 2
+    assert "-o is empty; give a file name such as profile.json" in capsys.readouterr().err
     assert main(["probe", "-o", str(tmp_path / "missing" / "p.json")]) == 2
     assert "does not exist; create it first" in capsys.readouterr().err
     assert existing.read_text() == "{}"

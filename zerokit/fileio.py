@@ -111,15 +111,15 @@ def read_text(path: str, what: str = "", limit: int = MAX_INPUT_BYTES) -> str:
 
 # ---------------------------------------------------------------- writing
 
-def check_target(path: str, what: str, force: bool = False) -> None:
+def check_target(path: str, what: str, force: bool = False, example: str = "ds_config.json") -> None:
     """Refuse, before any work is done, a path the command must not write: an empty one, a directory, anything
     that is not a regular file (a symlink too: it counts as existing, and is never replaced), an existing file
-    without `force`, or a missing or unwritable parent directory."""
+    without `force`, or a missing or unwritable parent directory. `example` is the file name the messages suggest."""
     if not str(path).strip():
-        raise BadInput(f"{what} is empty; give a file name such as ds_config.json")
+        raise BadInput(f"{what} is empty; give a file name such as {example}")
     if path.endswith((os.sep, os.sep + ".", os.sep + "..")) or path in (".", ".."):
         raise BadInput(f"{what} {path}: names a directory; give a file name such as "
-                       f"{os.path.join(path, 'ds_config.json')}")
+                       f"{os.path.join(path, example)}")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -129,7 +129,7 @@ def check_target(path: str, what: str, force: bool = False) -> None:
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
             raise BadInput(f"{what} {path}: is a directory; give a file name such as "
-                           f"{os.path.join(path, 'ds_config.json')}")
+                           f"{os.path.join(path, example)}")
         if not stat.S_ISREG(st.st_mode):
             raise BadInput(f"{what} {path}: is {kind(st.st_mode)}; zerokit writes only regular files and replaces "
                            "nothing else, even with --force: remove it or choose another path")

@@ -7,58 +7,12 @@ imported in the rank processes it starts, never here).
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 
 import click
 
-from zerokit.errors import EXIT_OK, BadInput
-
-
-def check_output_path(path: str, force: bool) -> None:
-    """Refuse before measuring: a regular file only, kept unless --force, in a directory that exists."""
-    if not path.strip():
-        raise BadInput("-o is empty; give a file name such as profile.json")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise BadInput(f"-o {path}: cannot check it ({e.strerror}); choose another path") from None
-    if st is not None:
-        if stat.S_ISDIR(st.st_mode):
-            raise BadInput(f"-o {path}: is a directory; give a file name such as {os.path.join(path, 'profile.json')}")
-        if not stat.S_ISREG(st.st_mode):
-            raise BadInput(f"-o {path}: not a regular file (a FIFO, socket or device); give a file name")
-        if not force:
-            raise BadInput(f"-o {path}: file exists; pass --force to overwrite it")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise BadInput(f"-o {path}: directory {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK):
-        raise BadInput(f"-o {path}: directory {parent} is not writable; choose another path")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Temp file in the same directory, then os.replace: a reader never sees half a profile."""
-    import tempfile
-
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from zerokit.errors import EXIT_OK
+from zerokit.fileio import check_target, write_atomic
 
 
 def render_table(perf, raw: dict) -> str:
@@ -141,8 +95,8 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
     """
     from zerokit.units import parse_positive_int
 
-    if output:
-        check_output_path(output, force)
+    if output is not None:
+        check_target(output, "-o", force, example="profile.json")  # refused before a minute of measuring
     n_ranks = parse_positive_int(ranks, "--ranks") if ranks is not None else None
     from zerokit.perf import profile_to_json
     from zerokit.perf.probe import run_probe
@@ -150,8 +104,8 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
     perf, raw = run_probe(ranks=n_ranks, nvme_path=nvme_path, quick=quick,
                           progress=lambda line: click.echo(line, err=True))
     sys.stdout.write(render_table(perf, raw))
-    if output:
-        write_atomic(output, json.dumps(profile_to_json(perf, raw), indent=1) + "\n")
+    if output is not None:
+        write_atomic(output, json.dumps(profile_to_json(perf, raw), indent=1) + "\n", "-o", force=force)
         sys.stdout.write(f"profile written to {output}\n")
     sys.stdout.flush()
     return EXIT_OK
