@@ -133,7 +133,7 @@ def median_profile(profiles: list[dict]) -> dict:
     for key, value in profiles[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "zerokit_profile":
             out[key] = statistics.median(p[key] for p in profiles)
-        elif key in ("matmul", "attention"):
+        elif key in ("matmul", "matmul_forward", "attention"):
             out[key] = {d: [[pt[0], statistics.median(p[key][d][i][1] for p in profiles)]
                             for i, pt in enumerate(curve)] for d, curve in value.items()}
         elif key == "elementwise":

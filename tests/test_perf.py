@@ -127,6 +127,10 @@ def test_profile_round_trip(tmp_path):
     base = machine_from_preset("a100-80gb")
     assert perf.compute_scale == 1.0 and base.sources["compute_scale"] == "default"  # a profile before it existed
     assert load_profile(_profile(tmp_path, compute_scale=1.25)).compute_scale == 1.25
+    assert perf.matmul_forward == {}  # a preset's, and a profile's from before the probe measured it
+    forward = {"bf16": [[64.0, 2e10], [512.0, 4e11]]}
+    assert load_profile(_profile(tmp_path, matmul_forward=forward)).matmul_forward == {
+        "bf16": ((64.0, 2e10), (512.0, 4e11))}
     assert perf.name == "test box" and perf.ranks_measured == 2
     assert perf.matmul == base.matmul and perf.elementwise == base.elementwise
     assert perf.intra_node_bandwidth == base.intra_node_bandwidth and perf.sources["pcie"] == "preset:a100-80gb"
@@ -146,6 +150,8 @@ def test_profile_round_trip(tmp_path):
     ({"matmul": {"bf16": [[512, 1e12], [256, 1e12]]}}, "strictly ascending"),
     ({"matmul": {"bf16": [[512, -1]]}}, r"point \[512, -1\] is not \[size > 0, rate > 0\]"),
     ({"matmul": {"bf16": [[512, True]]}}, "is not"),
+    ({"matmul_forward": {"bf16": [[512, 1e12], [64, 1e12]]}}, "matmul_forward.bf16: sizes must be strictly"),
+    ({"matmul_forward": {"int4": [[1, 1e12]]}}, "matmul_forward has unknown dtype 'int4'"),
     ({"elementwise": "fast"}, "elementwise must be a list"),
     ({"h2d_pinned": -1}, "h2d_pinned must be a finite number >= 0"),
     ({"h2d_pinned": "1GB/s"}, "h2d_pinned must be a finite number"),
@@ -320,6 +326,33 @@ def test_single_rank_step_by_hand():
     assert ckpt.flops_per_step == t.flops_per_step  # recomputation is not model FLOPs
     assert time_to_train_s(t, 640) == pytest.approx(10 * t.step_time_s)
     assert t.time_to_train_s(650) == pytest.approx(11 * t.step_time_s)  # a partial step is a step
+
+
+LAYER_MATMULS = 64 * (246784 - 2 * 64 * 512)  # forward FLOPs of the layers' products (LM head excluded), 64 tokens
+
+
+@pytest.mark.parametrize("forward_rate, layer_forward_s", [
+    (1.5e12, LAYER_MATMULS / 1.5e12),  # the forward product 1.5x the forward-and-backward average (a CPU's)
+    (10e12, 0.5 * LAYER_MATMULS / 1e12),  # beyond 2x is noise: held to half the average product's time
+    (0.5e12, 1.5 * LAYER_MATMULS / 1e12),  # and to 1.5x it the other way
+])
+def test_a_measured_forward_rate_prices_recomputation(forward_rate, layer_forward_s):
+    """With a forward curve, the forward products run at its rate and the backward ones at the rest of the
+    forward-and-backward time: a step without checkpointing takes as long as before, recomputation less (or more)."""
+    split = replace(FLAT, matmul_forward={"bf16": ((1.0, forward_rate),)})
+    base, ckpt = _t(), _t(gradient_checkpointing=True)
+    t = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2)
+    t_ckpt = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2, gradient_checkpointing=True)
+    assert t.compute_s == pytest.approx(base.compute_s, rel=1e-12)
+    assert t_ckpt.compute_s - t.compute_s == pytest.approx(RECOMPUTE / 1e12 - LAYER_MATMULS / 1e12 + layer_forward_s)
+    assert (t_ckpt.compute_s < ckpt.compute_s) is (forward_rate > 1e12)
+
+
+def test_no_forward_curve_is_the_same_step():
+    """Presets and older profiles have no forward curve: every figure of every setup is exactly as before."""
+    empty = replace(FLAT, matmul_forward={"fp32": ((1.0, 3e12),)})  # another dtype's curve: bf16 reads the average
+    for kw in ({}, {"gradient_checkpointing": True}, {"zero_stage": 3, "gpus_per_node": 2}):
+        assert step_time(TINY_LLAMA, empty, parameters=P, seq_len=32, micro_batch=2, **kw) == _t(**kw)
 
 
 def test_zero_communication_by_hand():

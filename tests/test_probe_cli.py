@@ -64,6 +64,8 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     perf = load_profile(str(out))
     assert perf.device == "cpu" and perf.ranks_measured == 2 and not perf.comm_overlaps_compute
     assert set(perf.matmul) == {"bf16", "fp32"} and [s for s, _ in perf.matmul["bf16"]] == [32.0, 64.0]
+    assert [s for s, _ in perf.matmul_forward["bf16"]] == [32.0, 64.0]  # the forward product alone, same sizes
+    assert "forward's share, bf16" in captured.out and "the forward's share by size: bf16 32: " in captured.err
     assert perf.intra_node_bandwidth > 0 and perf.collective_latency_s > 0
     assert perf.sources["nvme"] == "probe" and perf.nvme_read > 0 and perf.nvme_write > 0
     raw = json.loads(out.read_text())["measurements"]

@@ -65,6 +65,11 @@ class MachinePerf:
     """`gpu` or `cpu` (DeepSpeed's CPU accelerator)."""
     matmul: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     """dtype -> ((size, FLOP/s), ...): matmul throughput of one rank at each size (cube root of m*n*k), ascending."""
+    matmul_forward: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """dtype -> ((size, FLOP/s), ...): the forward product alone (x W^T), at the sizes of `matmul`; empty = the
+    `matmul` curve's (a GPU runs the three products of a linear layer at about one rate). On a CPU the backward's
+    transposed products run slower: a bf16 linear's forward was 17-26% of its forward and backward on this
+    project's VM, not a third, and recomputation under checkpointing is a forward."""
     attention: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     """dtype -> ((size, FLOP/s), ...): the attention kernel's QK^T and PV throughput (SDPA, causal, forward and
     backward) by the cube root of (query-key pairs x head_dim); empty = the matmul curve's."""
@@ -122,6 +127,16 @@ class MachinePerf:
         """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
         smallest size measured the rate falls in proportion (a product that small is latency-bound)."""
         curve = self._curve(dtype)
+        if size < curve[0][0]:
+            return curve[0][1] * max(size, 1.0) / curve[0][0]
+        return interpolate(curve, size)
+
+    def matmul_forward_flops_at(self, dtype: str, size: float) -> float:
+        """The forward product's FLOP/s at a size, as `matmul_flops_at` reads its curve; the matmul curve's where no
+        forward curve was measured."""
+        curve = self.matmul_forward.get(dtype)
+        if not curve:
+            return self.matmul_flops_at(dtype, size)
         if size < curve[0][0]:
             return curve[0][1] * max(size, 1.0) / curve[0][0]
         return interpolate(curve, size)
@@ -303,7 +318,7 @@ def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -
     out: dict[str, Any] = {"zerokit_profile": PROFILE_VERSION}
     for f in fields(MachinePerf):
         value = getattr(perf, f.name)
-        if f.name in ("matmul", "attention"):
+        if f.name in ("matmul", "matmul_forward", "attention"):
             value = {k: [[s, fl] for s, fl in v] for k, v in value.items()}
         elif f.name == "elementwise":
             value = [[s, b] for s, b in value]
@@ -354,8 +369,9 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     if values["device"] not in ("gpu", "cpu"):
         raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
     values["matmul"] = _matmul_from_json(data["matmul"], where)
-    if data.get("attention"):
-        values["attention"] = _matmul_from_json(data["attention"], where, "attention")
+    for key in ("matmul_forward", "attention"):
+        if data.get(key):
+            values[key] = _matmul_from_json(data[key], where, key)
     values["elementwise"] = _curve_from_json(data["elementwise"], f"{where}: elementwise", 1e15)
     for key in _NUMBER_FIELDS:
         if key not in data:

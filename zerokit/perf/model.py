@@ -128,7 +128,8 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     tokens = micro_batch * seq_len
     shapes, layer, head = _matmul_table(mf)
     # matmuls of one shape (q and o, gate and up) run at one rate
-    rates = [perf.matmul_flops_at(dtype, (tokens * share * n_in * n_out) ** (1 / 3)) for share, n_in, n_out in shapes]
+    sizes = [(tokens * share * n_in * n_out) ** (1 / 3) for share, n_in, n_out in shapes]
+    rates = [perf.matmul_flops_at(dtype, size) for size in sizes]
     layer_t = head_t = weight_flops = 0.0
     for flops_per_token, shape in layer:
         f = flops_per_token * tokens
@@ -138,6 +139,15 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
         f = flops_per_token * tokens
         head_t += f / rates[shape]
         weight_flops += f
+    # layer_t and head_t are a third of the layers' and the head's forward-and-backward matmul time; the forward
+    # product's own share of it, where the machine measured one (else a third: forward = each backward product)
+    layer_fwd = layer_t
+    forward = backward = layer_t + head_t  # each backward product: input gradients, weight gradients
+    if perf.matmul_forward.get(dtype):
+        fwd_rates = [perf.matmul_forward_flops_at(dtype, size) for size in sizes]
+        layer_fwd = _forward_part(layer, fwd_rates, tokens, layer_t)
+        forward = layer_fwd + _forward_part(head, fwd_rates, tokens, head_t)
+        backward = (3.0 * backward - forward) / 2.0
     score_t = score_flops = 0.0
     for g, pairs in mf.attention_pairs(seq_len, attention):
         f = 4.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch
@@ -148,17 +158,23 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     logits = tokens * mf.vocab_size * 4.0
     loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
     ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
-    weights = layer_t + head_t
     k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; 1 for presets)
-    result = (k * (weights + score_t + elem + loss / 3.0 + ops),                        # forward
-              k * (weights + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
-              k * weights,                                                              # backward: weight gradients
-              k * (layer_t + score_t + elem + ops),                                     # recomputing the layers
+    result = (k * (forward + score_t + elem + loss / 3.0 + ops),                         # forward
+              k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
+              k * backward,                                                              # backward: weight gradients
+              k * (layer_fwd + score_t + elem + ops),                                    # recomputing the layers
               weight_flops, score_flops, perf.peak_flops(dtype))
     if len(mf._cache) > 4096:
         mf._cache.clear()
     mf._cache[key] = (perf, result)
     return result
+
+
+def _forward_part(matmuls: tuple, fwd_rates: list[float], tokens: int, third: float) -> float:
+    """The forward products' time of `matmuls` ((FLOPs per token, shape index), ...) at the forward rates, held to
+    1/6..1/2 of their forward and backward (3 x `third`): a forward measured beyond that is noise, not a kernel."""
+    t = sum(flops_per_token * tokens / fwd_rates[shape] for flops_per_token, shape in matmuls)
+    return min(1.5 * third, max(0.5 * third, t))
 
 
 def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, parameters: int, seq_len: int,

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
@@ -144,11 +144,16 @@ def _gpu_count() -> int:
         return 0
 
 
+def forward_share(matmul: Sequence[Sequence[float]], forward: Sequence[Sequence[float]]) -> str:
+    """`64: 22%, 128: 19%, ...`: the forward product's time over a linear layer's forward and backward, by size."""
+    return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, forward))
+
+
 def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     from zerokit.perf.machine import DEFAULT_NOTES
 
-    sources = {k: "probe" for k in ("matmul", "attention", "elementwise", "op_overhead_s", "intra_node_bandwidth",
-                                    "collective_latency_s", "pcie", "cpu_adam_params_per_s",
+    sources = {k: "probe" for k in ("matmul", "matmul_forward", "attention", "elementwise", "op_overhead_s",
+                                    "intra_node_bandwidth", "collective_latency_s", "pcie", "cpu_adam_params_per_s",
                                     "device_adam_params_per_s")}
     sources["cpu_adam_params_per_s"] = m["cpu_adam"]["source"]
     sources["device_adam_params_per_s"] = m["device_adam"]["source"]
@@ -179,6 +184,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
+        matmul_forward={d: tuple((float(s), float(f)) for s, f in pts)
+                        for d, pts in (m.get("matmul_forward") or {}).items()},
         attention={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m.get("attention", {}).items()},
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
         intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=12.5e9,
@@ -276,18 +283,21 @@ class _Worker:
 
     # -- measurements ---------------------------------------------------------------------------------------------
 
-    def matmul(self) -> dict[str, list[list[float]]]:
+    def matmul(self) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]]]:
         """FLOP/s of a linear layer's forward and backward (x W^T, then g W and g^T x: 3 products of 2n^3 FLOPs), the
-        pattern training runs: on some CPUs a transposed operand takes another kernel than a plain a @ b."""
+        pattern training runs: on some CPUs a transposed operand takes another kernel than a plain a @ b. Then the
+        forward product alone (what checkpointing recomputes), at each size: on this project's CPU it took 17-26%
+        of the forward and backward, not a third."""
         torch = self.torch
         sizes = QUICK_SIZES if self.quick else (GPU_SIZES if self.gpu else CPU_SIZES)
         dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
         linear = torch.nn.functional.linear
-        out = {}
+        out: dict[str, list[list[float]]] = {}
+        forward: dict[str, list[list[float]]] = {}
         for name, ns in sizes.items():
             if self.gpu:
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-            points = []
+            points, forward_points = [], []
             for n in ns:
                 x = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
                 w = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
@@ -298,10 +308,12 @@ class _Worker:
                     x.grad = w.grad = None
                 t = self.seconds(fwd_bwd)
                 points.append([float(n), self.mean(6.0 * n**3 / t)])
-            out[name] = points
+                t = self.seconds(lambda x=x, w=w: linear(x, w))
+                forward_points.append([float(n), self.mean(2.0 * n**3 / t)])
+            out[name], forward[name] = points, forward_points
             if self.gpu:
                 torch.backends.cuda.matmul.allow_tf32 = False
-        return out
+        return out, forward
 
     def attention(self) -> dict[str, list[list[float]]]:
         """FLOP/s of causal scaled_dot_product_attention forward and backward in bf16 (the kernel transformers' sdpa
@@ -675,9 +687,11 @@ class _Worker:
         out.update(self.describe())
         self.say(f"      {out['name']}, {out['device_memory_bytes'] / 1e9:.1f} GB ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("matmul throughput per dtype and size")
-        out["matmul"] = self.matmul()
+        out["matmul"], out["matmul_forward"] = self.matmul()
         best = ", ".join(f"{d} {max(f for _, f in pts) / 1e9:.1f}" for d, pts in out["matmul"].items())
-        self.say(f"      best linear forward+backward GFLOP/s per rank: {best} ({time.perf_counter() - t0:.1f} s)")
+        share = ", ".join(f"{d} {forward_share(out['matmul'][d], pts)}" for d, pts in out["matmul_forward"].items())
+        self.say(f"      best linear forward+backward GFLOP/s per rank: {best}; the forward's share by size: {share} "
+                 f"({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("attention kernel (causal sdpa, forward and backward, bf16)")
         out["attention"] = self.attention()
         best = max(f for _, f in out["attention"]["bf16"])
