@@ -31,6 +31,8 @@ from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
 
 DATA = ROOT / "tests" / "data" / "step_time"
+"""The golden measurement `tests/test_perf_golden.py` holds the model to; `--data DIR` reads or writes another
+(tests/data/step_time/2026-11-23-1220 keeps a later one, worst 29.5%: see the README)."""
 PROFILE = DATA / "profile.json"
 MEASURED = DATA / "measured.json"
 
@@ -341,6 +343,7 @@ def speed(repeat: int = 5, number: int = 20000) -> None:
 
 
 def main() -> int:
+    global DATA, PROFILE, MEASURED
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--measure", action="store_true", help="re-probe and re-time (minutes; run on a quiet machine)")
     p.add_argument("--repeats", type=int, default=3)
@@ -349,7 +352,11 @@ def main() -> int:
     p.add_argument("--cases", default=",".join(CASES), help="comma list of cases to re-time")
     p.add_argument("--speed", action="store_true", help="only time step_time itself (microseconds per call)")
     p.add_argument("--probe-only", action="store_true", help="re-probe, keep the measured trainings")
+    p.add_argument("--data", metavar="DIR", help="the measurement to read or write (default tests/data/step_time)")
     args = p.parse_args()
+    if args.data:
+        DATA = Path(args.data).absolute()
+        PROFILE, MEASURED = DATA / "profile.json", DATA / "measured.json"
     if args.probe_only:
         PROFILE.write_text(json.dumps(probe(), indent=1) + "\n")
     if args.speed:
