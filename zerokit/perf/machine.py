@@ -24,6 +24,9 @@ from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
 
 PROFILE_VERSION = 1
+COMPUTE_SCALE_BOUNDS = (0.25, 8.0)
+"""The range a profile's `compute_scale` may take (the probe holds its measurement to it): beyond it the kernel
+figures, not the engine, are what is off."""
 MAX_PROFILE_BYTES = 1 << 20  # a probe profile is a few KB; anything near a MiB is not one
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
 
@@ -126,29 +129,18 @@ class MachinePerf:
     def matmul_flops_at(self, dtype: str, size: float) -> float:
         """Matmul FLOP/s at an equivalent cube size (cube root of m*n*k), interpolated on log(size). Below the
         smallest size measured the rate falls in proportion (a product that small is latency-bound)."""
-        curve = self._curve(dtype)
-        if size < curve[0][0]:
-            return curve[0][1] * max(size, 1.0) / curve[0][0]
-        return interpolate(curve, size)
+        return throughput_at(self._curve(dtype), size)
 
     def matmul_forward_flops_at(self, dtype: str, size: float) -> float:
-        """The forward product's FLOP/s at a size, as `matmul_flops_at` reads its curve; the matmul curve's where no
-        forward curve was measured."""
+        """The forward product's FLOP/s at a size, read as `matmul_flops_at` reads its curve; the matmul curve's where
+        no forward curve was measured."""
         curve = self.matmul_forward.get(dtype)
-        if not curve:
-            return self.matmul_flops_at(dtype, size)
-        if size < curve[0][0]:
-            return curve[0][1] * max(size, 1.0) / curve[0][0]
-        return interpolate(curve, size)
+        return throughput_at(curve, size) if curve else self.matmul_flops_at(dtype, size)
 
     def attention_flops_at(self, dtype: str, size: float) -> float:
         """The attention kernel's FLOP/s at a size; the matmul curve's where no attention curve was measured."""
         curve = self.attention.get(dtype)
-        if not curve:
-            return self.matmul_flops_at(dtype, size)
-        if size < curve[0][0]:
-            return curve[0][1] * max(size, 1.0) / curve[0][0]
-        return interpolate(curve, size)
+        return throughput_at(curve, size) if curve else self.matmul_flops_at(dtype, size)
 
     def elementwise_at(self, nbytes: float) -> float:
         """Elementwise bytes/s for tensors of `nbytes`, interpolated on log(size), clamped at the ends."""
@@ -166,6 +158,15 @@ class MachinePerf:
 
 _X = operator.itemgetter(0)
 _PEAKS = IdentityMemo(256)
+
+
+def throughput_at(curve: tuple[tuple[float, float], ...], size: float) -> float:
+    """A kernel's rate at `size` on its ascending ((size, rate), ...) curve: interpolated on log(size) within it,
+    the last rate above it, and below the smallest size falling in proportion (a product that small is
+    latency-bound)."""
+    if size < curve[0][0]:
+        return curve[0][1] * max(size, 1.0) / curve[0][0]
+    return interpolate(curve, size)
 
 
 def interpolate(curve: tuple[tuple[float, float], ...], x: float) -> float:
@@ -309,7 +310,7 @@ _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", 
 _RANGES = {
     "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
     "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
-    "compute_scale": (0.25, 8.0),
+    "compute_scale": COMPUTE_SCALE_BOUNDS,
 }
 
 

@@ -25,14 +25,12 @@ from typing import Any
 from zerokit.errors import BadInput, ZerokitError
 from zerokit.launch.runner import free_port
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
-from zerokit.perf.machine import MachinePerf
+from zerokit.perf.machine import COMPUTE_SCALE_BOUNDS, MachinePerf
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 WORKER_TIMEOUT_S = 600
-SCALE_BOUNDS = (0.25, 8.0)
-"""The range `compute_scale` is held to: beyond it the kernel figures, not the engine, are what is off."""
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -149,6 +147,11 @@ def forward_share(matmul: Sequence[Sequence[float]], forward: Sequence[Sequence[
     return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, forward))
 
 
+def _curves(measured: dict[str, list[list[float]]] | None) -> dict[str, tuple[tuple[float, float], ...]]:
+    """A measurement's {dtype: [[size, rate], ...]} as MachinePerf holds its curves (none measured: empty)."""
+    return {d: tuple((float(s), float(f)) for s, f in pts) for d, pts in (measured or {}).items()}
+
+
 def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     from zerokit.perf.machine import DEFAULT_NOTES
 
@@ -183,10 +186,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         sources["bucket_flush_s"] = "probe"
     return MachinePerf(
         name=m["name"], device=m["device"],
-        matmul={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m["matmul"].items()},
-        matmul_forward={d: tuple((float(s), float(f)) for s, f in pts)
-                        for d, pts in (m.get("matmul_forward") or {}).items()},
-        attention={d: tuple((float(s), float(f)) for s, f in pts) for d, pts in m.get("attention", {}).items()},
+        matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
+        attention=_curves(m.get("attention")),
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
         intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=12.5e9,
         collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
@@ -585,12 +586,13 @@ class _Worker:
         engine = {name: measured[name] - rest[name] for name in engines}  # compute and the engine's own costs
         compute = predicted["zero2"].compute_s
         measured_scale = engine["zero2"] / compute
-        scale = min(SCALE_BOUNDS[1], max(SCALE_BOUNDS[0], measured_scale))
+        scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
         extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
         flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
         modules = model_flops(config).parameter_modules
         hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
-        return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush, "zero3_module_overhead_s": hooks,
+        return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
+                "zero3_module_overhead_s": hooks,
                 "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
                 "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
                 "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
