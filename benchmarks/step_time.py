@@ -29,6 +29,7 @@ from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.memory.buffers import buffer_ladder, zero_buffer_keys
 from zerokit.models.params import count_parameters
 from zerokit.perf import build_machine, load_profile, profile_from_json, step_time
+from zerokit.perf.probe import linear_correction
 
 DATA = ROOT / "tests" / "data" / "step_time"
 """The golden measurement `tests/test_perf_golden.py` holds the model to; `--data DIR` reads or writes another
@@ -151,15 +152,19 @@ def _rescale(out: dict, rounds: list[dict]) -> None:
     """A probe's compute_scale is its reference step's time over what *its own* kernel figures give for that step,
     so it is only right beside them: a median scale beside median curves from other rounds is not. Re-derive it
     against the median figures: each round's measured ZeRO-2 step less the model's non-compute time, over the
-    compute the median profile gives, and the median of that over the rounds."""
+    compute the median profile gives (its weight matmuls as the reference's own shapes ran, where the probe timed
+    them), and the median of that over the rounds."""
     refs = [r["engine_step"] for r in rounds if r.get("engine_step")]
     if not refs:
         return
-    ref = refs[0]
     perf = profile_from_json({**out, "compute_scale": 1.0}, "the median profile")
-    t = step_time(ref["model"], perf, parameters=count_parameters(ref["model"])[0], seq_len=ref["seq_len"],
-                  micro_batch=ref["micro_batch"], gpus_per_node=RANKS, zero_stage=2)
-    out["compute_scale"] = statistics.median((r["step_s"] - r["predicted_rest_s"]) / t.compute_s for r in refs)
+
+    def kernels(r: dict) -> float:  # a round's reference (a slow machine runs fewer sequences: `halve_to_fit`)
+        t = step_time(r["model"], perf, parameters=count_parameters(r["model"])[0], seq_len=r["seq_len"],
+                      micro_batch=r["micro_batch"], gpus_per_node=RANKS, zero_stage=2)
+        # the reference's own linears as they ran in that round, against the median curve (`linear_correction`)
+        return t.compute_s + linear_correction(perf, r.get("linears", ()))
+    out["compute_scale"] = statistics.median((r["step_s"] - r["predicted_rest_s"]) / kernels(r) for r in refs)
 
 
 def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:

@@ -74,17 +74,82 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_full_probe(tmp_path, capsys):
+def test_full_probe(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
+    # one OpenMP thread a rank, as `deepspeed --bind_cores_to_rank` gives them: with torch's default (a thread per
+    # core in every rank) a 2-core machine's figures stall at random (the probe's table says so), and the reference
+    # step's time less the communication the stalled collectives predict can come out below zero
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "profile.json"
     assert main(["probe", "-o", str(out)]) == 0
     perf = load_profile(str(out))
     assert [s for s, _ in perf.matmul["bf16"]] == [64.0, 128.0, 256.0, 512.0]
-    assert len(perf.elementwise) == 3 and perf.cpu_adam_params_per_s > 0 and perf.device_adam_params_per_s > 0
+    # one elementwise point per llama-block width that fit the step budget: all three where bf16 runs in hardware,
+    # one or two where it is emulated (the first always runs)
+    assert 1 <= len(perf.elementwise) <= 3 and perf.cpu_adam_params_per_s > 0 and perf.device_adam_params_per_s > 0
     # the reference ZeRO-2 training step ran and set the compute scale
     assert perf.sources["compute_scale"].startswith("probe") and 0.25 <= perf.compute_scale <= 8.0
-    raw = json.loads(out.read_text())["measurements"]["engine_step"]
+    measurements = json.loads(out.read_text())["measurements"]
+    raw = measurements["engine_step"]
     assert raw["step_s"] > 0 and raw["predicted_compute_s"] > 0 and raw["measured_compute_scale"] > 0
+    # what ran is recorded: the engines' rounds and sequences a step, the llama blocks' widths and tokens
+    assert 3 <= raw["rounds"] <= 10 and raw["micro_batch"] in (1, 2, 4) and raw["seq_len"] in (64, 128)
+    # the reference's five linear shapes, timed, price its matmuls in the compute the scale divides by
+    assert [row[:4] for row in raw["linears"]] == [[raw["seq_len"] * raw["micro_batch"], k, n, c] for k, n, c in (
+        (384, 384, 12), (384, 192, 12), (384, 1024, 12), (1024, 384, 6), (384, 512, 1))]
+    assert all(row[4] > 0 for row in raw["linears"]) and raw["curve_compute_s"] > 0
+    shapes = measurements["reference_block_shapes"]
+    assert shapes[0] == [128, 512] and len(shapes) == len(perf.elementwise)
+
+
+def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_the_budget():
+    from zerokit.perf.probe import STEP_BUDGET_S, halve_to_fit
+
+    per_token = STEP_BUDGET_S / 100  # 100 tokens take the whole budget
+    assert halve_to_fit(512, 1, lambda n: n * per_token) == 64
+    assert halve_to_fit(64, 1, lambda n: n * per_token) == 64  # fits as it is: the full size runs
+    assert halve_to_fit(1024, 256, lambda n: n * per_token) == 256  # the floor, even when it does not fit
+    # the CPU reference engines on a CPU that emulates bf16: 9 s a step at 4 sequences, one sequence left
+    assert halve_to_fit(4, 1, lambda mb: 2.25 * mb) == 1
+    assert halve_to_fit(4, 1, lambda mb: 0.3 * mb / 4) == 4  # a CPU with AMX: 0.3 s, as it was
+
+
+REFERENCE = {"model_type": "llama", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6,
+             "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 512, "tie_word_embeddings": False}
+
+
+def test_a_models_linears_are_listed_by_shape_with_how_many_run():
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.probe import linear_shapes
+
+    # the CPU reference llama at 4 x 128 tokens: q and o 384 -> 384 in each of 6 layers, k and v 384 -> 192 (3 KV
+    # heads of 64), gate and up 384 -> 1024, down 1024 -> 384, and the LM head 384 -> 512 once
+    assert linear_shapes(model_flops(REFERENCE), 512) == {
+        (512, 384, 384): 12, (512, 384, 192): 12, (512, 384, 1024): 12, (512, 1024, 384): 6, (512, 384, 512): 1}
+
+
+def test_linears_that_ran_slower_or_faster_than_the_curve_move_the_kernel_time():
+    from zerokit.perf.machine import MachinePerf
+    from zerokit.perf.probe import linear_correction
+
+    flat = MachinePerf(name="flat", matmul={"bf16": ((64.0, 3e9), (512.0, 3e9))}, elementwise=((1.0, 1e9),))
+    # 512 x 384 x 384 at 3 GFLOP/s: 6 x 75.5M FLOPs = 0.1510 s on the curve; it ran in 0.1036 s (4.4 GFLOP/s), 12 of
+    # them. 512 x 1024 x 384: 0.4027 s on the curve, ran 0.3989 s, 6 of them.
+    timed = [[512, 384, 384, 12, 0.1036], [512, 1024, 384, 6, 0.3989]]
+    on_curve = (6 * 512 * 384 * 384 / 3e9, 6 * 512 * 1024 * 384 / 3e9)
+    assert on_curve == pytest.approx((0.151, 0.4027), abs=1e-4)
+    expected = 12 * (0.1036 - on_curve[0]) + 6 * (0.3989 - on_curve[1])
+    assert linear_correction(flat, timed) == pytest.approx(expected) and expected == pytest.approx(-0.591, abs=1e-3)
+    assert linear_correction(flat, []) == 0.0  # a profile from before the linears were timed: the curve alone
+
+
+def test_the_reference_engines_stop_after_the_timed_budget_but_not_before_three_rounds():
+    from zerokit.perf.probe import ENGINE_ROUNDS, ENGINE_TIMED_S, more_rounds
+
+    assert ENGINE_ROUNDS == (3, 10)
+    assert more_rounds(0, 0.0) and more_rounds(2, 10 * ENGINE_TIMED_S)  # three rounds, however slow
+    assert not more_rounds(3, ENGINE_TIMED_S) and more_rounds(3, ENGINE_TIMED_S - 0.1)
+    assert not more_rounds(10, 0.0)  # ten at most, however fast
 
 
 @pytest.mark.parametrize("ranks, threads, cores, device, expected", [

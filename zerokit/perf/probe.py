@@ -25,12 +25,24 @@ from typing import Any
 from zerokit.errors import BadInput, ZerokitError
 from zerokit.launch.runner import free_port
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
+from zerokit.perf.flops import ModelFlops
 from zerokit.perf.machine import COMPUTE_SCALE_BOUNDS, MachinePerf
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 WORKER_TIMEOUT_S = 600
+STEP_BUDGET_S = 1.5
+"""The longest one step of a reference workload (the llama blocks, the engines' training step) may take by the kernel
+figures measured before it. A longer one runs fewer tokens (the blocks drop a width they cannot fit), so that a slow
+machine still probes in about a minute: a CPU without AVX-512 BF16 emulates bf16 at 2-3 GFLOP/s, where the CPU
+reference's 512-token step took 9 s and the probe 11 minutes. A machine fast enough for the full sizes measures
+them as before."""
+ENGINE_TIMED_S = 30.0
+"""Seconds of timed engine steps (every engine's together) after which the alternated rounds stop, once
+ENGINE_ROUNDS[0] have run."""
+ENGINE_ROUNDS = (3, 10)
+"""The fewest and the most alternated rounds of the reference engines (two timed steps each per round)."""
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -147,6 +159,42 @@ def forward_share(matmul: Sequence[Sequence[float]], forward: Sequence[Sequence[
     return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, forward))
 
 
+def halve_to_fit(value: int, floor: int, cost: Callable[[int], float], budget: float = STEP_BUDGET_S) -> int:
+    """`value` halved until `cost(value)` is within `budget`, but not below `floor` (returned even if over): the
+    tokens a reference step runs on this machine."""
+    while value > floor and cost(value) > budget:
+        value = max(floor, value // 2)
+    return value
+
+
+def more_rounds(rounds: int, timed_s: float) -> bool:
+    """Whether the reference engines run another alternated round, after `rounds` rounds and `timed_s` seconds of
+    timed steps."""
+    least, most = ENGINE_ROUNDS
+    return rounds < most and (rounds < least or timed_s < ENGINE_TIMED_S)
+
+
+def linear_shapes(flops: ModelFlops, tokens: int) -> dict[tuple[int, int, int], float]:
+    """The weight matmuls of one micro-batch of `tokens` as {(rows, in, out): how many}: the products a linear
+    layer's forward and backward run, each as the matmul curve measures them."""
+    shapes: dict[tuple[int, int, int], float] = {}
+    for m in flops.layer_matmuls + flops.head_matmuls:
+        key = (max(1, round(tokens * m.token_share)), m.in_features, m.out_features)
+        shapes[key] = shapes.get(key, 0.0) + m.copies
+    return shapes
+
+
+def linear_correction(perf: MachinePerf, timed: Sequence[Sequence[float]], dtype: str = "bf16") -> float:
+    """Seconds the timed linears ([rows, in, out, how many, seconds of one forward and backward], ...) took beyond
+    what `perf`'s matmul curve gives them, summed: how far a model's own matmul shapes run from the square products
+    the curve measured. On a CPU that emulates bf16 the rate varies with the shape at one size (2.3-5.9 GFLOP/s
+    for the products of two small llamas, 3.1-3.3 for the squares): the probe's reference llama, priced by the
+    curve alone, came out at 10.8 s a step against 8.6 s in plain PyTorch, and `compute_scale` took that for the
+    engine's doing (x 0.47 where the engine added nothing)."""
+    return sum(n * (t - 6.0 * m * k * o / perf.matmul_flops_at(dtype, (m * k * o) ** (1 / 3)))
+               for m, k, o, n, t in timed)
+
+
 def _curves(measured: dict[str, list[list[float]]] | None) -> dict[str, tuple[tuple[float, float], ...]]:
     """A measurement's {dtype: [[size, rate], ...]} as MachinePerf holds its curves (none measured: empty)."""
     return {d: tuple((float(s), float(f)) for s, f in pts) for d, pts in (measured or {}).items()}
@@ -223,6 +271,7 @@ class _Worker:
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
         self.step_no, self.steps = 0, 11
+        self._linear_times: dict[tuple[int, int, int], float] = {}
 
     def say(self, text: str) -> None:
         if self.rank == 0:
@@ -291,8 +340,6 @@ class _Worker:
         of the forward and backward, not a third."""
         torch = self.torch
         sizes = QUICK_SIZES if self.quick else (GPU_SIZES if self.gpu else CPU_SIZES)
-        dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
-        linear = torch.nn.functional.linear
         out: dict[str, list[list[float]]] = {}
         forward: dict[str, list[list[float]]] = {}
         for name, ns in sizes.items():
@@ -300,21 +347,39 @@ class _Worker:
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
             points, forward_points = [], []
             for n in ns:
-                x = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
-                w = torch.randn(n, n, device=self.device).to(dtypes[name]).requires_grad_()
-                g = torch.randn(n, n, device=self.device).to(dtypes[name])
-
-                def fwd_bwd(x=x, w=w, g=g) -> None:
-                    torch.autograd.backward(linear(x, w), g, inputs=[x, w])
-                    x.grad = w.grad = None
-                t = self.seconds(fwd_bwd)
-                points.append([float(n), self.mean(6.0 * n**3 / t)])
-                t = self.seconds(lambda x=x, w=w: linear(x, w))
-                forward_points.append([float(n), self.mean(2.0 * n**3 / t)])
+                fwd_bwd, fwd = self._linear(n, n, n, name)
+                points.append([float(n), self.mean(6.0 * n**3 / self.seconds(fwd_bwd))])
+                forward_points.append([float(n), self.mean(2.0 * n**3 / self.seconds(fwd))])
             out[name], forward[name] = points, forward_points
             if self.gpu:
                 torch.backends.cuda.matmul.allow_tf32 = False
         return out, forward
+
+    def _linear(self, rows: int, n_in: int, n_out: int, dtype: str = "bf16") -> tuple[Callable[[], None],
+                                                                                        Callable[[], Any]]:
+        """(forward and backward, forward alone) of one linear layer: x [rows, in] by W [out, in]."""
+        torch = self.torch
+        dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
+        linear = torch.nn.functional.linear
+        x = torch.randn(rows, n_in, device=self.device).to(dtypes[dtype]).requires_grad_()
+        w = torch.randn(n_out, n_in, device=self.device).to(dtypes[dtype]).requires_grad_()
+        g = torch.randn(rows, n_out, device=self.device).to(dtypes[dtype])
+
+        def fwd_bwd() -> None:
+            torch.autograd.backward(linear(x, w), g, inputs=[x, w])
+            x.grad = w.grad = None
+        return fwd_bwd, lambda: linear(x, w)
+
+    def linears(self, flops: ModelFlops, tokens: int) -> list[list[float]]:
+        """A model's own weight matmuls at `tokens` tokens a micro-batch: [rows, in, out, how many, seconds of one
+        bf16 forward and backward], each shape timed as the matmul curve's points are (once per probe)."""
+        timed = []
+        for (m, k, n), count in linear_shapes(flops, tokens).items():
+            t = self._linear_times.get((m, k, n))
+            if t is None:
+                t = self._linear_times[m, k, n] = self.mean(self.seconds(self._linear(m, k, n)[0]))
+            timed.append([m, k, n, count, t])
+        return timed
 
     def attention(self) -> dict[str, list[list[float]]]:
         """FLOP/s of causal scaled_dot_product_attention forward and backward in bf16 (the kernel transformers' sdpa
@@ -357,13 +422,18 @@ class _Worker:
         return curve, overhead
 
     def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
-                        launch_s: float) -> list[list[float]] | None:
+                        product: list[list[float]], launch_s: float) -> dict[str, Any] | None:
         """Elementwise bytes/s as training meets them, by activation size. A 2-layer llama (transformers' own code,
         vocabulary 256) runs forward and backward in bf16 at three widths; its time less the matmuls (from the curve
         just measured) and the kernel launches, over the element passes the time model counts for it
         (zerokit/perf/flops.py), is the rate at that width's activation size (tokens x hidden x 2 bytes). At small
-        sizes this rate holds the framework's per-kernel costs too, as training pays them. None without
-        transformers."""
+        sizes this rate holds the framework's per-kernel costs too, as training pays them.
+
+        A width whose step the figures measured so far (`product`: the plain elementwise rate) put beyond
+        STEP_BUDGET_S runs half the tokens, down to one 256-token sequence, and is left out if even that does not fit
+        (the first width always runs). Returns {"curve": [[bytes, bytes/s], ...], "shapes": [[hidden, tokens], ...]}
+        of what ran; None without transformers. The block's weight matmuls are priced as their own shapes ran
+        (`linears`), not by the curve, so the rate is the elementwise kernels' and not the curve's error."""
         torch = self.torch
         try:
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -375,15 +445,23 @@ class _Worker:
 
         perf = MachinePerf(name="probe", matmul={d: tuple((s, f) for s, f in pts) for d, pts in matmul.items()},
                            attention={d: tuple((s, f) for s, f in pts) for d, pts in attention.items()},
-                           elementwise=((1.0, 1.0),), op_overhead_s=launch_s)
+                           elementwise=tuple((s, b) for s, b in product), op_overhead_s=launch_s)
         shapes = ((64, 256), (128, 512)) if self.quick else (((1024, 4096), (2048, 4096), (4096, 4096)) if self.gpu
                                                               else ((128, 512), (320, 1024), (640, 1024)))
-        curve = []
+        curve, ran = [], []
         for hidden, tokens in shapes:
             config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": self.ffn(hidden),
                       "num_hidden_layers": 2, "num_attention_heads": max(1, hidden // 64),
                       "num_key_value_heads": max(1, hidden // 64), "vocab_size": 256, "tie_word_embeddings": False,
                       "max_position_embeddings": 256}
+            flops = model_flops(config)
+
+            def predicted(tokens: int, flops=flops, hidden=hidden) -> float:
+                mm, elem_bytes, launches = forward_backward_parts(flops, perf, tokens // 256, 256)
+                return mm + launches + elem_bytes / perf.elementwise_at(tokens * hidden * 2)
+            tokens = halve_to_fit(tokens, 256, predicted)
+            if ran and predicted(tokens) > STEP_BUDGET_S:
+                continue
             model = LlamaForCausalLM(LlamaConfig(**{**config, "attn_implementation": "sdpa"}))
             model = model.to(device=self.device, dtype=torch.bfloat16)
             ids = torch.randint(0, 256, (tokens // 256, 256), device=self.device)
@@ -393,11 +471,13 @@ class _Worker:
                 for p in model.parameters():
                     p.grad = None
             t = self.seconds(step, min_reps=2)
-            mm, elem_bytes, launches = forward_backward_parts(model_flops(config), perf, tokens // 256, 256)
+            mm, elem_bytes, launches = forward_backward_parts(flops, perf, tokens // 256, 256)
+            mm += linear_correction(perf, self.linears(flops, tokens))  # the block's own matmul shapes, as they ran
             rest = max(t - mm - launches, 0.1 * t)  # a matmul curve taken under other load can overshoot
             curve.append([float(tokens * hidden * 2), self.mean(elem_bytes / rest)])
+            ran.append([hidden, tokens])
         curve.sort()
-        return curve
+        return {"curve": curve, "shapes": ran}
 
     def copies(self) -> dict[str, float]:
         torch = self.torch
@@ -509,6 +589,9 @@ class _Worker:
         - ZeRO-3 with a plan's buckets (prefetch 0.9 hidden^2, persistence 10 hidden): its extra time over the
           second (the same flushes), less the extra communication, per parameter-owning module and pass (forward,
           backward), is `zero3_module_overhead_s` (the fetch and release hooks and the coordinator's bookkeeping).
+        On a CPU whose kernel figures put the reference's ZeRO-2 step beyond STEP_BUDGET_S, it trains fewer
+        tokens a step (4, 2, 1 sequences of 128 tokens, then one of 64), and the rounds stop after ENGINE_TIMED_S of
+        timed steps (three at least), so that the probe stays near a minute where bf16 is emulated.
         None with --quick, on one CPU rank (the quick probes the tests run), or without DeepSpeed or transformers.
         A GPU machine with one GPU measures them too: a one-rank engine still runs ZeRO's hooks and copies."""
         if self.quick or (self.ranks == 1 and not self.gpu):
@@ -535,7 +618,16 @@ class _Worker:
             micro_batch = 4 if memory >= 60e9 else (2 if memory >= 30e9 else 1)
         config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": self.ffn(hidden),
                   "num_hidden_layers": layers, "num_attention_heads": hidden // 64,
-                  "num_key_value_heads": hidden // 128, "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": seq}
+                  "num_key_value_heads": hidden // 128, "vocab_size": vocab, "tie_word_embeddings": False,
+                  "max_position_embeddings": seq}
+        parameters = count_parameters(config)[0]
+        if not self.gpu:  # a slow CPU (emulated bf16) trains fewer tokens a step: fewer sequences, then shorter ones
+
+            def kernels(mb: int, s: int) -> float:
+                return step_time(config, partial, parameters=parameters, seq_len=s, micro_batch=mb,
+                                 gpus_per_node=self.ranks, zero_stage=2).compute_s
+            micro_batch = halve_to_fit(micro_batch, 1, lambda mb: kernels(mb, seq))
+            seq = halve_to_fit(seq, 64, lambda s: kernels(micro_batch, s))
         # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: the engines then run the
         # torch AdamW that the optimizer figure measured, so the model's "rest" prices the optimizer that ran
         torch_adam = self.gpu or not self._op_built("FusedAdamBuilder")[0]
@@ -556,19 +648,24 @@ class _Worker:
             # once; after that, the first step after a switch of engines ran no slower than the second on this CPU
             # (0.35-0.50 s against 0.36-0.56 s for ZeRO-2, 10 rounds), so the rounds time every step they run:
             # 20 timed steps an engine, as before, in 17 s less (one probe, 70 -> 53 s here)
+            # The rounds stop after ENGINE_TIMED_S of timed steps (at least ENGINE_ROUNDS[0], at most [1]): ten on
+            # a machine where a step takes a fraction of a second, three where it takes seconds. Every rank adds
+            # the mean over the ranks, so all of them stop after the same round (the steps hold collectives).
             times: dict[str, list[float]] = {name: [] for name in engines}
             for name, step in steps.items():
                 functional.linear = linear[name]
                 self.fixed(step, 1, warm_up=False)
-            for _ in range(10):
+            rounds, spent = 0, 0.0
+            while more_rounds(rounds, spent):
                 for name, step in steps.items():
                     functional.linear = linear[name]
                     times[name].append(self.fixed(step, 2, warm_up=False))
+                spent += self.mean(sum(2.0 * t[-1] for t in times.values()))
+                rounds += 1
         finally:
             functional.linear = plain
         measured = {name: self.mean(statistics.median(t)) for name, t in times.items()}
         del steps
-        parameters = count_parameters(config)[0]
         default = {"overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}
 
         def predict(stage: int, buffers: BufferSettings | None) -> Any:
@@ -584,7 +681,9 @@ class _Worker:
         # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
         rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
         engine = {name: measured[name] - rest[name] for name in engines}  # compute and the engine's own costs
-        compute = predicted["zero2"].compute_s
+        # the reference's kernels: its weight matmuls as their own shapes run here, the rest as the figures give it
+        timed = self.linears(model_flops(config), seq * micro_batch)
+        compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
         measured_scale = engine["zero2"] / compute
         scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
         extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
@@ -595,9 +694,11 @@ class _Worker:
                 "zero3_module_overhead_s": hooks,
                 "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
                 "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
+                "curve_compute_s": predicted["zero2"].compute_s, "linears": timed,
                 "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
                 "predicted_zero3_rest_s": rest["zero3_plan"], "extra_flushes": extra_flushes,
-                "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
+                "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch,
+                "rounds": rounds}
 
     def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int,
                        torch_adam: bool, buffers: BufferSettings | None) -> Callable[[], None]:
@@ -704,11 +805,11 @@ class _Worker:
         self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op "
                  f"({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
-        block = self.reference_block(out["matmul"], out["attention"], out["op_overhead_s"])
+        block = self.reference_block(out["matmul"], out["attention"], out["elementwise"], out["op_overhead_s"])
         out["elementwise_product"] = out["elementwise"]
         if block:
-            out["elementwise"] = block
-        self.say("      " + (", ".join(f"{s / 1e6:.2f} MB activations: {b / 1e9:.2f} GB/s" for s, b in block)
+            out["elementwise"], out["reference_block_shapes"] = block["curve"], block["shapes"]
+        self.say("      " + (", ".join(f"{s / 1e6:.2f} MB activations: {b / 1e9:.2f} GB/s" for s, b in block["curve"])
                              if block else "transformers is not installed: the plain product's rate stands in")
                  + f" ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("host <-> device copies, pinned and pageable")
