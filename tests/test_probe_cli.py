@@ -193,3 +193,19 @@ def test_profiles_before_the_measured_scale_read_as_probed():
 
     perf = _machine_from_measurements(_measurements({"compute_scale": 0.25}))
     assert perf.compute_scale == 0.25 and perf.sources["compute_scale"] == "probe"
+
+
+def test_the_table_says_how_the_reference_workloads_ran():
+    from zerokit.commands.probe import render_table
+    from zerokit.perf.probe import _machine_from_measurements
+
+    raw = _measurements({"compute_scale": 0.96, "rounds": 4, "micro_batch": 1, "seq_len": 64})
+    raw["reference_block_shapes"] = [[128, 512], [320, 256]]
+    lines = render_table(_machine_from_measurements(raw), raw).splitlines()
+    assert any(line.split() == ["from", "llama", "blocks,", "width", "x", "tokens", "128", "x", "512,", "320", "x",
+                                "256"] for line in lines)
+    assert any(line.split()[:3] == ["from", "reference", "training"] and line.endswith(
+        "4 alternated rounds, 1 x 64 tokens a step") for line in lines)
+    # a profile from before the probe recorded them: no such rows
+    old = _measurements({"compute_scale": 0.96})
+    assert "from reference training" not in render_table(_machine_from_measurements(old), old)

@@ -36,6 +36,9 @@ def render_table(perf, raw: dict) -> str:
         rows.append((f"attention {dtype} GFLOP/s by size", pts, perf.sources.get("attention", "probe")))
     rows.append(("elementwise by activation size", ", ".join(f"{format_bytes(s)}: {rate(b)}" for s, b in
                                                              perf.elementwise), perf.sources.get("elementwise", "")))
+    if raw.get("reference_block_shapes"):  # what fitted the step budget (zerokit.perf.probe.STEP_BUDGET_S)
+        rows.append(("  from llama blocks, width x tokens", ", ".join(f"{h} x {t}" for h, t in
+                                                                     raw["reference_block_shapes"]), "probe"))
     rows += [
         ("kernel launch", f"{perf.op_overhead_s * 1e6:.1f} us", "probe"),
         ("host->device pinned / pageable", f"{rate(perf.h2d_pinned)} / {rate(perf.h2d_pageable)}", "probe"),
@@ -52,6 +55,7 @@ def render_table(perf, raw: dict) -> str:
          perf.sources.get("zero3_module_overhead_s", "")),
         ("compute in a DeepSpeed step", f"x {perf.compute_scale:.2f} the kernel figures' time",
          perf.sources.get("compute_scale", "")),
+        *_reference_steps(raw.get("engine_step")),
         ("NVMe read / write", f"{rate(perf.nvme_read)} / {rate(perf.nvme_write)}", perf.sources.get("nvme", "")),
         ("inter-node network", rate(perf.inter_node_bandwidth), perf.sources.get("inter_node_bandwidth", "")),
     ]
@@ -64,6 +68,14 @@ def render_table(perf, raw: dict) -> str:
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
+
+
+def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:
+    """The table's row saying how the reference engines ran (a slow machine runs fewer tokens and rounds)."""
+    if not ref or "rounds" not in ref:
+        return []
+    steps = f"{ref['rounds']} alternated rounds, {ref['micro_batch']} x {ref['seq_len']} tokens a step"
+    return [("  from reference training steps", steps, "probe")]
 
 
 def thread_note(raw: dict) -> str | None:

@@ -840,7 +840,8 @@ class _Worker:
         self.say(f"      ZeRO-2 {ref['step_s']:.3f} s/step: compute x {ref['compute_scale']:.2f} of the kernel "
                  f"figures; at a plan's buckets {ref['plan_buckets_step_s']:.3f} s/step: "
                  f"{ref['bucket_flush_s'] * 1e6:.0f} us per bucket flush; ZeRO-3 {ref['zero3_step_s']:.3f} s/step: "
-                 f"{ref['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass ({time.perf_counter() - t0:.1f} s)"
+                 f"{ref['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass; {ref['rounds']} rounds at "
+                 f"{ref['micro_batch']} x {ref['seq_len']} tokens ({time.perf_counter() - t0:.1f} s)"
                  if ref else f"      not measured ({why}): x 1.00 and 100 us assumed")
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
