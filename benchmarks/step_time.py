@@ -7,7 +7,8 @@
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
 steady-state steps (warm-up steps excluded). A case's figure is the median over the rounds, the profile's figures
-the medians over the probes. Run it on a quiet machine: it records the load average around every run. tests/test_perf_golden.py checks the model against the committed data.
+the medians over the probes. Run it on a quiet machine: it records the load average around every run.
+tests/test_perf_golden.py checks the model against the committed data.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from zerokit.perf.probe import linear_correction
 
 DATA = ROOT / "tests" / "data" / "step_time"
 """The golden measurement `tests/test_perf_golden.py` holds the model to; `--data DIR` reads or writes another
-(tests/data/step_time/2026-11-23-1220 keeps a later one, worst 29.5%: see the README)."""
+(tests/data/step_time/2026-11-23-1220 keeps a later one on the same Intel Xeon, worst 29.5%, and
+tests/data/step_time/2026-11-25-amd one on an AMD EPYC that emulates bf16, which the golden test holds too: see the
+README)."""
 PROFILE = DATA / "profile.json"
 MEASURED = DATA / "measured.json"
 
@@ -128,6 +131,16 @@ def probe() -> dict:
     return profile_to_json(perf, raw)
 
 
+def median_curve(curves: list[list]) -> list[list[float]]:
+    """Point by point the median of curves whose points may differ: a slow machine's probe leaves out a llama block
+    width that does not fit its budget in one round and runs it in another (`halve_to_fit`)."""
+    at: dict[float, list[float]] = {}
+    for curve in curves:
+        for x, y in curve:
+            at.setdefault(x, []).append(y)
+    return [[x, statistics.median(ys)] for x, ys in sorted(at.items())]
+
+
 def median_profile(profiles: list[dict]) -> dict:
     """Figure by figure (curve point by curve point) the median over the probes, so one probe taken while the
     machine was busy does not set the model's speeds (compute_scale re-derived against the median figures, see
@@ -135,12 +148,13 @@ def median_profile(profiles: list[dict]) -> dict:
     out = json.loads(json.dumps(profiles[0]))
     for key, value in profiles[0].items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "zerokit_profile":
-            out[key] = statistics.median(p[key] for p in profiles)
+            # a count (ranks_measured) stays a whole number with an even number of rounds
+            pick = statistics.median_low if isinstance(value, int) else statistics.median
+            out[key] = pick(p[key] for p in profiles if p.get(key) is not None)
         elif key in ("matmul", "matmul_forward", "attention"):
-            out[key] = {d: [[pt[0], statistics.median(p[key][d][i][1] for p in profiles)]
-                            for i, pt in enumerate(curve)] for d, curve in value.items()}
+            out[key] = {d: median_curve([p[key][d] for p in profiles if d in p.get(key, {})]) for d in value}
         elif key == "elementwise":
-            out[key] = [[pt[0], statistics.median(p[key][i][1] for p in profiles)] for i, pt in enumerate(value)]
+            out[key] = median_curve([p[key] for p in profiles if key in p])
     rounds = [p.get("measurements") or {} for p in profiles]
     # what `zerokit plan --hardware` reads for the device memory when no --gpu/--gpu-memory is given
     out["measurements"] = {"device_memory_bytes": rounds[0].get("device_memory_bytes"), "rounds": rounds}
@@ -169,7 +183,8 @@ def _rescale(out: dict, rounds: list[dict]) -> None:
 
 def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:
     """Round-robin: each round probes, then times every case once, so a busy spell of the shared machine falls on
-    all cases alike rather than on one."""
+    all cases alike rather than on one. The files are rewritten after every round, so an interrupted measurement
+    keeps the rounds it finished."""
     runs: dict[str, list[dict]] = {name: [] for name in cases}
     profiles = []
     for r in range(repeats):
@@ -179,18 +194,28 @@ def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:
             runs[name].append(run)
             print(f"round {r + 1}/{repeats} {name}: median {run['median_s']:.3f} s/step "
                   f"(load {run['load_before']:.1f} -> {run['load_after']:.1f})", flush=True)
+        write_measurement(profiles, runs, warmup, steps)
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def write_measurement(profiles: list[dict], runs: dict[str, list[dict]], warmup: int, steps: int) -> None:
     DATA.mkdir(parents=True, exist_ok=True)
-    PROFILE.write_text(json.dumps(median_profile(profiles), indent=1) + "\n")
+    _write_json(PROFILE, median_profile(profiles))
     old = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     results = dict(old.get("cases", {}))
-    for name in cases:
+    for name, case_runs in runs.items():
         results[name] = {"setup": CASES[name], "ds_config": ds_config(CASES[name]),
-                         "median_s": statistics.median(r["median_s"] for r in runs[name]), "runs": runs[name]}
-    MEASURED.write_text(json.dumps({
+                         "median_s": statistics.median(r["median_s"] for r in case_runs), "runs": case_runs}
+    _write_json(MEASURED, {
         "command": "python benchmarks/step_time.py --measure",
         "date": time.strftime("%Y-%m-%d %H:%M"), "model": MODEL, "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH,
-        "ranks": RANKS, "environment": THREADS, "warmup_steps": warmup, "timed_steps": steps, "repeats": repeats,
-        "cpu_count": os.cpu_count(), "cases": results}, indent=1) + "\n")
+        "ranks": RANKS, "environment": THREADS, "warmup_steps": warmup, "timed_steps": steps,
+        "repeats": len(profiles), "cpu_count": os.cpu_count(), "cases": results})
 
 
 def report() -> int:
@@ -363,7 +388,7 @@ def main() -> int:
         DATA = Path(args.data).absolute()
         PROFILE, MEASURED = DATA / "profile.json", DATA / "measured.json"
     if args.probe_only:
-        PROFILE.write_text(json.dumps(probe(), indent=1) + "\n")
+        _write_json(PROFILE, probe())
     if args.speed:
         speed()
         return 0
