@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zerokit.fileio import write_atomic
 from zerokit.launch.runner import free_port, remove_shm_buffers
 
 DATA = ROOT / "tests" / "data" / "gpu"
@@ -120,10 +121,7 @@ def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: di
 
 
 def _write(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(str(path), json.dumps(data, indent=1) + "\n", "GPU run data", force=True, make_parents=True)
 
 
 def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Path, reuse_profile: bool,

@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from zerokit.fileio import write_atomic
 from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.memory.buffers import buffer_ladder, zero_buffer_keys
 from zerokit.models.params import count_parameters
@@ -198,13 +199,10 @@ def measure(repeats: int, warmup: int, steps: int, cases: list[str]) -> None:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(str(path), json.dumps(value, indent=1) + "\n", "step-time data", force=True, make_parents=True)
 
 
 def write_measurement(profiles: list[dict], runs: dict[str, list[dict]], warmup: int, steps: int) -> None:
-    DATA.mkdir(parents=True, exist_ok=True)
     _write_json(PROFILE, median_profile(profiles))
     old = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
     results = dict(old.get("cases", {}))
