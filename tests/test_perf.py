@@ -445,6 +445,23 @@ def test_compute_scale_stretches_forward_backward_and_recomputation_only():
         assert scaled.flops_per_step == base.flops_per_step  # the work is the same; only its time grows
 
 
+def test_mfu_stays_under_one_when_the_step_outruns_the_kernel_figures():
+    """compute_scale < 1 (a probe whose reference step ran faster than its square-product curve says: the AMD
+    profile committed with the step-time data, x0.97) would put a matmul-bound step above the curve's best rate:
+    MFU is then held to the rate the step showed, 1 / compute_scale of the curve's best."""
+    fast = replace(FLAT, compute_scale=0.5)
+    t = step_time(TINY_LLAMA, fast, parameters=P, seq_len=32, micro_batch=2)
+    assert t.compute_s == pytest.approx(0.5 * 3 * FWD / 1e12)
+    assert t.mfu == pytest.approx(3 * FWD / (t.step_time_s * 2e12))
+    slow = step_time(TINY_LLAMA, replace(FLAT, compute_scale=1.5), parameters=P, seq_len=32, micro_batch=2)
+    assert slow.mfu == pytest.approx(3 * FWD / (slow.step_time_s * 1e12))  # above 1 the curve's best stands
+    amd = load_profile(str(Path(__file__).parent / "data" / "step_time" / "2026-11-25-amd" / "profile.json"))
+    big = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
+    t = step_time(big, amd, parameters=count_parameters(big)[0], seq_len=2048, micro_batch=1)
+    assert amd.compute_scale < 1 and 0.9 < t.mfu <= 1.0
+
+
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
     """The profile takes compute_scale, the bucket-flush cost and ZeRO-3's per-module cost from the probe's reference
     training steps when they ran, else 1.0, 100 us and 100 us, and says which; a profile from before them keeps the

@@ -47,7 +47,8 @@ class StepTime:
     tokens_per_s: float
     """Tokens of the whole job (every rank) per second."""
     mfu: float
-    """Model FLOPs utilisation: forward + backward matmul FLOPs (no recomputation) / (step time x dense peak)."""
+    """Model FLOPs utilisation: forward + backward matmul FLOPs (no recomputation) / (step time x dense peak); the
+    peak is the kernel figures' best, over compute_scale where that is below 1 (the step outran the figures)."""
     compute_s: float
     """Forward, backward and recomputation of every micro-batch: matmuls, elementwise kernels, launches."""
     communication_s: float
@@ -334,5 +335,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world
     flops_step = ga * flops_micro
-    return StepTime(step, tokens_step / step, flops_step / (step * peak), compute, communication, exposed, offload,
-                    optimizer, overhead, tokens_step, flops_step)
+    # MFU's peak is the best rate the machine showed: a profile whose DeepSpeed step ran faster than its kernel
+    # figures (compute_scale < 1: a CPU where the model's own matmul shapes beat the square products the curve
+    # measured) reached 1 / compute_scale of the curve's best, and a utilisation over 100% would say nothing
+    mfu = flops_step / (step * peak) * min(1.0, perf.compute_scale)
+    return StepTime(step, tokens_step / step, mfu, compute, communication, exposed, offload, optimizer, overhead,
+                    tokens_step, flops_step)
