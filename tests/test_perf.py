@@ -389,19 +389,50 @@ def test_overlap_hides_what_compute_covers():
     assert off.exposed_communication_s == pytest.approx(off.communication_s)
 
 
+def test_a_profile_from_before_the_host_casts_were_measured_loads_with_their_defaults():
+    """The first H200 profile (2026-11-26) has neither figure: 2.5 x CPU-Adam's rate for the cast, and the cast then
+    the pageable copy for ZeRO-3's return; the sources say so."""
+    perf = load_profile(str(Path(__file__).parent / "data" / "gpu" / "2026-11-26-h200" / "profile.json"))
+    assert perf.host_cast_params_per_s == 0 and perf.h2d_cast_params_per_s == 0
+    assert perf.host_cast_rate == pytest.approx(2.5 * perf.cpu_adam_params_per_s)
+    assert perf.h2d_cast_rate(1, 2) == pytest.approx(1 / (1 / perf.host_cast_rate + 2 / perf.h2d_pageable))
+    assert perf.sources["host_cast_params_per_s"].startswith("default: 2.5 x the CPU-Adam rate")
+    assert perf.sources["h2d_cast_params_per_s"].startswith("default")
+
+
 def test_offload_by_hand():
-    z2 = _t(gpus_per_node=2, zero_stage=2, offload_optimizer="cpu", grad_accum=2)
+    """DeepSpeed 0.19's offload path, priced on FLAT: gradients go down as fp32 (cast on the device first), the
+    updated fp32 partition is cast to bf16 on the host (both ranks share the node's rate: 2.5 x CPU-Adam's 1e8
+    where the probe did not measure it) and goes back."""
     shard = P / 2
-    # gradients down in every backward (2 bytes at 0.5 GB/s), the updated bf16 partition up once (1 GB/s)
-    assert z2.offload_s == pytest.approx(2 * shard * 2 / 5e8 + shard * 2 / 1e9)
+    cast = shard * 2 / 2.5e8
+    z2 = _t(gpus_per_node=2, zero_stage=2, offload_optimizer="cpu", grad_accum=2)
+    # fp32 gradients down in every backward (4 bytes at 0.5 GB/s), the bf16 buffer up once (1 GB/s, pinned)
+    assert z2.offload_s == pytest.approx(2 * shard * 4 / 5e8 + cast + shard * 2 / 1e9)
     assert z2.optimizer_s == pytest.approx(shard * 2 / 1e8)  # both ranks share the node's CPU-Adam rate
+    measured = step_time(TINY_LLAMA, replace(FLAT, host_cast_params_per_s=1e9), parameters=P, seq_len=32,
+                         micro_batch=2, grad_accum=2, gpus_per_node=2, zero_stage=2, offload_optimizer="cpu")
+    assert measured.offload_s == pytest.approx(2 * shard * 4 / 5e8 + shard * 2 / 1e9 + shard * 2 / 1e9)
     z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0)
-    assert z3.offload_s == pytest.approx(shard * 2 / 5e8 + 2 * shard * 2 / 1e9)  # params up in forward and backward
+    # the bf16 partition stays on the host: the cast alone; params up in forward and backward
+    assert z3.offload_s == pytest.approx(shard * 4 / 5e8 + cast + 2 * shard * 2 / 1e9)
     pageable = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
                   persistence_threshold=0)
-    assert pageable.offload_s == pytest.approx(shard * 2 / 2.5e8 + 2 * shard * 2 / 2.5e8)
+    assert pageable.offload_s == pytest.approx(shard * 4 / 2.5e8 + cast + 2 * shard * 2 / 2.5e8)
+    # ZeRO-3 without parameter offload: one blocking copy_ into the device's partition, cast on the host into a
+    # pageable temporary (pageable rate although pin_memory is on); measured, it is one figure
+    z3_opt = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu")
+    assert z3_opt.offload_s == pytest.approx(shard * 4 / 5e8 + cast + shard * 2 / 2.5e8)
+    probed = step_time(TINY_LLAMA, replace(FLAT, h2d_cast_params_per_s=1e8), parameters=P, seq_len=32,
+                       micro_batch=2, gpus_per_node=2, zero_stage=3, offload_optimizer="cpu")
+    assert probed.offload_s == pytest.approx(shard * 4 / 5e8 + shard / 1e8)
+    # on DeepSpeed's CPU accelerator the device partition is host memory: that copy_ is the cast
+    cpu = step_time(TINY_LLAMA, replace(FLAT, device="cpu"), parameters=P, seq_len=32, micro_batch=2,
+                    gpus_per_node=2, zero_stage=3, offload_optimizer="cpu")
+    assert cpu.offload_s == pytest.approx(shard * 4 / 5e8 + cast)
     nvme = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="nvme")
-    assert nvme.offload_s == pytest.approx(shard * 2 / 5e8 + shard * 2 / 1e9 + shard * 12 * 2 * (1 / 2e9 + 1 / 1e9))
+    assert nvme.offload_s == pytest.approx(shard * 4 / 5e8 + cast + shard * 2 / 2.5e8
+                                           + shard * 12 * 2 * (1 / 2e9 + 1 / 1e9))
 
 
 def test_lora_trains_few_parameters_but_gathers_all():

@@ -87,6 +87,9 @@ def test_full_probe(tmp_path, capsys, monkeypatch):
     # one elementwise point per llama-block width that fit the step budget: all three where bf16 runs in hardware,
     # one or two where it is emulated (the first always runs)
     assert 1 <= len(perf.elementwise) <= 3 and perf.cpu_adam_params_per_s > 0 and perf.device_adam_params_per_s > 0
+    # the host's fp32 -> bf16 cast that optimizer offload runs after CPU-Adam; the ZeRO-3 copy is a GPU's alone
+    assert perf.host_cast_params_per_s > 0 and perf.sources["host_cast_params_per_s"] == "probe"
+    assert perf.h2d_cast_params_per_s == 0 and perf.sources["h2d_cast_params_per_s"].startswith("default")
     # the reference ZeRO-2 training step ran and set the compute scale
     assert perf.sources["compute_scale"].startswith("probe") and 0.25 <= perf.compute_scale <= 8.0
     measurements = json.loads(out.read_text())["measurements"]

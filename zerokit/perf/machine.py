@@ -29,6 +29,7 @@ COMPUTE_SCALE_BOUNDS = (0.25, 8.0)
 figures, not the engine, are what is off."""
 MAX_PROFILE_BYTES = 1 << 20  # a probe profile is a few KB; anything near a MiB is not one
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
+HOST_CAST_PER_ADAM = 2.5  # host fp32 -> bf16 casts per CPU-Adam parameter step, where the probe did not measure it
 
 # Matmul efficiency of a GPU at a size, as a fraction of the dense peak, by the cube root of m*n*k of the product.
 # The shape of NVIDIA's "Matrix Multiplication Background" guide (docs.nvidia.com/deeplearning/performance/
@@ -46,6 +47,9 @@ DEFAULT_NOTES = {
     "cpu_adam_params_per_s": "DeepSpeed CPU-Adam: ~1e9 parameters/s for a node's cores (ZeRO-Offload, Ren et al. "
                              "2021, arXiv:2101.06840, Table 2: 1B-parameter Adam step in ~1 s on one socket "
                              "with AVX512, 6.4x PyTorch's); per rank = node / ranks",
+    "host_cast_params_per_s": "2.5 x the CPU-Adam rate: the host casts fp32 to bf16 2.7x as fast as it steps "
+                              "CPU-Adam (an H200's host: 11.6G against 4.3G parameters/s, 873M parameters)",
+    "h2d_cast_params_per_s": "the host cast, then the pageable copy",
     "nvme": "one datacenter PCIe Gen4 NVMe SSD: ~6.5 GB/s read, ~3.5 GB/s write sequential; measure with "
             "`zerokit probe --nvme-path`",
     "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
@@ -100,6 +104,15 @@ class MachinePerf:
     """DeepSpeed CPU-Adam parameters/s of the whole node (all local ranks stepping at once); per rank = / ranks."""
     device_adam_params_per_s: float = 0.0
     """Optimizer-step parameters/s of one rank when the optimizer stays on the device."""
+    host_cast_params_per_s: float = 0.0
+    """fp32 -> bf16 casts per second on the host, all local ranks at once (node total): optimizer offload casts the
+    updated fp32 partition before it goes back. 0 = not measured: `host_cast_rate` takes 2.5 x the CPU-Adam rate."""
+    h2d_cast_params_per_s: float = 0.0
+    """Parameters per second of one rank (all ranks at once) through `device_bf16.copy_(host_fp32)`, blocking: how
+    ZeRO-3 returns an optimizer-offloaded partition (without parameter offload). Torch casts on the host into a
+    fresh pageable temporary, then copies it (an H200's host: 873M parameters in 0.50 s, where the cast took 0.075 s
+    and a pageable copy from memory already touched 0.27 s). 0 = not measured: the host cast, then the pageable
+    copy (`h2d_cast_rate`)."""
     nvme_read: float = 0.0
     """NVMe read bandwidth of the node (shared by its ranks)."""
     nvme_write: float = 0.0
@@ -119,6 +132,18 @@ class MachinePerf:
     """Local ranks that ran at once while a probe measured these figures (None for presets)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Figure -> where it came from: preset:<gpu>, default, option:--<flag>, probe."""
+
+    @property
+    def host_cast_rate(self) -> float:
+        """`host_cast_params_per_s`, or where it was not measured 2.5 x the CPU-Adam rate (DEFAULT_NOTES)."""
+        return self.host_cast_params_per_s or HOST_CAST_PER_ADAM * self.cpu_adam_params_per_s
+
+    def h2d_cast_rate(self, ranks: int, nbytes: int) -> float:
+        """`h2d_cast_params_per_s`, or where it was not measured the host cast (shared by `ranks` local ranks)
+        followed by the pageable copy of `nbytes` per parameter."""
+        if self.h2d_cast_params_per_s:
+            return self.h2d_cast_params_per_s
+        return 1.0 / (ranks / self.host_cast_rate + nbytes / self.h2d_pageable)
 
     def peak_flops(self, dtype: str) -> float:
         """The highest matmul FLOP/s measured or published for `dtype` (MFU's denominator)."""
@@ -237,6 +262,7 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
     sources = {"matmul": src, "elementwise": src, "intra_node_bandwidth": src,
                "inter_node_bandwidth": src, "pcie": src, "collective_efficiency": "default",
                "collective_latency_s": "default", "cpu_adam_params_per_s": "default", "nvme": "default",
+               "host_cast_params_per_s": "default", "h2d_cast_params_per_s": "default",
                "op_overhead_s": "default", "zero3_module_overhead_s": "default", "bucket_flush_s": "default",
                "device_adam_params_per_s": src,
                "compute_scale": "default"}
@@ -302,7 +328,8 @@ def build_machine(gpu: str | None = None, hardware_profile: str | None = None, *
 
 _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth",
                   "collective_efficiency", "collective_latency_s", "h2d_pinned", "d2h_pinned", "h2d_pageable",
-                  "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "nvme_read", "nvme_write",
+                  "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "host_cast_params_per_s",
+                  "h2d_cast_params_per_s", "nvme_read", "nvme_write",
                   "zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s", "compute_scale")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")
@@ -400,6 +427,9 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
         raise BadInput(f"{where}: sources must map figure names to strings")
     values["sources"] = {**{k: "probe" for k in _NUMBER_FIELDS if k in values}, "matmul": "probe", **sources}
+    for key in ("host_cast_params_per_s", "h2d_cast_params_per_s"):
+        if key not in values:  # a profile from before the probe measured it
+            values["sources"][key] = "default: " + DEFAULT_NOTES[key]
     return MachinePerf(**values)
 
 

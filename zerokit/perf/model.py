@@ -12,8 +12,12 @@ zero/stage_1_and_2.py, zero/stage3.py):
   module in the forward and again in the backward (frozen ones too), prefetching the next while one computes.
 - Ring collectives move (W-1)/W of the data per rank for a reduce-scatter or an all-gather, twice that for an
   all-reduce; a multi-node ring runs at the slower of the NVLink share and the node's network share per GPU.
-- Optimizer offload copies each micro-batch's reduced gradient partition to the host (ZeRO-2/3; ZeRO-1 once per
-  step), runs CPU-Adam on it, and copies the updated half-precision partition back. Parameter offload (ZeRO-3)
+- Optimizer offload copies each micro-batch's reduced gradient partition to the host in fp32 (cast on the device
+  first: `async_inplace_copy_grad_to_fp32_buffer_from_gpu`, stage3 `_offload_grad_partition_at_boundary`; ZeRO-1
+  once per step), runs CPU-Adam on it, casts the updated fp32 partition to half precision on the host and copies it
+  back: ZeRO-1/2 through a (pinned with `pin_memory`) bit16 buffer; ZeRO-3 with one blocking `copy_`, which torch
+  casts on the host into a pageable temporary, so that copy runs at the pageable rate whatever `pin_memory` says
+  (with parameter offload the half-precision partition stays on the host: the cast alone). Parameter offload (ZeRO-3)
   copies the rank's partition to the device in every forward and backward. NVMe offload adds reading and writing
   the optimizer states (12 bytes per parameter) or the parameters from the drive.
 - Only the trainable parameters have gradients, optimizer states and gradient reduces (LoRA); frozen ones still cost
@@ -33,6 +37,7 @@ from zerokit.perf.flops import ModelFlops, model_flops
 from zerokit.perf.machine import MachinePerf
 
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+MASTER_BYTES = 4  # fp32 master weights and gradients: what optimizer offload copies each gradient to the host as
 OPTIMIZER_STATE_BYTES = 12  # fp32 master weights, Adam m and v, per parameter (what NVMe offload swaps)
 _LOSS_PASSES = 6  # logits upcast, log-softmax, loss and their gradients: fp32 passes over b x s x vocab
 _OPTIMIZER_PASSES = 6  # per trainable parameter of the shard: gradient to fp32, norm, clip, fp32 -> half copy
@@ -299,13 +304,20 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         h2d = perf.h2d_pinned if pin_memory else perf.h2d_pageable
         d2h = perf.d2h_pinned if pin_memory else perf.d2h_pageable
         if offload_optimizer != "none":
-            grads = shard_t * nbytes / d2h
+            grads = shard_t * MASTER_BYTES / d2h
             if zero_stage == 1:
                 boundary_off += grads
             else:
                 micro_off += grads
-            if offload_param == "none":
-                boundary_off += shard_t * nbytes / h2d  # the updated half-precision partition goes back
+            if zero_stage == 3 and offload_param == "none" and perf.device == "gpu":
+                # one blocking copy_ into the device's partition: torch's host cast into a fresh pageable temporary,
+                # then the pageable copy
+                boundary_off += shard_t / perf.h2d_cast_rate(gpn, nbytes)
+            else:
+                # the updated fp32 partition cast to half precision on the host, every local rank at once
+                boundary_off += shard_t * gpn / perf.host_cast_rate
+                if offload_param == "none" and zero_stage < 3:
+                    boundary_off += shard_t * nbytes / h2d  # the bit16 buffer goes back
             if offload_optimizer == "nvme":
                 boundary_off += shard_t * OPTIMIZER_STATE_BYTES * gpn * (1.0 / perf.nvme_read + 1.0 / perf.nvme_write)
         if offload_param != "none":
