@@ -23,7 +23,9 @@ def render_table(perf, raw: dict) -> str:
     def rate(x: float) -> str:
         return f"{x / 1e9:.2f} GB/s"
 
-    lines = [f"zerokit probe: {perf.name} ({raw.get('ranks')} ranks at once, torch {raw.get('torch')})", ""]
+    ranks = raw.get("ranks")
+    at_once = "one rank" if ranks == 1 else f"{ranks} ranks at once"
+    lines = [f"zerokit probe: {perf.name} ({at_once}, torch {raw.get('torch')})", ""]
     rows = [("device memory", format_bytes(raw.get("device_memory_bytes", 0)), "probe")]
     for dtype, curve in perf.matmul.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
@@ -43,11 +45,18 @@ def render_table(perf, raw: dict) -> str:
         ("kernel launch", f"{perf.op_overhead_s * 1e6:.1f} us", "probe"),
         ("host->device pinned / pageable", f"{rate(perf.h2d_pinned)} / {rate(perf.h2d_pageable)}", "probe"),
         ("device->host pinned / pageable", f"{rate(perf.d2h_pinned)} / {rate(perf.d2h_pageable)}", "probe"),
+    ]
+    if perf.device == "gpu":  # ZeRO-3's return of an optimizer-offloaded partition (on a CPU it is the host cast)
+        rows.append(("fp32 host -> bf16 device, blocking", f"{perf.h2d_cast_rate(1, 2) / 1e6:.0f} M params/s per rank",
+                     perf.sources.get("h2d_cast_params_per_s", "")))
+    rows += [
         ("collective bus bandwidth", rate(perf.intra_node_bandwidth),
          f"probe ({(raw.get('collectives') or {}).get('backend', 'one rank: not measured')})"),
         ("collective latency", f"{perf.collective_latency_s * 1e6:.0f} us", "probe"),
         ("CPU Adam, whole node", f"{perf.cpu_adam_params_per_s / 1e6:.0f} M params/s",
          perf.sources.get("cpu_adam_params_per_s", "")),
+        ("host fp32->bf16 cast, whole node", f"{perf.host_cast_rate / 1e6:.0f} M params/s",
+         perf.sources.get("host_cast_params_per_s", "")),
         ("optimizer step on the device", f"{perf.device_adam_params_per_s / 1e6:.0f} M params/s per rank",
          perf.sources.get("device_adam_params_per_s", "")),
         ("gradient-bucket flush", f"{perf.bucket_flush_s * 1e6:.0f} us", perf.sources.get("bucket_flush_s", "")),
