@@ -156,6 +156,13 @@ def test_profile_round_trip(tmp_path):
     ({"h2d_pinned": -1}, "h2d_pinned must be a finite number >= 0"),
     ({"h2d_pinned": "1GB/s"}, "h2d_pinned must be a finite number"),
     ({"h2d_pinned": 0}, "h2d_pinned must be > 0"),
+    # rates the time model divides by (a hand-edited 0 was an internal error, exit 70, before)
+    ({"h2d_pageable": 0}, "h2d_pageable must be > 0"),
+    ({"d2h_pageable": 0}, "d2h_pageable must be > 0"),
+    ({"intra_node_bandwidth": 0}, "intra_node_bandwidth must be > 0"),
+    ({"inter_node_bandwidth": 0}, "inter_node_bandwidth must be > 0"),
+    ({"nvme_read": 0}, "nvme_read must be > 0"),
+    ({"nvme_write": 0}, "nvme_write must be > 0"),
     ({"h2d_pinned": 1e30}, "outside"),
     ({"collective_efficiency": 3}, "collective_efficiency = 3 is outside 0.01..1"),
     ({"compute_scale": 0.1}, "compute_scale = 0.1 is outside 0.25..8"),
@@ -166,6 +173,18 @@ def test_profile_round_trip(tmp_path):
 def test_profile_refuses(tmp_path, changes, message):
     with pytest.raises(BadInput, match=message):
         load_profile(_profile(tmp_path, **changes))
+
+
+def test_a_profile_without_the_optional_rates_takes_what_the_probe_would_have_assumed(tmp_path):
+    """Missing, they were 0 and the time model divided by them (exit 70 for a multi-node or NVMe plan)."""
+    perf = load_profile(_profile(tmp_path, h2d_pageable=None, d2h_pageable=None, inter_node_bandwidth=None,
+                                 nvme_read=None, nvme_write=None))
+    assert perf.h2d_pageable == 0.5 * perf.h2d_pinned and perf.d2h_pageable == 0.5 * perf.d2h_pinned
+    assert (perf.inter_node_bandwidth, perf.nvme_read, perf.nvme_write) == (12.5e9, 6.5e9, 3.5e9)
+    assert perf.sources["nvme_read"].startswith("default: ") and perf.sources["h2d_pageable"].startswith("default: ")
+    t = step_time(TINY_LLAMA, perf, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=8, nodes=2,
+                  zero_stage=3, offload_optimizer="nvme", pin_memory=False)
+    assert 0 < t.step_time_s < 60
 
 
 def test_profile_file_errors(tmp_path):

@@ -411,7 +411,15 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         if not low <= value <= high:
             raise BadInput(f"{where}: {key} = {value!r} is outside {low:g}..{high:g}; re-run `zerokit probe`")
         values[key] = float(value)
-    for key in ("h2d_pinned", "d2h_pinned", "cpu_adam_params_per_s",
+    # The probe always writes these; a profile without one (written by hand, or cut) takes what the probe would
+    # have assumed, not 0, which the time model divides by.
+    absent = {"h2d_pageable": (0.5 * values["h2d_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
+              "d2h_pageable": (0.5 * values["d2h_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
+              "inter_node_bandwidth": (12.5e9, "100 Gb/s; give --inter-node-bandwidth for multi-node plans"),
+              "nvme_read": (6.5e9, DEFAULT_NOTES["nvme"]), "nvme_write": (3.5e9, DEFAULT_NOTES["nvme"])}
+    defaulted = {key: note for key, (value, note) in absent.items() if key not in values}
+    values.update({key: absent[key][0] for key in defaulted})
+    for key in ("h2d_pinned", "d2h_pinned", *absent, "intra_node_bandwidth", "cpu_adam_params_per_s",
                 "device_adam_params_per_s"):
         if values[key] <= 0:
             raise BadInput(f"{where}: {key} must be > 0; re-run `zerokit probe`")
@@ -430,6 +438,8 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     for key in ("host_cast_params_per_s", "h2d_cast_params_per_s"):
         if key not in values:  # a profile from before the probe measured it
             values["sources"][key] = "default: " + DEFAULT_NOTES[key]
+    for key, note in defaulted.items():
+        values["sources"][key] = "default: " + note
     return MachinePerf(**values)
 
 
