@@ -97,6 +97,8 @@ def test_parse_bandwidth(text, value):
     ("0GB/s", "must be a positive bandwidth"),
     ("-5GB/s", "is not a bandwidth"),
     ("1000TB/s", "above 100 TB/s"),
+    ("5e-324B/s", "below 1 kB/s"),  # a denormal rate made the time model divide by zero (exit 70)
+    ("100b/s", "below 1 kB/s"),
     ("25iB/s", "'i' needs a prefix"),
     (float("nan"), "must be a positive bandwidth"),
 ])
@@ -148,7 +150,9 @@ def test_profile_round_trip(tmp_path):
     ({"matmul": {}}, "matmul must map dtypes"),
     ({"matmul": {"int8": [[1, 1e12]]}}, "unknown dtype 'int8'"),
     ({"matmul": {"bf16": [[512, 1e12], [256, 1e12]]}}, "strictly ascending"),
-    ({"matmul": {"bf16": [[512, -1]]}}, r"point \[512, -1\] is not \[size > 0, rate > 0\]"),
+    ({"matmul": {"bf16": [[512, -1]]}}, r"point \[512, -1\] is not \[size > 0, rate 1000\.\.1e\+18\]"),
+    ({"matmul": {"bf16": [[512, 5e-324]]}}, r"is not \[size > 0, rate 1000"),
+    ({"elementwise": [[1, 1e-300]]}, r"elementwise: point \[1, 1e-300\] is not"),
     ({"matmul": {"bf16": [[512, True]]}}, "is not"),
     ({"matmul_forward": {"bf16": [[512, 1e12], [64, 1e12]]}}, "matmul_forward.bf16: sizes must be strictly"),
     ({"matmul_forward": {"int4": [[1, 1e12]]}}, "matmul_forward has unknown dtype 'int4'"),
@@ -163,6 +167,8 @@ def test_profile_round_trip(tmp_path):
     ({"inter_node_bandwidth": 0}, "inter_node_bandwidth must be > 0"),
     ({"nvme_read": 0}, "nvme_read must be > 0"),
     ({"nvme_write": 0}, "nvme_write must be > 0"),
+    ({"cpu_adam_params_per_s": 5e-324}, r"cpu_adam_params_per_s = 5e-324 is outside 1000\.\.1e\+14"),
+    ({"host_cast_params_per_s": 1e-300}, "host_cast_params_per_s = 1e-300 is outside"),
     ({"h2d_pinned": 1e30}, "outside"),
     ({"collective_efficiency": 3}, "collective_efficiency = 3 is outside 0.01..1"),
     ({"compute_scale": 0.1}, "compute_scale = 0.1 is outside 0.25..8"),

@@ -214,6 +214,7 @@ _BANDWIDTH = (r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<prefix>[kKMGT
 _PREFIX = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"": 1, "k": 2**10, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 MAX_BANDWIDTH = 100e12  # 100 TB/s: above any link or memory sold today
+MIN_RATE = 1e3  # 1 kB/s or 1,000 parameters/s: below any link, drive or CPU a profile describes
 
 
 def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
@@ -236,6 +237,9 @@ def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
         value = float(m["num"]) * scale / (8 if m["unit"] == "b" else 1)
     if not math.isfinite(value) or value <= 0:
         raise BadInput(f"{what} {text!r} must be a positive bandwidth, e.g. 300GB/s")
+    if value < MIN_RATE:
+        raise BadInput(f"{what} {text!r} is below 1 kB/s, slower than any link; check the unit "
+                       "(GB/s is bytes, Gbps bits)")
     if value > MAX_BANDWIDTH:
         raise BadInput(f"{what} {text!r} is above 100 TB/s, more than any link sold; check the unit "
                        "(GB/s is bytes, Gbps bits)")
@@ -407,8 +411,10 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         value = data[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise BadInput(f"{where}: {key} must be a finite number >= 0, got {value!r}")
-        low, high = _RANGES.get(key, (0.0, MAX_BANDWIDTH))
-        if not low <= value <= high:
+        # a rate (bytes or parameters per second) is 0 (not measured; refused below where the model needs it) or
+        # at least MIN_RATE: a denormal one made the time model divide by zero
+        low, high = _RANGES.get(key, (MIN_RATE, MAX_BANDWIDTH))
+        if not (low <= value <= high or (value == 0 and key not in _RANGES)):
             raise BadInput(f"{where}: {key} = {value!r} is outside {low:g}..{high:g}; re-run `zerokit probe`")
         values[key] = float(value)
     # The probe always writes these; a profile without one (written by hand, or cut) takes what the probe would
@@ -488,8 +494,8 @@ def _curve_from_json(curve: Any, what: str, high: float) -> tuple[tuple[float, f
     for point in curve:
         if (not isinstance(point, list) or len(point) != 2
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-                           for x in point) or point[1] > high):
-            raise BadInput(f"{what}: point {point!r} is not [size > 0, rate > 0] (rate at most {high:g})")
+                           for x in point) or not MIN_RATE <= point[1] <= high):
+            raise BadInput(f"{what}: point {point!r} is not [size > 0, rate {MIN_RATE:g}..{high:g}]")
         points.append((float(point[0]), float(point[1])))
     sizes = [s for s, _ in points]
     if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
