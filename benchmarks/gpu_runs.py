@@ -128,13 +128,15 @@ def _write(path: Path, data: dict) -> None:
 
 
 def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Path, reuse_profile: bool,
-            keep: Path | None) -> None:
+            keep: Path | None, layers: int | None = None) -> None:
     from realrun_memory import versions  # benchmarks/, this script's folder
 
     from zerokit.perf import profile_from_json, profile_to_json
     from zerokit.perf.probe import run_probe
 
     model, seq_len = (SMALL, 128) if small else (MODEL, SEQ_LEN)
+    if layers is not None:  # e.g. ZeRO-3's hook cost at another depth (see the README: it did not scale per module)
+        model = {**model, "num_hidden_layers": layers}
     if reuse_profile and (out_dir / PROFILE.name).exists():
         profile = json.loads((out_dir / PROFILE.name).read_text())
         raw = profile["measurements"]
@@ -264,14 +266,17 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--out", type=Path, default=DATA, help="where --measure writes (default: the committed data)")
     p.add_argument("--small", action="store_true", help="a tiny model, to try the pipeline on a CPU")
+    p.add_argument("--layers", type=int, help="the llama at this many decoder layers instead (--measure)")
     p.add_argument("--compute-scale", type=float, help="the table with this compute_scale instead of the profile's")
     p.add_argument("--reuse-profile", action="store_true", help="keep --out's profile instead of probing again")
     p.add_argument("--keep", type=Path, nargs="?", const=MEASURED, default=None,
                    help="keep the other cases' trainings from this measured.json (default: the committed one)")
     args = p.parse_args()
+    if args.layers is not None and not 1 <= args.layers <= 256:
+        p.error(f"--layers {args.layers}: give 1..256 decoder layers")
     if args.measure:
         measure([c for c in args.cases.split(",") if c], args.warmup, args.steps, args.small, args.out,
-                args.reuse_profile, args.keep)
+                args.reuse_profile, args.keep, args.layers)
     return report(args.out, args.compute_scale)
 
 

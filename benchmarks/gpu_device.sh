@@ -1,0 +1,46 @@
+#!/bin/bash
+# The GPU measurement of benchmarks/gpu_runs.py on a lent machine that has torch but no DeepSpeed and no network.
+#
+#   bash benchmarks/gpu_device.sh prepare        # here: DeepSpeed 0.19.8 built as a wheel, its and zerokit's missing
+#                                                # dependencies downloaded for Python 3.12, all into .whl/ (git-ignored)
+#   bash benchmarks/gpu_device.sh run [ARGS]     # there (carry .whl): install them into /tmp/site, build cpu_adam and
+#                                                # fused_adam, then `gpu_runs.py --measure --out $OUT/gpu ARGS`
+#
+# 2026-11-26 on an H200: prepare ~1 min here; run: the ops in 46-54 s, the probe 73-83 s, each case 25-60 s
+# (nine cases in 7 min 12 s, the three offload cases alone in 5 min). The data come back under $OUT/gpu: copy them
+# to tests/data/gpu/<date>-<gpu> and read them with `python benchmarks/gpu_runs.py --out DIR`.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+case "$1" in
+prepare)
+  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
+  mkdir -p .whl
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 hjson==3.1.0 \
+    jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
+    typing_extensions==4.16.0 || exit 1
+  build=$(mktemp -d)
+  python3 -m pip download -q --no-deps --no-binary :all: deepspeed==0.19.8 -d "$build" || exit 1
+  tar xzf "$build"/deepspeed-0.19.8.tar.gz -C "$build" || exit 1
+  # DS_BUILD_OPS=0: a pure-Python wheel; the ops are JIT-built there, against that machine's torch and CUDA
+  (cd "$build"/deepspeed-0.19.8 && DS_BUILD_OPS=0 "$OLDPWD"/.venv/bin/python -m pip wheel -q --no-deps \
+    --no-build-isolation . -w "$OLDPWD"/.whl) || exit 1
+  rm -rf "$build"
+  ls .whl ;;
+run)
+  shift
+  [ -n "$OUT" ] || { echo "gpu_device.sh run: \$OUT is not set (run it through the device tool)"; exit 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT"/nvidia-smi.txt
+  for op in FusedAdamBuilder CPUAdamBuilder; do
+    python3 -c "from deepspeed.accelerator import get_accelerator as g; g().create_op_builder('$op').load()" \
+      > "$OUT"/build_$op.log 2>&1 &
+  done
+  wait
+  python3 benchmarks/gpu_runs.py --measure --out "$OUT"/gpu "$@" 2>&1 | tee "$OUT"/log.txt ;;
+*)
+  echo "usage: bash benchmarks/gpu_device.sh prepare | run [gpu_runs.py arguments]"; exit 2 ;;
+esac
