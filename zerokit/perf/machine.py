@@ -30,6 +30,8 @@ figures, not the engine, are what is off."""
 MAX_PROFILE_BYTES = 1 << 20  # a probe profile is a few KB; anything near a MiB is not one
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
 HOST_CAST_PER_ADAM = 2.5  # host fp32 -> bf16 casts per CPU-Adam parameter step, where the probe did not measure it
+DEFAULT_NVME_READ, DEFAULT_NVME_WRITE = 6.5e9, 3.5e9  # DEFAULT_NOTES["nvme"]: where no drive was measured
+DEFAULT_INTER_NODE_BANDWIDTH = 12.5e9  # 100 Gb/s, where one node was probed
 
 # Matmul efficiency of a GPU at a size, as a fraction of the dense peak, by the cube root of m*n*k of the product.
 # The shape of NVIDIA's "Matrix Multiplication Background" guide (docs.nvidia.com/deeplearning/performance/
@@ -289,7 +291,8 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
         collective_latency_s=30e-6, comm_overlaps_compute=True,
         h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie,
         cpu_adam_params_per_s=4e9, device_adam_params_per_s=0.7 * fig.memory_bandwidth / 30.0,
-        nvme_read=6.5e9, nvme_write=3.5e9, zero3_module_overhead_s=100e-6, bucket_flush_s=100e-6,
+        nvme_read=DEFAULT_NVME_READ, nvme_write=DEFAULT_NVME_WRITE, zero3_module_overhead_s=100e-6,
+        bucket_flush_s=100e-6,
         step_overhead_s=0.0,
         sources=sources)
 
@@ -423,8 +426,10 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     # have assumed, not 0, which the time model divides by.
     absent = {"h2d_pageable": (0.5 * values["h2d_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
               "d2h_pageable": (0.5 * values["d2h_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
-              "inter_node_bandwidth": (12.5e9, "100 Gb/s; give --inter-node-bandwidth for multi-node plans"),
-              "nvme_read": (6.5e9, DEFAULT_NOTES["nvme"]), "nvme_write": (3.5e9, DEFAULT_NOTES["nvme"])}
+              "inter_node_bandwidth": (DEFAULT_INTER_NODE_BANDWIDTH,
+                                       "100 Gb/s; give --inter-node-bandwidth for multi-node plans"),
+              "nvme_read": (DEFAULT_NVME_READ, DEFAULT_NOTES["nvme"]),
+              "nvme_write": (DEFAULT_NVME_WRITE, DEFAULT_NOTES["nvme"])}
     defaulted = {key: note for key, (value, note) in absent.items() if key not in values}
     values.update({key: absent[key][0] for key in defaulted})
     for key in ("h2d_pinned", "d2h_pinned", *absent, "intra_node_bandwidth", "cpu_adam_params_per_s",

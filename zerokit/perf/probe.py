@@ -26,7 +26,13 @@ from zerokit.errors import BadInput, ZerokitError
 from zerokit.launch.runner import free_port
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
 from zerokit.perf.flops import ModelFlops
-from zerokit.perf.machine import COMPUTE_SCALE_BOUNDS, MachinePerf
+from zerokit.perf.machine import (
+    COMPUTE_SCALE_BOUNDS,
+    DEFAULT_INTER_NODE_BANDWIDTH,
+    DEFAULT_NVME_READ,
+    DEFAULT_NVME_WRITE,
+    MachinePerf,
+)
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
@@ -218,7 +224,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         read, write = nvme["read"], nvme["write"]
     else:
         sources["nvme"] = "default: " + DEFAULT_NOTES["nvme"]
-        read, write = 6.5e9, 3.5e9
+        read, write = DEFAULT_NVME_READ, DEFAULT_NVME_WRITE
     coll = m.get("collectives") or {}
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
     for k in ("zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s"):
@@ -241,7 +247,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
         attention=_curves(m.get("attention")),
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
-        intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=12.5e9,
+        intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
         collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
         comm_overlaps_compute=m["device"] == "gpu",
         h2d_pinned=m["copies"]["h2d_pinned"], d2h_pinned=m["copies"]["d2h_pinned"],
@@ -499,9 +505,10 @@ class _Worker:
         if self.gpu:
             # how ZeRO-3 returns an optimizer-offloaded partition: a blocking copy of fp32 host memory into the bf16
             # device partition, which torch casts on the host into a fresh pageable temporary
-            src = torch.empty(n // 4, dtype=torch.float32).uniform_()
-            dst = torch.empty(n // 4, dtype=torch.bfloat16, device=self.device)
-            out["h2d_cast_params_per_s"] = self.mean(n // 4 / self.seconds(lambda: dst.copy_(src)))
+            params = n // 4  # fp32 parameters in the copies' buffer size
+            src = torch.empty(params, dtype=torch.float32).uniform_()
+            dst = torch.empty(params, dtype=torch.bfloat16, device=self.device)
+            out["h2d_cast_params_per_s"] = self.mean(params / self.seconds(lambda: dst.copy_(src)))
         return out
 
     def collectives(self) -> dict[str, float]:
