@@ -1,8 +1,9 @@
 #!/bin/bash
 # The GPU measurement of benchmarks/gpu_runs.py on a lent machine that has torch but no DeepSpeed and no network.
 #
-#   bash benchmarks/gpu_device.sh prepare        # here: DeepSpeed 0.19.8 built as a wheel, its and zerokit's missing
-#                                                # dependencies downloaded for Python 3.12, all into .whl/ (git-ignored)
+#   bash benchmarks/gpu_device.sh prepare        # here: constraints.txt's DeepSpeed built as a wheel, its and
+#                                                # zerokit's missing dependencies (the same pins) downloaded for
+#                                                # Python 3.12, all into .whl/ (git-ignored)
 #   bash benchmarks/gpu_device.sh run [ARGS]     # there (carry .whl): install them into /tmp/site, build cpu_adam and
 #                                                # fused_adam, then `gpu_runs.py --measure --out $OUT/gpu ARGS`
 #
@@ -15,16 +16,17 @@ case "$1" in
 prepare)
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
   mkdir -p .whl
+  # the tested stack's versions (constraints.txt) of what that machine's image lacks
+  pins=$(grep -iE '^(pydantic|pydantic_core|annotated-types|typing-inspection|hjson|jsonschema|jsonschema-specifications|referencing|rpds-py|typing_extensions)==' constraints.txt)
+  deepspeed=$(grep -i '^deepspeed==' constraints.txt) || exit 1
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
-    pydantic==2.14.3 pydantic_core==2.50.4 annotated-types==0.8.0 typing-inspection==0.4.5 hjson==3.1.0 \
-    jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 \
-    typing_extensions==4.16.0 || exit 1
+    $pins || exit 1
   build=$(mktemp -d)
-  python3 -m pip download -q --no-deps --no-binary :all: deepspeed==0.19.8 -d "$build" || exit 1
-  tar xzf "$build"/deepspeed-0.19.8.tar.gz -C "$build" || exit 1
+  python3 -m pip download -q --no-deps --no-binary :all: "$deepspeed" -d "$build" || exit 1
+  tar xzf "$build"/deepspeed-*.tar.gz -C "$build" || exit 1
   # DS_BUILD_OPS=0: a pure-Python wheel; the ops are JIT-built there, against that machine's torch and CUDA
-  (cd "$build"/deepspeed-0.19.8 && DS_BUILD_OPS=0 "$OLDPWD"/.venv/bin/python -m pip wheel -q --no-deps \
+  (cd "$build"/deepspeed-*/ && DS_BUILD_OPS=0 "$OLDPWD"/.venv/bin/python -m pip wheel -q --no-deps \
     --no-build-isolation . -w "$OLDPWD"/.whl) || exit 1
   rm -rf "$build"
   ls .whl ;;
