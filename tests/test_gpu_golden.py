@@ -96,9 +96,9 @@ def test_setups_that_ran_apart_are_ranked_as_they_ran(gpu):
     """Time per sequence (the planned case trains more per step), wherever two runs differ by more than 15%."""
     rows = []
     for name, run in MEASURED[gpu]["cases"].items():
-        d = _plan(gpu, name).decision
-        sequences = d.micro_batch_size * d.gradient_accumulation_steps
-        rows.append((name, run["median_s"] / sequences, _plan(gpu, name).performance.step_time_s / sequences))
+        result = _plan(gpu, name)
+        sequences = result.decision.micro_batch_size * result.decision.gradient_accumulation_steps
+        rows.append((name, run["median_s"] / sequences, result.performance.step_time_s / sequences))
     told_apart = 0
     for (a, ma, pa), (b, mb, pb) in combinations(rows, 2):
         if max(ma, mb) / min(ma, mb) > 1.15:
