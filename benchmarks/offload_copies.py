@@ -30,6 +30,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--params", type=int, default=873_000_000, help="parameters per rank (default: the 0.9B llama)")
     args = p.parse_args()
+    if not 1 <= args.params <= 10**11:
+        p.error(f"--params {args.params}: give 1..1e11 parameters per rank")
     import torch
 
     if not torch.cuda.is_available():
