@@ -451,6 +451,14 @@ def test_offload_by_hand():
     probed = step_time(TINY_LLAMA, replace(FLAT, h2d_cast_params_per_s=1e8), parameters=P, seq_len=32,
                        micro_batch=2, gpus_per_node=2, zero_stage=3, offload_optimizer="cpu")
     assert probed.offload_s == pytest.approx(shard * 4 / 5e8 + shard / 1e8)
+    # measured with one rank and planned for two, the second rank's share of the host cast joins the figure
+    one = replace(FLAT, h2d_cast_params_per_s=1e8, ranks_measured=1)
+    assert one.h2d_cast_rate(2, 2) == pytest.approx(1 / (1 / 1e8 + 1 / 2.5e8))
+    assert one.h2d_cast_rate(1, 2) == 1e8
+    # measured with eight and planned for one: the other ranks' cast shares leave, the pageable copy stays
+    eight = replace(FLAT, h2d_cast_params_per_s=1e7, ranks_measured=8)
+    assert eight.h2d_cast_rate(1, 2) == pytest.approx(1 / (1 / 1e7 - 7 / 2.5e8))
+    assert replace(eight, h2d_cast_params_per_s=5e7).h2d_cast_rate(1, 2) == pytest.approx(2.5e8 / 2)
     # on DeepSpeed's CPU accelerator the device partition is host memory: that copy_ is the cast
     cpu = step_time(TINY_LLAMA, replace(FLAT, device="cpu"), parameters=P, seq_len=32, micro_batch=2,
                     gpus_per_node=2, zero_stage=3, offload_optimizer="cpu")

@@ -212,3 +212,16 @@ def test_the_table_says_how_the_reference_workloads_ran():
     # a profile from before the probe recorded them: no such rows
     old = _measurements({"compute_scale": 0.96})
     assert "from reference training" not in render_table(_machine_from_measurements(old), old)
+
+
+def test_the_table_gives_zero3s_blocking_copy_as_the_probe_measured_it():
+    """The second H200's profile (one GPU): the measured figure itself, for the one rank that ran."""
+    from pathlib import Path
+
+    from zerokit.commands.probe import render_table
+
+    path = Path(__file__).parent / "data" / "gpu" / "2026-11-26-h200-offload" / "profile.json"
+    perf = load_profile(str(path))
+    row = next(line for line in render_table(perf, json.loads(path.read_text())).splitlines() if "blocking" in line)
+    assert f"{perf.h2d_cast_params_per_s / 1e6:.0f} M params/s per rank (1 at once)" in row
+    assert perf.h2d_cast_rate(8, 2) < perf.h2d_cast_params_per_s  # eight ranks share the host's cast

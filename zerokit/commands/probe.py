@@ -47,7 +47,9 @@ def render_table(perf, raw: dict) -> str:
         ("device->host pinned / pageable", f"{rate(perf.d2h_pinned)} / {rate(perf.d2h_pageable)}", "probe"),
     ]
     if perf.device == "gpu":  # ZeRO-3's return of an optimizer-offloaded partition (on a CPU it is the host cast)
-        rows.append(("fp32 host -> bf16 device, blocking", f"{perf.h2d_cast_rate(1, 2) / 1e6:.0f} M params/s per rank",
+        ranks = perf.ranks_measured or 1  # the ranks that copied at once, as the probe measured it
+        rows.append(("fp32 host -> bf16 device, blocking",
+                     f"{perf.h2d_cast_rate(ranks, 2) / 1e6:.0f} M params/s per rank ({ranks} at once)",
                      perf.sources.get("h2d_cast_params_per_s", "")))
     rows += [
         ("collective bus bandwidth", rate(perf.intra_node_bandwidth),

@@ -143,10 +143,18 @@ class MachinePerf:
         return self.host_cast_params_per_s or HOST_CAST_PER_ADAM * self.cpu_adam_params_per_s
 
     def h2d_cast_rate(self, ranks: int, nbytes: int) -> float:
-        """`h2d_cast_params_per_s`, or where it was not measured the host cast (shared by `ranks` local ranks)
-        followed by the pageable copy of `nbytes` per parameter."""
+        """Parameters per second of one of `ranks` local ranks through ZeRO-3's blocking cast-and-copy: the host
+        cast (the node's rate, shared by the ranks) followed by the pageable copy of `nbytes` per parameter.
+
+        Measured (`h2d_cast_params_per_s`), the figure holds the host-cast share of the `ranks_measured` ranks that
+        ran at once; a plan for another number of local ranks (a profile of one GPU used for eight) moves the
+        cast's share by the difference, never below the pageable copy alone."""
         if self.h2d_cast_params_per_s:
-            return self.h2d_cast_params_per_s
+            extra = ranks - (self.ranks_measured or ranks)
+            if not extra:
+                return self.h2d_cast_params_per_s
+            per_parameter = 1.0 / self.h2d_cast_params_per_s + extra / self.host_cast_rate
+            return 1.0 / max(per_parameter, nbytes / self.h2d_pageable)
         return 1.0 / (ranks / self.host_cast_rate + nbytes / self.h2d_pageable)
 
     def peak_flops(self, dtype: str) -> float:
