@@ -180,7 +180,22 @@ def test_resolved_values_for_deepspeed_target():
     assert config["optimizer"] == {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.999], "eps": 1e-8,
                                                                "weight_decay": 0.1}}
     assert config["scheduler"] == {"type": "WarmupDecayLR", "params": {
-        "warmup_min_lr": 0, "warmup_max_lr": 2e-5, "warmup_num_steps": 10, "total_num_steps": 500}}
+        "warmup_min_lr": 0, "warmup_max_lr": 2e-5, "warmup_num_steps": 10, "warmup_type": "linear",
+        "total_num_steps": 500}}
+
+
+def test_the_warmup_is_linear_as_deepspeed_runs_it():
+    """DeepSpeed's WarmupDecayLR, built from the plan's params as the engine builds it (`scheduler(optimizer,
+    **params)`): a tenth of the way through the warmup the rate is a tenth of the peak (log would give half)."""
+    torch = pytest.importorskip("torch")
+    lr_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
+    params = build_ds_config(make_plan(2, lr=1e-4, warmup_steps=100, total_steps=1000))["scheduler"]["params"]
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
+    sched = lr_schedules.WarmupDecayLR(optimizer, **params)
+    sched.step(10)
+    assert sched.get_lr()[0] == pytest.approx(1e-5)
+    sched.step(550)  # halfway through the decay
+    assert sched.get_lr()[0] == pytest.approx(0.5e-4)
 
 
 # ---------------------------------------------------------------- DeepSpeed's own parser

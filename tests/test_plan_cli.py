@@ -112,7 +112,8 @@ def test_target_deepspeed_resolves_everything_and_takes_optimizer_options(capsys
     assert doc["ds_config"]["optimizer"]["params"]["lr"] == 3e-5
     assert doc["ds_config"]["optimizer"]["params"]["weight_decay"] == 0.1
     assert doc["ds_config"]["scheduler"] == {"type": "WarmupDecayLR", "params": {
-        "warmup_min_lr": 0, "warmup_max_lr": 3e-5, "warmup_num_steps": 50, "total_num_steps": 2000}}
+        "warmup_min_lr": 0, "warmup_max_lr": 3e-5, "warmup_num_steps": 50, "warmup_type": "linear",
+        "total_num_steps": 2000}}
 
 
 def test_v100_plans_fp16_with_dynamic_loss_scaling(capsys):

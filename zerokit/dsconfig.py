@@ -202,13 +202,16 @@ def _offload(plan: Plan, device: str, param: bool) -> dict[str, Any]:
 
 
 def _scheduler(plan: Plan) -> dict[str, Any]:
-    """Linear warmup then linear decay (the Trainer's default shape) when the total is known or filled."""
+    """Linear warmup (`warmup_type`, which DeepSpeed would take as "log") then linear decay (the Trainer's default
+    shape) when the total is known or filled."""
     t = plan.training
     params: dict[str, Any] = {
         "warmup_min_lr": 0,
         "warmup_max_lr": t.lr,
         # DeepSpeed >= 0.19.6 rejects warmup_num_steps <= 0; the Trainer and Accelerate fill max(1, ...) too.
         "warmup_num_steps": max(1, t.warmup_steps),
+        # DeepSpeed's Warmup* schedulers default to a logarithmic warmup (half the peak a tenth of the way in)
+        "warmup_type": "linear",
     }
     decays = t.total_steps is not None or t.target == "trainer"
     if not decays:
