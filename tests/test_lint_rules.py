@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import math
 import os
 import tempfile
 
@@ -544,3 +545,65 @@ def test_zk502_accelerate_needs_a_zero_section(ds):
     assert codes(cfg, target="accelerate") == {"ZK502"}
     with pytest.raises(ValueError, match="Please specify the ZeRO optimization config"):
         DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg))
+
+
+def test_zk312_nvme_optimizer_offload_below_stage3_stays_in_cpu_memory(ds, tmp_path):
+    cfg = with_({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path)}},
+                 "zero_force_ds_cpu_optimizer": False})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK312", "zero_optimization.offload_optimizer.device", "cpu")
+    engine = initialize(ds, cfg, client_optimizer=True)  # accepted without a word...
+    assert engine.optimizer.cpu_offload is True  # ...and offloaded to CPU memory: stage 1/2 have no NVMe swapper
+    assert not engine.zero_cpu_offload() and os.listdir(tmp_path) == []
+    assert codes(with_(cfg, {"zero_optimization": {"stage": 3, "offload_optimizer": {
+        "device": "nvme", "nvme_path": str(tmp_path)}}})) & {"ZK312"} == set()
+
+
+def test_zk313_compute_grad_norm_off_with_clipping_or_offload(ds):
+    clipped = with_(ADAGRAD, {"gradient_clipping": 1.0, "zero_optimization": {"stage": 2, "compute_grad_norm": False}})
+    [f] = lint(clipped)
+    assert (f.code, f.suggestion) == ("ZK313", "gradient_clipping")
+    with pytest.raises(ValueError, match="compute_grad_norm=false requires gradient_clipping=0"):
+        initialize(ds, clipped)
+    default = with_(ADAGRAD, {"zero_optimization": {"stage": 2, "compute_grad_norm": False}})
+    from deepspeed.runtime import constants
+
+    from zerokit.lint import rules
+
+    assert rules.GRADIENT_CLIPPING_DEFAULT == constants.GRADIENT_CLIPPING_DEFAULT
+    [f] = lint(default)  # DeepSpeed clips at 1.0 unless told otherwise
+    assert f.code == "ZK313" and "default gradient_clipping 1.0" in f.message
+    with pytest.raises(ValueError, match="compute_grad_norm=false requires gradient_clipping=0"):
+        initialize(ds, default)
+    offloaded = with_({"gradient_clipping": 0, "zero_optimization": {"stage": 1, "compute_grad_norm": False,
+                                             "offload_optimizer": {"device": "cpu"}},
+                       "zero_force_ds_cpu_optimizer": False})
+    assert codes(offloaded) == {"ZK313"}
+    with pytest.raises(ValueError, match="does not support optimizer offload"):
+        initialize(ds, offloaded, client_optimizer=True)
+    assert codes(with_(ADAGRAD, {"gradient_clipping": 0.0, "zero_optimization": {"stage": 2,
+                                                                                 "compute_grad_norm": False}})) == set()
+
+
+@pytest.mark.parametrize("steps", [0, -5, 10.0, "10"])
+def test_zk407_warmup_steps_must_be_a_positive_int(ds, steps):
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": steps}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK407", "scheduler.params.warmup_num_steps")
+    assert f.suggestion == ("10" if steps in (10.0,) else "1")
+    with pytest.raises(ValueError, match="warmup_num_steps must be a positive integer"):
+        initialize(ds, cfg)
+    assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})) == set()
+    assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}),
+                 target="trainer") == set()
+
+
+def test_zk408_unknown_warmup_type_warms_up_logarithmically(ds):
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100, "warmup_max_lr": 1.0,
+                                                                        "warmup_type": "linaer"}}})
+    [f] = lint(cfg)
+    assert (f.code, f.severity, f.suggestion) == ("ZK408", "warning", "linear")
+    sched = initialize(ds, cfg).lr_scheduler
+    sched.step(1)
+    # log warmup: log(2) / log(100) = 0.15 of the peak at step 1, where linear gives 0.01
+    assert sched.warmup_type == "log" and sched.get_lr()[0] == pytest.approx(math.log(2) / math.log(100))

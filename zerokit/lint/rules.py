@@ -326,6 +326,17 @@ def partial_offload_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
                       f"initialize; use stage 3 or ratio 1.0", "1.0")
 
 
+def nvme_optimizer_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """Stage 1/2 offload any device but 'none' to CPU memory (stage_1_and_2.py: `cpu_offload = device != none`):
+    only ZeRO-3 swaps optimizer states to NVMe."""
+    dev, key = _offload(doc.data, "optimizer")
+    stage = _stage(doc.data)
+    if dev == "nvme" and stage in (1, 2):
+        yield Hit(key, f"optimizer offload to nvme needs ZeRO stage 3; at stage {stage} DeepSpeed keeps the optimizer "
+                  "states in CPU memory instead, without a word (nothing is swapped to the drive); set "
+                  "zero_optimization.stage to 3 or the device to cpu", "cpu")
+
+
 def offload_optimizer_stage0(doc: Document, ctx: Context) -> Iterator[Hit]:
     """Offload lives in the ZeRO optimizers; at stage 0 no ZeRO optimizer is built and offload_optimizer is unused."""
     dev, key = _offload(doc.data, "optimizer")
@@ -502,6 +513,61 @@ def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
 # ---------------------------------------------------------------- "auto"
 
 
+def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroOptimizer (stage 1/2) refuses compute_grad_norm false beside clipping or optimizer offload."""
+    cfg = doc.data
+    zero = _zero(cfg)
+    if zero.get("compute_grad_norm") is not False or _stage(cfg) not in (1, 2):
+        return
+    clip = cfg.get("gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
+    if clip == AUTO or (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
+        got = ("gradient_clipping \"auto\" (the Trainer fills max_grad_norm, 1.0 unless set)" if clip == AUTO else
+               f"gradient_clipping {clip}" if "gradient_clipping" in cfg else
+               f"DeepSpeed's default gradient_clipping {GRADIENT_CLIPPING_DEFAULT}")
+        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false with {got}: clipping needs "
+                  "the norm, and DeepSpeed raises ValueError at initialize; set gradient_clipping to 0 (max_grad_norm "
+                  "0 for the Trainer) or remove compute_grad_norm", "gradient_clipping")
+    dev, _ = _offload(cfg, "optimizer")
+    if dev in ("cpu", "nvme"):
+        yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support optimizer "
+                  "offload: DeepSpeed raises ValueError at initialize; remove compute_grad_norm or the offload", "true")
+
+
+GRADIENT_CLIPPING_DEFAULT = 1.0  # deepspeed/runtime/constants.py (0.19)
+WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
+
+
+def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """WarmupLR and WarmupCosineLR raise ValueError unless warmup_num_steps is a positive int (a JSON 100.0 too)."""
+    sched = _section(doc.data, "scheduler")
+    params = sched.get("params")
+    if sched.get("type") not in WARMUP_SCHEDULERS or not isinstance(params, dict) or "warmup_num_steps" not in params:
+        return
+    steps = params["warmup_num_steps"]
+    if steps == AUTO or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0):
+        return
+    whole = _int(steps)
+    fix = str(whole) if whole is not None and whole > 0 else "1"
+    yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps must be a positive integer, got "
+              f"{json.dumps(steps)}: {sched['type']} raises ValueError at initialize; write {fix}", fix)
+
+
+def scheduler_warmup_type(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """An unknown warmup_type only logs a warning and warms up logarithmically (lr_schedules.py)."""
+    sched = _section(doc.data, "scheduler")
+    params = sched.get("params")
+    if sched.get("type") not in WARMUP_SCHEDULERS or not isinstance(params, dict) or "warmup_type" not in params:
+        return
+    kind = params["warmup_type"]
+    if kind in WARMUP_TYPES:
+        return
+    guess = schema_mod._did_you_mean(kind, list(WARMUP_TYPES)) if isinstance(kind, str) else None
+    yield Hit(("scheduler", "params", "warmup_type"), f"warmup_type {json.dumps(kind)} is not 'log' or 'linear': "
+              "DeepSpeed logs a warning and warms up logarithmically; write \"linear\" (the HF Trainer's shape) or "
+              "\"log\"", guess or "linear")
+
+
 def _auto_leaves(node: Any, path: tuple) -> Iterator[tuple]:
     if isinstance(node, dict):
         for k, v in node.items():
@@ -559,17 +625,21 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK303", ERROR, "nvme-without-path", nvme_without_path),
     Rule("ZK304", ERROR, "partial-offload-below-stage3", partial_offload_below_stage3),
     Rule("ZK305", ERROR, "offload-optimizer-stage0", offload_optimizer_stage0),
+    Rule("ZK312", ERROR, "nvme-optimizer-below-stage3", nvme_optimizer_below_stage3),
     Rule("ZK306", ERROR, "odd-allgather-bucket", odd_allgather_bucket),
     Rule("ZK307", WARNING, "bucket-memory", bucket_memory),
     Rule("ZK308", ERROR, "sum-allreduce-zero3", sum_allreduce_zero3),
     Rule("ZK309", WARNING, "zero3-no-16bit-save", zero3_no_16bit_save),
     Rule("ZK310", ERROR, "compute-grad-norm-stage", compute_grad_norm_stage),
+    Rule("ZK313", ERROR, "compute-grad-norm-off", compute_grad_norm_off),
     Rule("ZK401", ERROR, "unknown-optimizer", unknown_optimizer),
     Rule("ZK402", ERROR, "untested-zero-optimizer", untested_zero_optimizer),
     Rule("ZK403", WARNING, "offload-needs-ds-optimizer", offload_client_optimizer),
     Rule("ZK404", ERROR, "max-grad-norm-param", max_grad_norm_param),
     Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
+    Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
+    Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
 )
