@@ -126,6 +126,15 @@ def test_v100_trains_in_fp16():
         plan(LLAMA7, resolve_hardware("v100-32gb"), Training(seq_len=2048, precision="bf16"))
 
 
+def test_a_gpu_given_by_memory_alone_says_bf16_is_assumed():
+    p = plan(LLAMA7, resolve_hardware(gpu_memory="32GB", gpus_per_node=8), Training(seq_len=2048))
+    assert p.decision.precision == "bf16"
+    assert any(r.startswith("bf16, assuming the GPU computes in it") and "--precision fp16" in r for r in p.reasons)
+    fp16 = plan(LLAMA7, resolve_hardware(gpu_memory="32GB", gpus_per_node=8), Training(seq_len=2048,
+                                                                                        precision="fp16"))
+    assert fp16.decision.precision == "fp16"
+
+
 # ------------------------------------------------------------------------------------------ rules and options
 
 def test_memory_breakdown_is_the_sum_of_its_parts():

@@ -362,6 +362,9 @@ def rule_precision(ctx: Context) -> tuple[str, str]:
         raise BadInput(f"{hw.gpu_name} has no bf16 support; use --precision fp16 (or auto)")
     if asked is not None:
         return asked, f"{asked} because you asked for it."
+    if hw.bf16 and hw.gpu_name == "custom":  # a GPU given by its memory alone: nothing says which chip it is
+        return "bf16", ("bf16, assuming the GPU computes in it (A100, H100, L40S, RTX 30/40 and newer: fp32's range, "
+                        "no loss scaling); on a V100 or T4 pass --precision fp16.")
     if hw.bf16:
         return "bf16", f"bf16 because {ctx.gpu_label} supports it: fp32's range, no loss scaling needed."
     return "fp16", f"fp16 with dynamic loss scaling because {ctx.gpu_label} has no bf16."
