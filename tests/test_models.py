@@ -209,7 +209,7 @@ def test_counts_equal_deepspeeds_own_model_to_params(case):
 
 
 @pytest.mark.parametrize("text,expected", [("7B", 7_000_000_000), ("6.7e9", 6_700_000_000), ("125M", 125_000_000),
-                                           ("1_000_000", 1_000_000), ("70b", 70_000_000_000)])
+                                           ("100_000_000", 100_000_000), ("70b", 70_000_000_000)])
 def test_counts(text, expected):
     spec = resolve_model(text)
     assert spec.parameters == expected
@@ -228,7 +228,15 @@ def test_count_shape_is_llama_like_with_layers_scaled():
         assert spec.config[key] >= 1
     assert spec_from_count(70_000_000_000).config["_inferred_from"] == "llama-3.1-70b"
     assert spec_from_count(125_000_000).hidden_size == 768
-    assert spec_from_count(1).parameters == 1
+    # below one 768-wide layer and its 32k embeddings no shape fits: the largest layer would outweigh the model
+    with pytest.raises(BadInput, match=r"count 1 is below the smallest shape zerokit infers from a count \(56\.2M"):
+        spec_from_count(1)
+    smallest = spec_from_count(56_232_192)
+    # the largest a count shape can stand for (405b's layers, at most 16,384 of them), not a config.json's fault
+    assert spec_from_count(50 * 10**12).num_layers <= 16384
+    with pytest.raises(BadInput, match="'1e14' is too large; at most 50,000,000,000,000"):
+        resolve_model("1e14")
+    assert smallest.num_layers == 1 and smallest.largest_layer_parameters < smallest.parameters
 
 
 @pytest.mark.parametrize("text,name", [("llama-2-7b", "llama-2-7b"), ("LLAMA-2-7B", "llama-2-7b"),
@@ -373,6 +381,43 @@ def test_meta_fallback_errors_are_one_line(tmp_path):
         resolve_model(_write(tmp_path, '{"model_type": "no_such_arch", "hidden_size": 8}'))
     with pytest.raises(BadInput, match=r"cannot build a causal LM from vit \(model_type .vit.\): Unrecognized"):
         spec_from_config({"model_type": "vit", "hidden_size": 64, "num_attention_heads": 4}, "vit")
+
+
+def test_an_unknown_family_plans_with_its_matmuls_priced_as_a_llama_of_its_shape(tmp_path):
+    """The step-time model counts FLOPs by family; an architecture built on the meta device still plans (its
+    parameters exact, its matmuls those of the llama of its shape), and the plan says so."""
+    pytest.importorskip("transformers")
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.params import llama_like
+    from zerokit.perf.flops import model_flops
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    spec = resolve_model(_write(tmp_path, json.dumps(OLMO)))
+    assert llama_like(spec.config)["model_type"] == "llama"
+    # olmo's matmuls are a llama's: q, k, v, o of 64 x 64, gate/up/down of 64 x 96, the 100-token head
+    assert model_flops(spec.config).layer_matmuls == model_flops({**OLMO, "model_type": "llama"}).layer_matmuls
+    p = plan(spec, resolve_hardware("a100-80gb"), Training(seq_len=256))
+    assert p.decision.fits and p.performance.step_time_s > 0
+    assert any(w.startswith("step times price olmo as a llama of its shape (hidden 64, 2 layers") for w in p.warnings)
+
+
+def test_config_values_transformers_refuses_are_one_line(tmp_path):
+    pytest.importorskip("transformers")
+    for config, says in (({"model_type": "llava", "text_config": [1, 2]}, "Validation error for field 'text_config'"),
+                         ({**OLMO, "model_type": "olmo2", "rope_scaling": [1]}, "field 'rope_parameters'")):
+        with pytest.raises(BadInput, match=r"transformers refuses \S+config.json \(model_type '\w+'\): ") as e:
+            resolve_model(_write(tmp_path, json.dumps(config)))
+        assert says in str(e.value) and "\n" not in str(e.value) and str(e.value).endswith("fix the config.json")
+
+
+def test_a_sliding_window_that_is_not_a_size_is_bad_input(tmp_path):
+    llama = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 100}
+    for window in ("x", [1], 0, 1.5):
+        with pytest.raises(BadInput, match=r"llama config: sliding_window must be a whole number >= 1, got"):
+            resolve_model(_write(tmp_path, json.dumps({**llama, "sliding_window": window})))
+    assert resolve_model(_write(tmp_path, json.dumps({**llama, "sliding_window": None}))).parameters > 0
 
 
 def _run(code: str) -> subprocess.CompletedProcess:

@@ -258,7 +258,7 @@ class _Tracer:
             raise CalibrationUnavailable("config.json has no model_type, so transformers cannot build the model")
         try:
             self.hf_config = AutoConfig.for_model(self.model_type, **self.raw)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - ValueError and co., and huggingface_hub's Strict* validation errors
             raise CalibrationUnavailable(f"transformers cannot build model_type {self.model_type!r}: "
                                          f"{_one_line(exc)}") from None
         self.n_layers = int(getattr(self.hf_config, "num_hidden_layers", 0) or 0)

@@ -456,6 +456,17 @@ FAMILIES: dict[str, Family] = {
 KNOWN_FAMILIES: tuple[str, ...] = tuple(sorted(FAMILIES))
 
 
+_LLAMA_LIKE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "max_position_embeddings")
+
+
+def llama_like(config: Mapping[str, Any]) -> dict:
+    """An architecture zerokit does not count by arithmetic (one built on the meta device) as the llama of its
+    shape: width, depth, heads, MLP width, vocabulary. What the step-time model prices its matmuls as; the
+    parameter count stays the meta device's exact one."""
+    return {"model_type": "llama", **{k: config[k] for k in _LLAMA_LIKE_KEYS if config.get(k) is not None}}
+
+
 def complete_config(config: Mapping[str, Any]) -> dict:
     """The config with this family's defaults filled in and the canonical keys the planner reads set.
 
@@ -497,14 +508,16 @@ _LIMITS: dict[str, int] = {
     "head_dim": _HEADS,
     "vocab_size": 2**24, "max_position_embeddings": 2**26, "n_positions": 2**26,
     "num_local_experts": 2**16, "num_experts": 2**16, "num_experts_per_tok": 2**16,
+    "sliding_window": 2**26, "sliding_window_pattern": _DEPTH,
 }
 """Config keys that are sizes or counts, and their largest sane value. None is fine where transformers derives
 the value (head_dim, num_key_value_heads, ...); a missing key takes the family default."""
 
 
 _NULLABLE = frozenset({"head_dim", "num_key_value_heads", "num_kv_heads", "n_inner", "ffn_hidden_size", "n_embed",
-                       "word_embed_proj_dim"})
-"""null in a config.json means "derive it" for these (transformers does); for any other size it is a mistake."""
+                       "word_embed_proj_dim", "sliding_window", "sliding_window_pattern"})
+"""null in a config.json means "derive it" for these (transformers does; a null sliding_window: no window); for any
+other size it is a mistake."""
 
 
 def check_config_values(config: Mapping[str, Any], model_type: str) -> None:

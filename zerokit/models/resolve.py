@@ -29,8 +29,9 @@ from zerokit.models.spec import ModelSpec
 from zerokit.units import closest, format_count, parse_count
 
 _ZEROKIT_KEYS = ("_source", "_aliases")
-MAX_PARAMETERS = 10**15
-"""A quadrillion parameters: 500x the largest model trained so far; a bare count above it is refused."""
+MAX_PARAMETERS = 5 * 10**13
+"""50 trillion parameters: 25x the largest models trained so far, and about the most the largest count shape
+(llama-3.1-405b's layers, up to the 16,384 a config may have) can stand for; a bare count above it is refused."""
 _HOW = "give a preset name (e.g. llama-2-7b), a transformers config.json or its folder, or a count like 7B"
 
 # Shapes a bare count borrows: llama-family presets from 1B to 405B, smallest first.
@@ -131,7 +132,13 @@ def spec_from_count(n: int, name: str | None = None) -> ModelSpec:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise BadInput(f"model parameter count must be a whole number >= 1, got {n!r}")
     if n > MAX_PARAMETERS:
-        raise BadInput(f"model parameter count {n} is too large; at most 10^15")
+        raise BadInput(f"model parameter count {format_count(n)} is too large for a bare count; at most "
+                       f"{format_count(MAX_PARAMETERS)} (give a config.json to plan anything larger)")
+    smallest = count_parameters({**_SMALL_SHAPE, "num_hidden_layers": 1})[0]
+    if n < smallest:
+        raise BadInput(f"model parameter count {format_count(n)} is below the smallest shape zerokit infers from a "
+                       f"count ({format_count(smallest)}: one 768-wide llama layer and a 32k vocabulary); give the "
+                       "model's config.json for anything smaller")
     base, shape = _inferred_shape(n)
     _, largest = count_parameters(shape)
     full = complete_config(shape)
@@ -157,6 +164,22 @@ def _inferred_shape(n: int) -> tuple[str, dict]:
     return name, {**cfg, "num_hidden_layers": scaled}
 
 
+def _known_model_types() -> Any:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return CONFIG_MAPPING
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception as one line: huggingface_hub's validation errors name the field on the first line and the
+    cause on the next, so both join; capped, as a config's values can be long."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    text = lines[0] if len(lines) == 1 or not lines[0].endswith(":") else f"{lines[0]} {lines[1]}"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     """Any architecture transformers knows: instantiate on the meta device (no memory) and count like DeepSpeed."""
     model_type = str(config.get("model_type", ""))
@@ -174,16 +197,18 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     try:
         try:
             hf_config = AutoConfig.for_model(model_type, **rest)
-        except (ValueError, KeyError):
-            raise BadInput(f"transformers {transformers.__version__} does not know model_type {model_type!r}; "
-                           f"check the config.json, or use a preset or a count like 7B") from None
+        except Exception as e:  # noqa: BLE001 - unknown types raise ValueError; bad fields, huggingface_hub's
+            if isinstance(e, (ValueError, KeyError)) and model_type not in _known_model_types():  # Strict* errors
+                raise BadInput(f"transformers {transformers.__version__} does not know model_type {model_type!r}; "
+                               f"check the config.json, or use a preset or a count like 7B") from None
+            raise BadInput(f"transformers refuses {name} (model_type {model_type!r}): {_first_line(e)}; fix the "
+                           "config.json") from None
         try:
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_config)
         except Exception as e:  # noqa: BLE001 - transformers raises many kinds for configs it cannot build
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise BadInput(f"transformers cannot build a causal LM from {name} (model_type {model_type!r}): {first}") \
-                from None
+            raise BadInput(f"transformers cannot build a causal LM from {name} (model_type {model_type!r}): "
+                           f"{_first_line(e)}") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     total = sum(p.numel() for p in model.parameters())
@@ -192,6 +217,9 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     full = {**text.to_dict(), "model_type": model_type}
     hidden = int(getattr(text, "hidden_size", 0) or 0)
     heads = getattr(text, "num_attention_heads", None)
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):  # under their canonical
+        if full.get(key) is None and isinstance(getattr(text, key, None), int):  # names (gpt-j's n_embd, ...)
+            full[key] = getattr(text, key)
     full.setdefault("num_key_value_heads", heads)
     if full.get("num_key_value_heads") is None:
         full["num_key_value_heads"] = heads

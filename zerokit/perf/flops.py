@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
-from zerokit.models.params import complete_config, model_parts
+from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts
 
 
 class Matmul(NamedTuple):
@@ -281,7 +281,8 @@ _CACHE = IdentityMemo(256)
 
 
 def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
-    """The ModelFlops of a transformers config dict (any of the 15 families zerokit counts).
+    """The ModelFlops of a transformers config dict (any of the 15 families zerokit counts; any other architecture
+    as the llama of its shape, `llama_like`).
 
     Cached by the identity of the dict (the planner passes the same ModelSpec.config for every candidate), so a
     repeated call costs a dictionary lookup.
@@ -291,7 +292,8 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
     hit = _CACHE.get(id(config), config)
     if hit is not None:
         return hit
-    c = complete_config(config)
+    # an architecture counted on the meta device: priced as the llama of its shape (the planner says so)
+    c = complete_config(config if config.get("model_type") in FAMILIES else llama_like(config))
     build = _FAMILY_MATMULS.get(c["model_type"], _decoder)
     try:
         layer, head, width = build(c)

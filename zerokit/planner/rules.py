@@ -199,7 +199,13 @@ class Context:
 
     @functools.cached_property
     def flops(self) -> ModelFlops:
-        return model_flops(self.model.config)
+        m = self.model
+        if m.source == "meta":  # an architecture zerokit does not count: its matmuls as a llama of its shape
+            self.warnings.append(
+                f"step times price {m.config.get('model_type')} as a llama of its shape (hidden {m.hidden_size}, "
+                f"{m.num_layers} layers, MLP width {m.config.get('intermediate_size')}): zerokit does not model its "
+                "FLOPs; memory and parameters are its own. Probe-free figures are rough: compare setups, not seconds")
+        return model_flops(m.config)
 
     def peft_costs(self, stage: int) -> dict[str, int]:
         """`costs_for`'s LoRA/QLoRA arguments: only the adapters train, the base is frozen (empty: full training)."""
