@@ -605,3 +605,32 @@ def test_symlink_loops_in_a_double_star_glob_end_at_once(capsys, tmp_path, monke
     with alarm(30):
         code, _, err = zk(capsys, "lint", "**/*.json")
     assert code == 0 and "2 files checked" in err
+
+
+@pytest.mark.parametrize("argv", [["schema"], PLAN, ["lint", "--format", "json", str(ROOT / "tests" / "data" / "lint"
+                                                                                     / "broken_ds_config.json")]])
+def test_stdout_on_a_full_disk_is_one_line(argv):
+    """`> /dev/full`: the write fails with ENOSPC; that is the machine's state, not a zerokit bug (was exit 70)."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "zerokit", *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                           check=False, timeout=120)
+    assert r.returncode == 2, r.stderr
+    one_line_error(r.stderr, argv[0], "cannot write the output: No space left on device")
+
+
+def test_a_key_that_is_a_lone_surrogate_prints_escaped(capsys, tmp_path):
+    """JSON's "\\udfff" is a str Python cannot encode as UTF-8: the text and github formats printed it (exit 70)."""
+    path = tmp_path / "ds.json"
+    path.write_text('{"\\udfff": 1, "train_micro_batch_size_per_gpu": 1}')
+    for fmt in ("text", "github"):
+        r = subprocess.run([sys.executable, "-m", "zerokit", "lint", "--format", fmt, str(path)], capture_output=True,
+                           check=False, timeout=120)
+        assert r.returncode == 1 and b"unknown key '\\udfff'" in r.stdout, r.stderr
+
+
+def test_a_deeply_nested_hardware_profile_is_one_line(capsys, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = zk(capsys, *PLAN, "--hardware", str(deep))
+    assert code == 2
+    one_line_error(err, "plan", "not a probe profile (nested too deeply)")

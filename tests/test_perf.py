@@ -220,6 +220,14 @@ def test_profile_file_errors(tmp_path):
         load_profile(str(listing))
     with pytest.raises(BadInput, match="--hardware is empty"):
         load_profile("")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(BadInput, match=r"not a probe profile \(nested too deeply\)"):
+        load_profile(str(deep))
+    digits = tmp_path / "digits.json"
+    digits.write_text('{"zerokit_profile": ' + "9" * 5000 + "}")
+    with pytest.raises(BadInput, match=r"not a probe profile \(a number of more than 4300 digits\)"):
+        load_profile(str(digits))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

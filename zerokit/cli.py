@@ -6,6 +6,7 @@ Subcommands live one per module in `zerokit.commands` and are imported only when
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
 import os
@@ -60,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit code; every error is one line on stderr, never a traceback."""
     args = sys.argv[1:] if argv is None else argv
     prog = "zerokit " + args[0] if args and args[0] in COMMANDS else "zerokit"
+    stdout = getattr(sys.stdout, "reconfigure", None)
+    if stdout is not None:  # a key that is a lone surrogate ("\udfff" in a JSON file) prints as \udfff, not a crash
+        stdout(errors="backslashreplace")
     try:
         rv = cli.main(args=args, prog_name="zerokit", standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a dead terminal is reported here, not at exit
     except click.exceptions.Exit as e:
         return e.exit_code
     except click.exceptions.Abort:
@@ -80,12 +85,27 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # `zerokit plan | head`: the reader left; nothing to say
         return 0
-    except Exception as e:  # a bug: still one line; ZEROKIT_DEBUG=1 shows the traceback
-        if os.environ.get("ZEROKIT_DEBUG"):
-            raise
-        click.echo(f"{prog}: internal error: {type(e).__name__}: {e} (rerun with ZEROKIT_DEBUG=1 and report it)", err=True)
-        return EXIT_INTERNAL
+    except OSError as e:
+        if e.errno not in _WRITE_ERRORS:
+            return _internal(prog, e)
+        click.echo(f"{prog}: error: cannot write the output: {e.strerror}; free space or write elsewhere", err=True)
+        return EXIT_BAD_INPUT
+    except Exception as e:  # noqa: BLE001 - a bug: still one line; ZEROKIT_DEBUG=1 shows the traceback
+        return _internal(prog, e)
     return rv if isinstance(rv, int) else 0
+
+
+_WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS})
+"""What writing the output can fail with that is the machine's doing, not zerokit's (stdout on a full disk)."""
+
+
+def _internal(prog: str, e: Exception) -> int:
+    if os.environ.get("ZEROKIT_DEBUG"):
+        raise e
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    click.echo(f"{prog}: internal error: {type(e).__name__}: {first} (rerun with ZEROKIT_DEBUG=1 and report it)",
+               err=True)
+    return EXIT_INTERNAL
 
 
 def run() -> NoReturn:

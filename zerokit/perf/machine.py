@@ -487,6 +487,9 @@ def _read_profile(path: str) -> Any:
     except json.JSONDecodeError as e:
         raise BadInput(f"--hardware {path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}; "
                        "re-run `zerokit probe`") from None
+    except (ValueError, RecursionError) as e:  # a number of more than 4300 digits, absurd nesting
+        what = "nested too deeply" if isinstance(e, RecursionError) else "a number of more than 4300 digits"
+        raise BadInput(f"--hardware {path}: not a probe profile ({what}); re-run `zerokit probe`") from None
     except OSError as e:
         raise BadInput(f"--hardware {path}: cannot read it ({e.strerror}); check the permissions") from None
 
