@@ -177,6 +177,8 @@ def test_table_and_markdown_show_the_adapters(capsys):
      "'c_attn' is not a module of llama that LoRA can adapt; valid: all-linear, or a comma list of q_proj, k_proj"),
     (["--lora-rank", "8"], "--lora-rank needs --peft lora or --peft qlora"),
     (["--peft", "lora", "--lora-rank", "0"], "--lora-rank must be at least 1"),
+    (["--peft", "lora", "--lora-rank", "100000"],  # more adapter parameters than the base, for nothing
+     r"--lora-rank 100000 is above the model's hidden size \d+: an update B x A has rank at most min\(in, out\)"),
     (["--peft", "lora", "--lora-dropout", "1"], r"--lora-dropout must be in \[0, 1\)"),
     (["--peft", "lora", "--lora-dropout", "-0.1"], "--lora-dropout must be >= 0"),
     (["--peft", "lora", "--lora-dropout", "x"], r"--lora-dropout must be a number in \[0, 1\)"),

@@ -420,3 +420,13 @@ def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
     assert plan["performance"]["step_time_s"] == pytest.approx(expected.step_time_s)
     code, _, err = run(capsys, "plan", "--hardware", "missing.json", "--model", TINY, "--seq-len", "128")
     assert code == 2 and "zerokit probe" in err
+
+
+@pytest.mark.parametrize("option", ["--cpu-memory", "--nvme-size", "--overhead", "--train-tokens", "--total-steps"])
+def test_auto_is_what_the_help_says_it_is_leaving_the_option_out(capsys, option):
+    """`plan --help` documents `auto` for these (unknown, the default, not asked): it was refused as a bad size."""
+    code, out, err = run(capsys, *LLAMA_7B_8xH100, option, "AUTO", "--target", "deepspeed", "--format", "json")
+    assert code == 0, err
+    _, left_out, _ = run(capsys, *LLAMA_7B_8xH100, "--target", "deepspeed", "--format", "json")
+    assert json.loads(out) == json.loads(left_out)
+    assert f"{option} " in " ".join(run(capsys, "plan", "--help")[1].split())

@@ -127,7 +127,7 @@ optimizer_options = _options(
     click.option("--weight-decay", type=float, default=0.0, show_default=True, help=_doc("Training", "weight_decay")),
     click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True,
                  help=_doc("Training", "warmup_steps")),
-    click.option("--total-steps", type=click.IntRange(min=1), default=None, help=_doc("Training", "total_steps")),
+    click.option("--total-steps", metavar="N|auto", default=None, help=_doc("Training", "total_steps")),
 )
 
 peft_options = _options(
@@ -181,7 +181,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     if gpu is None and gpu_memory is None and profile_memory is not None:
         gpu_memory = profile_memory
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
-                                cpu_memory=cpu_memory, nvme_path=nvme_path, nvme_size=nvme_size)
+                                cpu_memory=unless_auto(cpu_memory), nvme_path=nvme_path,
+                                nvme_size=unless_auto(nvme_size))
     if machine is not None and machine.device == "cpu":
         from dataclasses import replace
 
@@ -260,13 +261,19 @@ def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
     return None
 
 
+def unless_auto(value: Any) -> Any:
+    """None for an option left out or given as `auto` (what the help calls unknown or not asked), else the value."""
+    return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else value
+
+
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
-                   warmup_steps: int, total_steps: int | None, target: str, peft: str = "none",
+                   warmup_steps: int, total_steps: str | int | None, target: str, peft: str = "none",
                    lora_rank: str | None = None, lora_targets: str | None = None,
                    lora_dropout: str | None = None, train_tokens: str | None = None) -> types.Training:
-    """Training from option strings; `auto` becomes None (the planner decides)."""
+    """Training from option strings; `auto` becomes None (the planner decides, or the figure is unknown)."""
+    overhead, train_tokens, total_steps = unless_auto(overhead), unless_auto(train_tokens), unless_auto(total_steps)
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
     lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True)
@@ -289,7 +296,8 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         precision=None if precision.lower() == "auto" else precision.lower(),
         target=target.lower(),
         overhead_bytes=parse_size(overhead, "--overhead") if overhead is not None else None,
-        lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps, total_steps=total_steps,
+        lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps,
+        total_steps=parse_positive_int(total_steps, "--total-steps") if total_steps is not None else None,
         train_tokens=(float(parse_count(train_tokens, "--train-tokens", maximum=MAX_TRAIN_TOKENS))
                       if train_tokens is not None else None),
         **peft_settings(peft, lora_rank, lora_targets, lora_dropout),

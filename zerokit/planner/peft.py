@@ -101,6 +101,10 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
         raise BadInput(f"--peft qlora computes in bf16 or fp16 (bnb_4bit_compute_dtype), not {precision}; "
                        "use --precision bf16 or fp16 (or auto)")
     config = _countable_config(model)
+    if rank > model.hidden_size:
+        raise BadInput(f"--lora-rank {rank} is above the model's hidden size {model.hidden_size}: an update B x A "
+                       f"has rank at most min(in, out) <= {model.hidden_size}, so the extra adapter parameters learn "
+                       "nothing; use a rank up to the hidden size (8-256 is usual)")
     names: str | list[str] = ALL_LINEAR if targets.strip().lower() == ALL_LINEAR else targets.split(",")
     count = lora_parameters(config, rank, names, dropout=dropout)
     n = model.parameters
