@@ -607,3 +607,15 @@ def test_zk408_unknown_warmup_type_warms_up_logarithmically(ds):
     sched.step(1)
     # log warmup: log(2) / log(100) = 0.15 of the peak at step 1, where linear gives 0.01
     assert sched.warmup_type == "log" and sched.get_lr()[0] == pytest.approx(math.log(2) / math.log(100))
+
+
+def test_zk409_warmup_longer_than_the_run(ds):
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {
+        "warmup_num_steps": 100, "total_num_steps": 10, "warmup_max_lr": 1.0, "warmup_type": "linear"}}})
+    [f] = lint(cfg)
+    assert (f.code, f.severity, f.suggestion) == ("ZK409", "warning", "10")
+    sched = initialize(ds, cfg).lr_scheduler  # accepted, with a log line at most
+    sched.step(10)  # the last step of the run: still warming up, a tenth of the peak
+    assert sched.get_lr()[0] == pytest.approx(0.1)
+    assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {
+        "warmup_num_steps": 10, "total_num_steps": 100}}})) == set()

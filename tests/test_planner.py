@@ -135,6 +135,15 @@ def test_a_gpu_given_by_memory_alone_says_bf16_is_assumed():
     assert fp16.decision.precision == "fp16"
 
 
+def test_flash_attention_before_ampere_and_a_warmup_past_the_end_are_refused():
+    with pytest.raises(BadInput, match="--attention flash needs FlashAttention-2, which runs on Ampere or newer GPUs"):
+        plan(LLAMA7, resolve_hardware("v100-32gb", gpus_per_node=8), Training(seq_len=2048, attention="flash"))
+    assert plan(LLAMA7, resolve_hardware("a100-80gb", gpus_per_node=8),
+                Training(seq_len=2048, attention="flash")).decision.fits
+    with pytest.raises(BadInput, match="--warmup-steps 100 is more than --total-steps 10"):
+        plan(LLAMA7, resolve_hardware("a100-80gb"), Training(seq_len=2048, warmup_steps=100, total_steps=10))
+
+
 # ------------------------------------------------------------------------------------------ rules and options
 
 def test_memory_breakdown_is_the_sum_of_its_parts():

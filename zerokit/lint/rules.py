@@ -553,6 +553,20 @@ def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
               f"{json.dumps(steps)}: {sched['type']} raises ValueError at initialize; write {fix}", fix)
 
 
+def scheduler_warmup_past_total(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """WarmupDecayLR/WarmupCosineLR with the warmup longer than the run: DeepSpeed logs a warning and trains on; the
+    rate never reaches its peak before the schedule says it is over."""
+    sched = _section(doc.data, "scheduler")
+    params = sched.get("params")
+    if sched.get("type") not in ("WarmupDecayLR", "WarmupCosineLR") or not isinstance(params, dict):
+        return
+    warmup, total = _int(params.get("warmup_num_steps", 1000)), _int(params.get("total_num_steps"))
+    if warmup is not None and total is not None and 0 < total < warmup:
+        yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps {warmup} is more than "
+                  f"total_num_steps {total}: the warmup never ends before the schedule does, and DeepSpeed only logs a "
+                  "warning; lower warmup_num_steps", str(total))
+
+
 def scheduler_warmup_type(doc: Document, ctx: Context) -> Iterator[Hit]:
     """An unknown warmup_type only logs a warning and warms up logarithmically (lr_schedules.py)."""
     sched = _section(doc.data, "scheduler")
@@ -640,6 +654,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
     Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
     Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
+    Rule("ZK409", WARNING, "scheduler-warmup-past-total", scheduler_warmup_past_total),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
 )

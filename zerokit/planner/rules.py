@@ -349,6 +349,12 @@ def rule_forced(ctx: Context) -> tuple[None, str | None]:
         raise BadInput(f"--micro-batch must be at least 1, got {t.micro_batch}")
     if t.global_batch is not None and t.global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
+    if t.total_steps is not None and t.warmup_steps > t.total_steps:
+        raise BadInput(f"--warmup-steps {t.warmup_steps} is more than --total-steps {t.total_steps}: the decay would "
+                       "start at a learning rate of 0 (DeepSpeed only logs a warning); lower --warmup-steps")
+    if t.attention == "flash" and hw.accelerator != "cpu" and not hw.bf16:
+        raise BadInput(f"--attention flash needs FlashAttention-2, which runs on Ampere or newer GPUs (A100, H100, "
+                       f"L40S, RTX 30/40); {hw.gpu_name} is older: use --attention sdpa")
     forced = [f"ZeRO-{stage}" if stage is not None else "",
               f"optimizer offload {opt}" if opt is not None else "",
               f"parameter offload {param}" if param is not None else "",
