@@ -142,6 +142,12 @@ def test_env_values_for_other_nodes_must_be_inert():
     (["--include", "localhost:0", "--gpus-per-node", "2", "t.py"], "--include picks the ranks itself"),
     (["--hostfile", "h", "--hosts", "a:1", "t.py"], "give either --hostfile or --hosts"),
     (["--config", "/nonexistent/ds.json", "t.py"], "--config /nonexistent/ds.json: no such file"),
+    (["--hosts", "node1:2,node2:2", "--nodes", "5", "t.py"], "--nodes 5 is more than the 2 hosts given"),
+    (["--no-ssh", "--hosts", "node1:2,node2:2", "--master-addr", "node1", "--node-rank", "0", "--watch-port", "29500",
+      "t.py"], "--watch-port 29500 is the master port"),
+    (["--hosts", "", "t.py"], "--hosts is empty"),
+    (["--hostfile", "", "t.py"], "--hostfile is empty"),
+    (["--gpus-per-node", "99999999999", "t.py"], "99999999999 is not in the range 1<=x<=4096"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     code = main(["launch", "--dry-run", *argv])
@@ -313,3 +319,22 @@ def test_a_finished_jobs_shm_buffers_are_removed_and_no_others(tmp_path):
     assert remove_shm_buffers(29511, str(tmp_path)) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(others)
     assert remove_shm_buffers(29511, str(tmp_path / "missing")) == 0
+
+
+def test_what_the_job_reads_is_checked_in_a_dry_run_too(capsys, tmp_path, monkeypatch):
+    """A config that is no JSON object, a --plan that is not a plan, a --files-dir that is a file and a script that
+    is a directory failed only when the job started (or never: the plan's checks were silently skipped)."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("")
+    Path("list.json").write_text("[1]")
+    Path("cfg.json").write_text("{}")
+    Path("sdir").mkdir()
+    not_a_plan = "--plan cfg.json is not `zerokit plan --format json` output (no memory, hardware)"
+    for argv, message in ((["--config", "list.json", "train.py"], "--config list.json must hold a JSON object"),
+                          (["--plan", "cfg.json", "train.py"], not_a_plan),
+                          (["--files-dir", "train.py", "train.py"], "--files-dir train.py exists and is not a directory"),
+                          (["sdir"], "script sdir: is a directory, not a regular file")):
+        code = main(["launch", "--gpus-per-node", "1", "--dry-run", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    assert main(["launch", "--gpus-per-node", "1", "--config", "cfg.json", "--dry-run", "train.py"]) == 0

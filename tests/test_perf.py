@@ -25,6 +25,7 @@ from zerokit.perf import (
     step_time,
     time_to_train_s,
 )
+from zerokit.perf.machine import load_profile_and_memory
 
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512,
@@ -224,6 +225,15 @@ def test_profile_file_errors(tmp_path):
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(BadInput, match=r"not a probe profile \(nested too deeply\)"):
         load_profile(str(deep))
+    h200 = json.loads((Path(__file__).parent / "data" / "gpu" / "2026-11-26-h200" / "profile.json").read_text())
+    for broken, says in (({"zerokit_profile": True}, "not a zerokit probe profile"),
+                         ({"attention": 0}, "attention must map dtypes"),
+                         ({"measurements": {"device_memory_bytes": 1}},
+                          "measurements.device_memory_bytes must be a whole number of bytes from 1 GiB")):
+        edited = tmp_path / "edited.json"
+        edited.write_text(json.dumps({**h200, **broken}))
+        with pytest.raises(BadInput, match=says):
+            load_profile_and_memory(str(edited))
     digits = tmp_path / "digits.json"
     digits.write_text('{"zerokit_profile": ' + "9" * 5000 + "}")
     with pytest.raises(BadInput, match=r"not a probe profile \(a number of more than 4300 digits\)"):

@@ -343,3 +343,13 @@ def test_no_ssh_master_address_check(tmp_path):
     assert preflight.check_master_port(Target(no_ssh=True, node_rank=1)) is None  # the port is node 0's business
     assert preflight.check_launcher(Target(no_ssh=True, hosts={"a": 1, "b": 1})) is None
     assert preflight.check_ssh(Target(no_ssh=True, hosts={"a": 1, "b": 1})) is None
+
+
+def test_a_plan_file_that_is_not_a_plan_is_refused_not_skipped(tmp_path, capsys):
+    from zerokit.cli import main
+
+    bogus = tmp_path / "plan.json"
+    bogus.write_text('{"model": {}}')  # a JSON object, but none of the sizes the checks compare against
+    assert main(["preflight", "--plan", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert "is not `zerokit plan --format json` output (no memory, hardware)" in err and err.count("\n") == 1

@@ -49,8 +49,10 @@ def _check_input_file(path: str | None, what: str) -> None:
         raise BadInput(f"{what} is empty; give a file path")
     try:
         mode = os.stat(path).st_mode
-    except OSError:
+    except FileNotFoundError:
         raise BadInput(f"{what} {path}: no such file") from None
+    except OSError as e:  # a symlink loop, a permission
+        raise BadInput(f"{what} {path}: cannot read it ({e.strerror})") from None
     if not stat.S_ISREG(mode):
         from zerokit.fileio import kind
 
@@ -130,7 +132,13 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     if not str(files_dir).strip():
         raise BadInput("--files-dir is empty; give a directory (default .zerokit)")
     _check_input_file(config, "--config")
-    host_map = parsed_hosts(hosts, gpus_per_node)
+    if config is not None:
+        preflight.read_json(config, "--config")  # a JSON object, even for --dry-run (what it holds is lint's)
+    if plan_file is not None:
+        preflight.read_plan(plan_file)
+    host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
+    if os.path.lexists(files_dir) and not os.path.isdir(files_dir):
+        raise BadInput(f"--files-dir {files_dir} exists and is not a directory; give a directory (default .zerokit)")
     emits = {option: path for option, path in (("--emit-sbatch", emit_sbatch), ("--emit-script", emit_script))
              if path is not None}
     spec = runner.LaunchSpec(
@@ -141,6 +149,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     )
     if watch_port is not None and not no_ssh:
         raise BadInput("--watch-port goes with --no-ssh (the node watch ties together nodes started one by one)")
+    if watch_port == master_port:
+        raise BadInput(f"--watch-port {watch_port} is the master port; the rendezvous needs that one, give another")
     zerokit_command = shlex.join(["zerokit", *sys.argv[1:]]) if sys.argv[1:2] == ["launch"] else "zerokit launch ..."
     if emits:
         check_emit_targets(emits, force, dry_run, {"training script": script, "--config": config,
@@ -165,8 +175,10 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     job_hosts = runner.hosts_of(spec) if spec.multi_node else {}
     if spec.no_ssh:
         _check_node_rank(spec, job_hosts)
-    if not spec.remote_shell and not Path(script).is_file():
-        raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
+    if not spec.remote_shell:
+        if not os.path.lexists(script):
+            raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
+        _check_input_file(script, "script")  # a directory, a FIFO, a symlink loop
     files = runner.render_files(spec)
     if dry_run:
         for path, text in files.items():

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from zerokit.errors import EXIT_PREFLIGHT
-from zerokit.launch.hostfile import parse_hosts
+from zerokit.errors import EXIT_PREFLIGHT, BadInput
+from zerokit.launch.hostfile import MAX_SLOTS, parse_hosts
 from zerokit.launch.runner import DEFAULT_MASTER_PORT, LAUNCHERS
 
 
@@ -19,7 +19,7 @@ def target_options(f):
                      help="`zerokit plan --format json` output: adds the GPU, RAM and NVMe sizes the plan needs."),
         click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile ('HOST slots=N' lines)."),
         click.option("--hosts", help="Hosts instead of a hostfile: node1:8,node2:8 (or node1,node2 with --gpus-per-node)."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1),
+        click.option("--gpus-per-node", type=click.IntRange(1, MAX_SLOTS),
                      help="Ranks per node; on a host without GPUs, ranks on DeepSpeed's CPU accelerator."),
         click.option("--launcher", type=click.Choice(LAUNCHERS), default="pdsh", show_default=True,
                      help="How the runner reaches the other nodes."),
@@ -31,7 +31,12 @@ def target_options(f):
     return f
 
 
-def parsed_hosts(hosts: str | None, gpus_per_node: int | None) -> dict[str, int]:
+def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | None = None) -> dict[str, int]:
+    """--hosts as a map; an empty --hosts or --hostfile (a variable that expanded to nothing) is refused."""
+    for option, value in (("--hosts", hosts), ("--hostfile", hostfile)):
+        if value is not None and not value.strip():
+            raise BadInput(f"{option} is empty; give {'node1:8,node2:8' if option == '--hosts' else 'a hostfile path'}"
+                           " or leave the option out for one node")
     return parse_hosts(hosts, gpus_per_node) if hosts else {}
 
 
@@ -47,7 +52,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     """
     from zerokit.launch import preflight
 
-    target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node),
+    target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node, hostfile),
                                    hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
                                    master_port=master_port)
     checks = preflight.run_checks(target)

@@ -672,13 +672,26 @@ def read_json(path: str, what: str) -> dict[str, Any]:
     return dict(data)
 
 
+def read_plan(path: str) -> dict[str, Any]:
+    """`zerokit plan --format json` output (CONTRACT.md: decision, memory, hardware ...); BadInput for any other
+    JSON object, whose sizes would silently add no checks."""
+    data = read_json(path, "--plan")
+    missing = [key for key in ("memory", "hardware") if not isinstance(data.get(key), dict)]  # what the checks read
+    if missing:
+        from zerokit.errors import BadInput
+
+        raise BadInput(f"--plan {path} is not `zerokit plan --format json` output (no {', '.join(missing)}); write "
+                       "one with `zerokit plan ... --format json > plan.json`")
+    return data
+
+
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against."""
     ds_config = read_json(config, "--config") if config else {}
-    plan_data = read_json(plan, "--plan") if plan else None
+    plan_data = read_plan(plan) if plan else None
     if plan_data is not None and gpus_per_node is None:
         gpus_per_node = _dict(plan_data.get("hardware")).get("gpus_per_node")
         if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)

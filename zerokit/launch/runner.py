@@ -131,6 +131,14 @@ def validate(spec: LaunchSpec) -> None:
             validate_hostname(part.split(":", 1)[0])
     if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
         raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
+    if spec.nodes is not None and (spec.hostfile or spec.hosts):
+        listed = len(spec.hosts)
+        if spec.hostfile:
+            with contextlib.suppress(BadInput):  # a broken hostfile is the preflight's to describe
+                listed = len(read_hostfile(spec.hostfile))
+        if listed and spec.nodes > listed:
+            raise BadInput(f"--nodes {spec.nodes} is more than the {listed} host{'s' if listed > 1 else ''} given; "
+                           f"list them all, or use --nodes {listed}")
     if spec.node_rank is not None and not spec.no_ssh:
         raise BadInput("--node-rank goes with --no-ssh (each node starts its own ranks); without --no-ssh the runner "
                        "reaches every node itself")

@@ -380,6 +380,10 @@ def load_profile(path: str) -> MachinePerf:
     return load_profile_and_memory(path)[0]
 
 
+MIN_DEVICE_MEMORY, MAX_DEVICE_MEMORY = 2**30, 10**18
+"""What a profile's measured device memory may be (the bounds of --gpu-memory: 1 GiB, and any size's 1 EB)."""
+
+
 def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     """`load_profile`, and the device memory the probe measured (None when the profile does not say), from one
     read of the file: `zerokit plan --hardware` takes the GPU memory from it when none is given."""
@@ -387,8 +391,11 @@ def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     perf = profile_from_json(data, path)
     measured = data.get("measurements")
     memory = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
-    if isinstance(memory, bool) or not isinstance(memory, int) or memory <= 0:
-        memory = None
+    if memory is None:
+        return perf, None
+    if isinstance(memory, bool) or not isinstance(memory, int) or not MIN_DEVICE_MEMORY <= memory <= MAX_DEVICE_MEMORY:
+        raise BadInput(f"--hardware {path}: measurements.device_memory_bytes must be a whole number of bytes from 1 GiB "
+                       f"to 1 EB, got {str(memory)[:40]}; re-run `zerokit probe`, or give --gpu-memory")
     return perf, memory
 
 
@@ -396,7 +403,8 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     """The MachinePerf of a profile's JSON (`profile_to_json`'s inverse), read from `path`; BadInput (one line,
     with the fix) for anything that is not one."""
     where = f"--hardware {path}"
-    if not isinstance(data, dict) or data.get("zerokit_profile") != PROFILE_VERSION:
+    version = data.get("zerokit_profile") if isinstance(data, dict) else None
+    if isinstance(version, bool) or version != PROFILE_VERSION:
         raise BadInput(f"{where}: not a zerokit probe profile (no \"zerokit_profile\": {PROFILE_VERSION}); "
                        "write one with `zerokit probe -o profile.json`")
     missing = [k for k in _REQUIRED if k not in data]
@@ -415,7 +423,7 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
     values["matmul"] = _matmul_from_json(data["matmul"], where)
     for key in ("matmul_forward", "attention"):
-        if data.get(key):
+        if data.get(key) is not None and data[key] != {}:  # absent, null or {}: not measured
             values[key] = _matmul_from_json(data[key], where, key)
     values["elementwise"] = _curve_from_json(data["elementwise"], f"{where}: elementwise", 1e15)
     for key in _NUMBER_FIELDS:
