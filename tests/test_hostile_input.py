@@ -634,3 +634,13 @@ def test_a_deeply_nested_hardware_profile_is_one_line(capsys, tmp_path):
     code, _, err = zk(capsys, *PLAN, "--hardware", str(deep))
     assert code == 2
     one_line_error(err, "plan", "not a probe profile (nested too deeply)")
+
+
+@pytest.mark.parametrize(("argv", "example"), [([*PLAN, "-o", "-"], "ds_config.json"),
+                                               (["launch", "--gpus-per-node", "1", "--emit-script", "-", "t.py"],
+                                                "run.sh")])
+def test_dash_is_not_stdout_and_never_a_file_named_dash(capsys, tmp_path, monkeypatch, argv, example):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = zk(capsys, *argv)
+    assert code == 2 and out == "" and not Path("-").exists()
+    one_line_error(err, argv[0], f"-: give a file name such as {example} ('-' is not stdout here")

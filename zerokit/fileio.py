@@ -117,6 +117,9 @@ def check_target(path: str, what: str, force: bool = False, example: str = "ds_c
     without `force`, or a missing or unwritable parent directory. `example` is the file name the messages suggest."""
     if not str(path).strip():
         raise BadInput(f"{what} is empty; give a file name such as {example}")
+    if path == "-":  # stdin/stdout to most tools (`zerokit lint -` reads stdin): never a file named '-' here
+        raise BadInput(f"{what} -: give a file name such as {example} ('-' is not stdout here: it would be a file "
+                       "named '-')")
     if path.endswith((os.sep, os.sep + ".", os.sep + "..")) or path in (".", ".."):
         raise BadInput(f"{what} {path}: names a directory; give a file name such as "
                        f"{os.path.join(path, example)}")

@@ -72,7 +72,8 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
     from zerokit.fileio import check_target
 
     for option, path in targets.items():
-        check_target(path, option, force=force or dry_run)
+        check_target(path, option, force=force or dry_run,
+                     example="job.sbatch" if option == "--emit-sbatch" else "run.sh")
         for what, other in inputs.items():
             if other and _same_path(path, other):
                 raise BadInput(f"{option} {path} is the {what}; write the {option.removeprefix('--emit-')} "
