@@ -538,29 +538,38 @@ WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
 
 
-def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """WarmupLR and WarmupCosineLR raise ValueError unless warmup_num_steps is a positive int (a JSON 100.0 too)."""
+def _warmup_params(doc: Document, key: str) -> tuple[str, dict] | None:
+    """(scheduler type, params) of a Warmup* scheduler whose params give `key`, else None."""
     sched = _section(doc.data, "scheduler")
     params = sched.get("params")
-    if sched.get("type") not in WARMUP_SCHEDULERS or not isinstance(params, dict) or "warmup_num_steps" not in params:
+    if sched.get("type") not in WARMUP_SCHEDULERS or not isinstance(params, dict) or key not in params:
+        return None
+    return sched["type"], params
+
+
+def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """WarmupLR and WarmupCosineLR raise ValueError unless warmup_num_steps is a positive int (a JSON 100.0 too)."""
+    found = _warmup_params(doc, "warmup_num_steps")
+    if found is None:
         return
+    name, params = found
     steps = params["warmup_num_steps"]
     if steps == AUTO or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0):
         return
     whole = _int(steps)
     fix = str(whole) if whole is not None and whole > 0 else "1"
     yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps must be a positive integer, got "
-              f"{json.dumps(steps)}: {sched['type']} raises ValueError at initialize; write {fix}", fix)
+              f"{json.dumps(steps)}: {name} raises ValueError at initialize; write {fix}", fix)
 
 
 def scheduler_warmup_past_total(doc: Document, ctx: Context) -> Iterator[Hit]:
     """WarmupDecayLR/WarmupCosineLR with the warmup longer than the run: DeepSpeed logs a warning and trains on; the
     rate never reaches its peak before the schedule says it is over."""
-    sched = _section(doc.data, "scheduler")
-    params = sched.get("params")
-    if sched.get("type") not in ("WarmupDecayLR", "WarmupCosineLR") or not isinstance(params, dict):
+    found = _warmup_params(doc, "total_num_steps")  # WarmupLR has no total
+    if found is None:
         return
-    warmup, total = _int(params.get("warmup_num_steps", 1000)), _int(params.get("total_num_steps"))
+    params = found[1]
+    warmup, total = _int(params.get("warmup_num_steps", 1000)), _int(params["total_num_steps"])
     if warmup is not None and total is not None and 0 < total < warmup:
         yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps {warmup} is more than "
                   f"total_num_steps {total}: the warmup never ends before the schedule does, and DeepSpeed only logs a "
@@ -569,11 +578,10 @@ def scheduler_warmup_past_total(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 def scheduler_warmup_type(doc: Document, ctx: Context) -> Iterator[Hit]:
     """An unknown warmup_type only logs a warning and warms up logarithmically (lr_schedules.py)."""
-    sched = _section(doc.data, "scheduler")
-    params = sched.get("params")
-    if sched.get("type") not in WARMUP_SCHEDULERS or not isinstance(params, dict) or "warmup_type" not in params:
+    found = _warmup_params(doc, "warmup_type")
+    if found is None:
         return
-    kind = params["warmup_type"]
+    kind = found[1]["warmup_type"]
     if kind in WARMUP_TYPES:
         return
     guess = schema_mod._did_you_mean(kind, list(WARMUP_TYPES)) if isinstance(kind, str) else None
