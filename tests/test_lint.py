@@ -321,3 +321,51 @@ def test_pre_commit_hooks_match_the_shipped_configs():
     matched = [n for n in names if any(re.search(h["files"], n) for h in hooks.values())]
     assert matched == names
     assert not re.search(hooks["zerokit-lint"]["files"], "examples/models/tiny-llama/config.json")
+
+
+def test_accelerate_yaml_field_types_as_accelerate_launch_hands_them_on(capsys, tmp_path, monkeypatch):
+    """accelerate launch passes each field as str(value) in an environment variable; DeepSpeedPlugin reads
+    gradient_accumulation_steps back with int() only when all digits, and compares zero3_save_16bit_model with
+    "true": a list stays the string "[1]", and "false" is false (was bool("false"), true, hiding ZK309)."""
+    pytest.importorskip("accelerate")
+    from accelerate.utils import DeepSpeedPlugin
+
+    path = write(tmp_path, "acc.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n"
+                 "  gradient_accumulation_steps: [1]\n  gradient_clipping: .inf\n  offload_param_nvme_path: 5\n"
+                 "  zero3_save_16bit_model: 'false'\n")
+    code, findings = run_json(capsys, path)
+    assert code == 1
+    assert [(f["line"], f["code"], f["key"]) for f in findings] == [
+        (3, "ZK309", "deepspeed_config.zero_stage"),  # ZeRO-3 that saves no 16-bit weights
+        (4, "ZK103", "deepspeed_config.gradient_accumulation_steps"), (5, "ZK103", "deepspeed_config.gradient_clipping"),
+        (6, "ZK103", "deepspeed_config.offload_param_nvme_path")]
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str([1]))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "false")
+    plugin = DeepSpeedPlugin(zero_stage=3)
+    assert plugin.gradient_accumulation_steps == "[1]" and plugin.zero3_save_16bit_model is False
+
+
+def test_values_no_float_holds_are_findings_not_crashes(capsys, tmp_path):
+    """A 310-digit integer went through math.isnan, and 1e308 buckets through 4.5 x float: OverflowError, exit 70."""
+    huge = write(tmp_path, "huge.json", '{"train_micro_batch_size_per_gpu": 1' + "0" * 309 + "}")
+    assert run(capsys, huge)[0] == 0
+    buckets = write(tmp_path, "buckets.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, '
+                    '"overlap_comm": true, "reduce_bucket_size": 1e308, "allgather_bucket_size": 1e308}}')
+    code, findings = run_json(capsys, "--gpu-memory", "80GB", buckets)
+    assert [(f["code"], f["key"]) for f in findings] == [("ZK307", "zero_optimization.reduce_bucket_size")]
+    assert "309-digit number of elements" in findings[0]["message"]
+    nul = write(tmp_path, "acc.yaml", 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: "a\\0b"\n')
+    code, findings = run_json(capsys, nul)
+    assert code == 2 and findings[0]["code"] == "ZK001" and "has a NUL byte" in findings[0]["message"]
+
+
+def test_gpu_memory_without_a_unit_is_refused_as_plan_refuses_it(capsys):
+    code, out, err = run(capsys, "--gpu-memory", "80", BROKEN)
+    assert code == 2 and out == "" and "--gpu-memory '80' is below 1 GiB" in err and err.count("\n") == 1
+
+
+def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):
+    path = write(tmp_path, "nl.json", '{"bad\\nkey": 1}')
+    code, out, _ = run(capsys, path)
+    line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it"
+    assert code == 1 and out.splitlines() == [line]

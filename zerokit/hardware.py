@@ -11,12 +11,10 @@ from typing import NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.planner.types import Hardware
-from zerokit.units import closest, parse_positive_int, parse_size
+from zerokit.units import MIN_GPU_MEMORY, closest, parse_positive_int, parse_size
 
 MIB = 2**20
 
-# The smallest GPU memory zerokit plans for: below this not even the CUDA context fits.
-MIN_GPU_MEMORY = 1 * 2**30
 
 
 class GpuPreset(NamedTuple):

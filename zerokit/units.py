@@ -19,6 +19,8 @@ _SIZE_UNITS = {
 _COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
+MIN_GPU_MEMORY = 1 * 2**30
+"""The smallest GPU memory zerokit plans or lints for: below this not even the CUDA context fits."""
 MAX_SIZE = 10**18
 """1 EB: above any GPU, host RAM or NVMe size; larger values are refused rather than computed with."""
 MAX_COUNT = 10**18

@@ -9,6 +9,7 @@ findings pointing at the YAML lines.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from zerokit.lint.findings import ERROR, Finding
@@ -65,6 +66,24 @@ def yaml_findings(doc: Document) -> list[Finding]:
         elif isinstance(ref, str) and not ref.strip():
             add(key, ERROR, "ZK104", "deepspeed_config.deepspeed_config_file is empty: HfDeepSpeedConfig('') raises "
                 "ValueError; write the ds_config file's path, or remove the key to configure ZeRO in this YAML")
+    # accelerate launch hands each field on as str(value) in an environment variable, which DeepSpeedPlugin reads
+    # back with int() (when all digits), float() or as a path: a list or a date there fails at launch or misleads
+    if "gradient_accumulation_steps" in ds:
+        gas = ds["gradient_accumulation_steps"]
+        if gas != "auto" and (isinstance(gas, bool) or not str(gas).isdigit() or int(str(gas)) < 1):
+            add(("deepspeed_config", "gradient_accumulation_steps"), ERROR, "ZK103", "deepspeed_config."
+                f"gradient_accumulation_steps is {_shown(gas)}; write a whole number >= 1 (or auto): accelerate launch "
+                "passes anything else on as a string DeepSpeed refuses")
+    if "gradient_clipping" in ds:
+        clip = ds["gradient_clipping"]
+        if clip != "auto" and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not _finite(clip)
+                               or clip < 0):
+            add(("deepspeed_config", "gradient_clipping"), ERROR, "ZK103", f"deepspeed_config.gradient_clipping is "
+                f"{_shown(clip)}; write a number >= 0 (1.0 is usual; 0 turns clipping off)")
+    for key in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
+        if key in ds and ds[key] is not None and not isinstance(ds[key], str):
+            add(("deepspeed_config", key), ERROR, "ZK103", f"deepspeed_config.{key} is {_shown(ds[key])}; write the "
+                "NVMe directory's path (accelerate launch would pass on its str() as the path)")
     if "zero_stage" in ds and str(ds["zero_stage"]) not in ("0", "1", "2", "3"):  # launch passes it through int()
         add(("deepspeed_config", "zero_stage"), ERROR, "ZK104", f"deepspeed_config.zero_stage is {ds['zero_stage']!r}; "
             "use 0, 1, 2 or 3")
@@ -80,6 +99,18 @@ def yaml_findings(doc: Document) -> list[Finding]:
     return out
 
 
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int of hundreds of digits
+        return False
+
+
 def config_file(doc: Document) -> str | None:
     ds = doc.data.get("deepspeed_config")
     if isinstance(ds, dict):
@@ -87,6 +118,12 @@ def config_file(doc: Document) -> str | None:
         if isinstance(path, str) and path.strip() and path != "none":
             return path
     return None
+
+
+def _truth(value: Any) -> bool:
+    """zero3_save_16bit_model as `accelerate launch` hands it on: str(value).lower() in an environment variable,
+    which DeepSpeedPlugin compares with "true" (the string "false" is false, and so is "yes")."""
+    return str(value).lower() == "true"
 
 
 def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
@@ -109,7 +146,7 @@ def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
         },
     }
     if "zero3_save_16bit_model" in ds:  # Accelerate always sets it; only what the YAML says is the user's
-        cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = bool(ds["zero3_save_16bit_model"])
+        cfg["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = _truth(ds["zero3_save_16bit_model"])
     if ds.get("gradient_clipping"):
         cfg["gradient_clipping"] = ds["gradient_clipping"]
     mp = doc.data.get("mixed_precision")

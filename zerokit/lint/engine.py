@@ -66,9 +66,13 @@ def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
             synth, names = accelerate.synthesize(doc)
             out += run_rules(synth, acc, key_names=names, skip=SCHEMA_ONLY)
         return out
+    line, col = doc.where(("deepspeed_config", "deepspeed_config_file"))
+    if "\0" in ref:  # no file can have that name; os.stat would raise ValueError
+        return out + [Finding(doc.path, line, col, ERROR, UNREADABLE, "deepspeed_config.deepspeed_config_file",
+                              f"deepspeed_config_file {ref!r} has a NUL byte, so it names no file; give the ds_config "
+                              "JSON's path")]
     target = ref if os.path.isabs(ref) else os.path.join(str(doc.base_dir or "."), ref)
     shown = os.path.relpath(target) if not os.path.isabs(ref) else ref
-    line, col = doc.where(("deepspeed_config", "deepspeed_config_file"))
     if doc.base_dir is not None and _same_file(target, doc.path):
         return out + [Finding(doc.path, line, col, ERROR, UNREADABLE, "deepspeed_config.deepspeed_config_file",
                               f"deepspeed_config_file {shown} is this Accelerate YAML itself; it must name the ds_config "

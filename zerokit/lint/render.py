@@ -17,9 +17,14 @@ def _gh_escape(text: str, prop: bool = False) -> str:
     return text
 
 
+def _one_line(text: str) -> str:
+    """Control characters (a newline in a key or a file name) as escapes: one finding stays one line."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def text_line(f: Finding) -> str:
     """PATH:LINE:COL: SEVERITY CODE message (did you mean 'KEY'?)"""
-    return f"{f.path}:{f.line}:{f.column}: {f.severity} {f.code} {f.message}"
+    return f"{_one_line(f.path)}:{f.line}:{f.column}: {f.severity} {f.code} {_one_line(f.message)}"
 
 
 def github_line(f: Finding) -> str:

@@ -54,6 +54,7 @@ STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_per
 # Keys only DeepSpeedZeroOptimizer (stage 1/2) takes; engine._configure_zero_optimizer never hands them to stage 3
 STAGE12_KEYS = ("allgather_bucket_size", "ignore_unused_parameters", "parameter_alignment", "round_robin_gradients",
                 "use_multi_rank_bucket_allreduce")
+MAX_BUCKET_ELEMENTS = 10**15  # a bucket size past this (a PB of bf16) is a typo, whatever the GPU
 BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
 
 TARGET_NAMES = {"trainer": "the HF Trainer", "accelerate": "Accelerate", "deepspeed": "DeepSpeed"}
@@ -371,6 +372,12 @@ def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
     other = _int(zero.get(other_key, 500_000_000 if stage < 3 else 50_000_000))
     if reduce is None or other is None:
         return  # "auto": the Trainer sizes them from hidden_size
+    if max(reduce, other) > MAX_BUCKET_ELEMENTS:  # beyond float arithmetic, and any GPU: say so plainly
+        key = "reduce_bucket_size" if reduce >= other else other_key
+        yield Hit(("zero_optimization", key), f"zero_optimization.{key} is a {len(str(max(reduce, other)))}-digit "
+                  "number of elements, more than any GPU holds; with overlap_comm DeepSpeed allocates buckets of it; "
+                  "use e.g. 5e7", "5e7")
+        return
     nbytes = bucket_bytes(reduce, other, _dtype_bytes(cfg))
     share = nbytes / ctx.gpu_memory
     if share > BUCKET_SHARE_WARN:
@@ -392,7 +399,7 @@ def bucket_bytes(reduce_bucket: int, other_bucket: int, dtype_bytes: int) -> int
     ("5e8 x 2 bytes x 2 x 4.5 = 9 GB" for two 5e8 buckets in 16-bit); zerokit uses the prefetch bucket in place
     of the allgather bucket at stage 3. An estimate for a warning, not an allocator model.
     """
-    return int(4.5 * (reduce_bucket + other_bucket) * dtype_bytes)
+    return 9 * (reduce_bucket + other_bucket) * dtype_bytes // 2  # whole numbers: exact for any int
 
 
 def sum_allreduce_zero3(doc: Document, ctx: Context) -> Iterator[Hit]:

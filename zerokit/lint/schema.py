@@ -171,7 +171,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
     if _json_type(value) in ("integer", "number") and not isinstance(value, bool):
         for kw, bad, words in (("minimum", lambda v, b: v < b, ">="), ("exclusiveMinimum", lambda v, b: v <= b, ">"),
                                ("maximum", lambda v, b: v > b, "<="), ("exclusiveMaximum", lambda v, b: v >= b, "<")):
-            if kw in node and (math.isnan(value) or bad(value, node[kw])):
+            if kw in node and ((isinstance(value, float) and math.isnan(value)) or bad(value, node[kw])):
                 yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}", None, ERROR, "ZK105")
                 return
 
