@@ -338,3 +338,31 @@ def test_what_the_job_reads_is_checked_in_a_dry_run_too(capsys, tmp_path, monkey
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1, err
     assert main(["launch", "--gpus-per-node", "1", "--config", "cfg.json", "--dry-run", "train.py"]) == 0
+
+
+@pytest.mark.parametrize(("limit", "ok"), [("::", False), ("-", False), ("1-", False), ("1:2:3:4", False),
+                                           ("-1", False), ("90", True), ("02:00:00", True), ("1-12", True),
+                                           ("1-00:00:00", True), ("UNLIMITED", True)])
+def test_time_limits_are_sbatchs_formats(capsys, tmp_path, monkeypatch, limit, ok):
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "--hosts", "node1,node2", "--gpus-per-node", "8", "--emit-sbatch", "job.sbatch",
+                 "--dry-run", "--time", limit, "train.py"])
+    out, err = capsys.readouterr()
+    assert code == (0 if ok else 2), err
+    assert (f"#SBATCH --time={limit}" in out) if ok else "write it as SLURM does" in err
+
+
+def test_time_without_an_sbatch_is_refused(capsys):
+    assert main(["launch", "--gpus-per-node", "1", "--dry-run", "--time", "04:00:00", "train.py"]) == 2
+    assert "--time is the SLURM time limit of --emit-sbatch" in capsys.readouterr().err
+
+
+def test_host_lists_stop_at_4096_hosts(tmp_path):
+    from zerokit.launch.hostfile import MAX_HOSTS, parse_hostfile, parse_hosts
+
+    lines = "".join(f"node{i} slots=8\n" for i in range(MAX_HOSTS + 1))
+    with pytest.raises(BadInput, match=f"hostfile:{MAX_HOSTS + 1}: more than 4096 hosts"):
+        parse_hostfile(lines)
+    assert len(parse_hostfile(lines.rsplit("node", 1)[0])) == MAX_HOSTS
+    with pytest.raises(BadInput, match="--hosts: more than 4096 hosts"):
+        parse_hosts(",".join(f"n{i}:1" for i in range(MAX_HOSTS + 1)), None)

@@ -353,3 +353,14 @@ def test_a_plan_file_that_is_not_a_plan_is_refused_not_skipped(tmp_path, capsys)
     assert main(["preflight", "--plan", str(bogus)]) == 2
     err = capsys.readouterr().err
     assert "is not `zerokit plan --format json` output (no memory, hardware)" in err and err.count("\n") == 1
+
+
+def test_the_ssh_check_names_five_failed_hosts_and_counts_the_rest():
+    import shutil
+
+    if shutil.which("ssh") is None:
+        pytest.skip("no ssh client")
+    hosts = {f"node{i}.invalid": 8 for i in range(8)}  # .invalid never resolves (RFC 2606): each fails at once
+    check = preflight.check_ssh(preflight.make_target(hosts=hosts, launcher="pdsh", master_port=free_port()))
+    assert not check.ok and check.detail.count(".invalid (") == 5
+    assert check.detail.endswith("and 3 more of the 8 hosts")

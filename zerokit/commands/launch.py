@@ -148,6 +148,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         master_addr=master_addr, master_port=master_port, env=_env_pairs(env), files_dir=files_dir,
         runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
     )
+    if time_limit is not None and emit_sbatch is None:
+        raise BadInput("--time is the SLURM time limit of --emit-sbatch; give --emit-sbatch FILE too, or drop --time")
     if watch_port is not None and not no_ssh:
         raise BadInput("--watch-port goes with --no-ssh (the node watch ties together nodes started one by one)")
     if watch_port == master_port:

@@ -19,6 +19,9 @@ HOSTNAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots=(?P<slots>\S+)")
 MAX_SLOTS = 4096
 """Ranks on one node; DeepSpeed lists every slot (range(slots)), so an absurd count is refused here."""
+MAX_HOSTS = 4096
+"""Nodes of one job (32,768 GPUs at 8 a node): past it a host list is a mistake, and the preflight would ssh to every
+one of them."""
 
 
 def validate_hostname(host: str) -> str:
@@ -65,6 +68,8 @@ def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
                            f"{_short(m['slots'])}")
         if host in hosts:
             raise BadInput(f"{source}:{lineno}: host {host!r} is listed twice; DeepSpeed refuses duplicate hosts")
+        if len(hosts) == MAX_HOSTS:
+            raise BadInput(f"{source}:{lineno}: more than {MAX_HOSTS} hosts; split the job or check the file")
         hosts[host] = int(m["slots"])
     if not hosts:
         raise BadInput(f"{source}: no hosts found; write one 'HOST slots=N' line per node")
@@ -90,6 +95,8 @@ def parse_hosts(text: str, default_slots: int | None) -> dict[str, int]:
             n = default_slots
         if host in hosts:
             raise BadInput(f"--hosts: host {host!r} is listed twice")
+        if len(hosts) == MAX_HOSTS:
+            raise BadInput(f"--hosts: more than {MAX_HOSTS} hosts; split the job or use a hostfile of at most that")
         hosts[host] = n
     if not hosts:
         raise BadInput("--hosts is empty; write it like node1:8,node2:8")

@@ -329,6 +329,12 @@ def probe_port_free(port: int) -> bool:
     return False
 
 
+SSH_PARALLEL = 64
+"""ssh probes at once: a 4,096-node hostfile of unreachable hosts takes 64 timeouts, not 256."""
+SSH_FAILURES_SHOWN = 5
+"""Failed hosts the ssh check names; the rest are counted (a thousand names make no useful line)."""
+
+
 def probe_ssh(host: str) -> tuple[bool, str]:
     """Whether `ssh HOST true` succeeds without a password prompt (BatchMode) within a short timeout."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "-o",
@@ -533,11 +539,14 @@ def check_ssh(t: Target) -> Check | None:
     if not t.multi_node or t.launcher == "slurm" or t.no_ssh:
         return None
     hosts = list(t.hosts)
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+    with ThreadPoolExecutor(max_workers=min(SSH_PARALLEL, len(hosts))) as pool:
         results = dict(zip(hosts, pool.map(probe_ssh, hosts)))
     failed = [f"{h} ({why or 'refused'})" for h, (ok, why) in results.items() if not ok]
     if failed:
-        return Check("ssh", False, "no passwordless ssh to " + ", ".join(failed),
+        shown = ", ".join(failed[:SSH_FAILURES_SHOWN])
+        if len(failed) > SSH_FAILURES_SHOWN:
+            shown += f" and {len(failed) - SSH_FAILURES_SHOWN} more of the {len(hosts)} hosts"
+        return Check("ssh", False, "no passwordless ssh to " + shown,
                      "ssh-copy-id to each host and accept its host key (ssh HOST true must work without a prompt)")
     return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
 

@@ -239,6 +239,10 @@ class _Var:
         return f'"${self.name}"'
 
 
+SLURM_TIME = re.compile(r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIMITED|INFINITE", re.IGNORECASE)
+"""sbatch --time's formats (minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]])."""
+
+
 def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_name: str = "zerokit",
                   time_limit: str | None = None) -> str:
     """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
@@ -253,8 +257,9 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
         raise BadInput("--emit-sbatch needs --gpus-per-node N (or --hosts/--hostfile with slots)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", job_name):
         raise BadInput(f"job name {job_name!r}: use letters, digits, '_', '.' and '-'")
-    if time_limit is not None and not re.fullmatch(r"[0-9:-]+", time_limit):
-        raise BadInput(f"--time {time_limit!r}: write it like 02:00:00 or 1-00:00:00")
+    if time_limit is not None and not SLURM_TIME.fullmatch(time_limit):
+        raise BadInput(f"--time {time_limit!r}: write it as SLURM does: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, "
+                       "D-HH:MM:SS or UNLIMITED (e.g. 02:00:00 or 1-00:00:00)")
     words: list[object] = [spec.runner, "--hostfile", _Var("HOSTFILE"), "--no_ssh", "--node_rank",
                            _Var("SLURM_NODEID"), "--num_nodes", str(nodes), "--num_gpus", str(gpus),
                            "--master_addr", _Var("MASTER_ADDR"), "--master_port", _Var("MASTER_PORT"),
