@@ -366,3 +366,14 @@ def test_host_lists_stop_at_4096_hosts(tmp_path):
     assert len(parse_hostfile(lines.rsplit("node", 1)[0])) == MAX_HOSTS
     with pytest.raises(BadInput, match="--hosts: more than 4096 hosts"):
         parse_hosts(",".join(f"n{i}:1" for i in range(MAX_HOSTS + 1)), None)
+
+
+def test_hostfile_messages_say_what_is_wrong():
+    from zerokit.launch.hostfile import parse_hostfile
+
+    with pytest.raises(BadInput, match="starts with a UTF-8 byte-order mark"):
+        parse_hostfile("\ufefflocalhost slots=2\n")
+    with pytest.raises(BadInput, match=r"no spaces around '='"):
+        parse_hostfile("localhost slots = 2\n")
+    with pytest.raises(BadInput, match=r"expected 'HOST slots=N', got 'a b slots=2'$"):  # no hint about spaces
+        parse_hostfile("a b slots=2\n")

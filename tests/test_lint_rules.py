@@ -619,3 +619,10 @@ def test_zk409_warmup_longer_than_the_run(ds):
     assert sched.get_lr()[0] == pytest.approx(0.1)
     assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {
         "warmup_num_steps": 10, "total_num_steps": 100}}})) == set()
+
+
+def test_a_stage_written_as_a_string_still_gets_its_stages_rules(ds):
+    """pydantic turns "3" into 3, so the ZeRO-3 rules apply (ZK103 warns of the type)."""
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": "3"}})
+    assert codes(cfg) == {"ZK103", "ZK309"}
+    assert ds_config(cfg).zero_config.stage == 3

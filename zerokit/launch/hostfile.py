@@ -54,9 +54,13 @@ def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
+        if lineno == 1 and line.startswith("\ufeff"):
+            raise BadInput(f"{source}:1: starts with a UTF-8 byte-order mark, which DeepSpeed reads as part of the "
+                           "first host's name; save the file without it")
         m = _HOSTFILE_LINE.fullmatch(line)
         if not m:
-            spaced = " (no spaces around '=': DeepSpeed's parser refuses them)" if "slots" in line else ""
+            spaced = (" (no spaces around '=': DeepSpeed's parser refuses them)"
+                      if re.search(r"slots\s+=|=\s+[0-9]", line) else "")
             raise BadInput(f"{source}:{lineno}: expected 'HOST slots=N'{spaced}, got {_short(raw.strip())}")
         host = m["host"]
         try:

@@ -104,6 +104,8 @@ def _stage(cfg: dict) -> int | None:
     if not isinstance(z, dict):
         return 0
     stage = z.get("stage", 0)
+    if isinstance(stage, str) and stage.strip() in ("0", "1", "2", "3"):
+        return int(stage)  # pydantic converts "3" to 3 (ZK103 warns of the type): the stage's rules still apply
     return _int(stage) if _int(stage) in (0, 1, 2, 3) else None
 
 
