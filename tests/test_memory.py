@@ -200,6 +200,8 @@ def test_resolve_hardware_sizes_and_override():
     ({"gpu": "h100-80gb", "nodes": "-2"}, r"--nodes must be at least 1"),
     ({"gpu_memory": "1MB"}, r"below 1 GiB"),
     ({"gpu_memory": "80G"}, r"did you mean 80GB"),
+    ({"gpu_memory": "80GBB"}, r"did you mean 80GB\?"),
+    ({"gpu_memory": "80XB"}, r"unknown unit 'XB'; write it like 80GB \(10\^9 bytes\) or 80GiB"),  # not "80B"
     ({"gpu": "l4", "nvme_size": "1TB"}, r"--nvme-size needs --nvme-path"),
 ])
 def test_resolve_hardware_bad_input(kwargs, match):

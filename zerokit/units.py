@@ -71,13 +71,14 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
         raise BadInput(f"{what} {_show(text)} is not a size; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
     unit = m["unit"].lower()
     if unit and unit not in _SIZE_UNITS:
-        hint = ""
+        hint = "; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)"
         if unit in ("k", "m", "g", "t", "p"):
             hint = f"; did you mean {m['num']}{unit.upper()}B (10^n) or {m['num']}{unit.upper()}iB (2^n)?"
         else:
             import difflib  # only for this message: most runs never need it
 
-            close = difflib.get_close_matches(unit, _SIZE_UNITS, n=1)
+            # not the bare "b" for a two-letter typo: `80XB` -> `80B` is 80 bytes, which nothing means
+            close = difflib.get_close_matches(unit, [u for u in _SIZE_UNITS if len(u) > 1 or len(unit) == 1], n=1)
             if close:
                 hint = f"; did you mean {m['num']}{_canon(close[0])}?"
         raise BadInput(f"{what} {_show(text)} has an unknown unit {m['unit']!r}{hint}")
