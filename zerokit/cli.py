@@ -16,7 +16,7 @@ from typing import NoReturn
 import click
 
 from zerokit import __version__
-from zerokit.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ZerokitError
+from zerokit.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ZerokitError, one_line
 
 # name -> (module in zerokit.commands that defines `command`, one-line help shown by `zerokit --help`)
 COMMANDS = {
@@ -102,9 +102,8 @@ _WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, e
 def _internal(prog: str, e: Exception) -> int:
     if os.environ.get("ZEROKIT_DEBUG"):
         raise e
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    click.echo(f"{prog}: internal error: {type(e).__name__}: {first} (rerun with ZEROKIT_DEBUG=1 and report it)",
-               err=True)
+    click.echo(f"{prog}: internal error: {type(e).__name__}: {one_line(e, 300)} (rerun with ZEROKIT_DEBUG=1 and "
+               "report it)", err=True)
     return EXIT_INTERNAL
 
 

@@ -7,6 +7,14 @@ EXIT_PREFLIGHT = 3
 EXIT_INTERNAL = 70  # a bug in zerokit; never expected, still one line
 
 
+def one_line(exc: BaseException, limit: int = 160) -> str:
+    """An exception's message as one line (its lines joined, whitespace collapsed), at most `limit` characters:
+    what a one-line error quotes from a library's multi-line message (huggingface_hub's validation errors name the
+    field on one line and the cause on the next)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class ZerokitError(Exception):
     """Base class: the message is one line that says what is wrong and how to fix it."""
 

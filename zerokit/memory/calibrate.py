@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from zerokit._dataclass import dataclass
+from zerokit.errors import one_line
 from zerokit.memory import calibration_cache
 from zerokit.memory.activations import ActivationEstimate, estimate_activations
 
@@ -260,7 +261,7 @@ class _Tracer:
             self.hf_config = AutoConfig.for_model(self.model_type, **self.raw)
         except Exception as exc:  # noqa: BLE001 - ValueError and co., and huggingface_hub's Strict* validation errors
             raise CalibrationUnavailable(f"transformers cannot build model_type {self.model_type!r}: "
-                                         f"{_one_line(exc)}") from None
+                                         f"{one_line(exc)}") from None
         self.n_layers = int(getattr(self.hf_config, "num_hidden_layers", 0) or 0)
         if self.n_layers < 1:
             raise CalibrationUnavailable(f"model_type {self.model_type!r} has no num_hidden_layers to extrapolate")
@@ -290,7 +291,7 @@ class _Tracer:
                                                          attn_implementation=self.kernel)
             except ValueError as exc:  # no causal-LM class for this config, or a kernel the family refuses
                 raise CalibrationUnavailable(f"transformers cannot build a causal LM for model_type "
-                                             f"{self.model_type!r} with {self.kernel} attention: {_one_line(exc)}"
+                                             f"{self.model_type!r} with {self.kernel} attention: {one_line(exc)}"
                                              ) from None
             _cast(model, self.dtype)
             model.train()
@@ -327,11 +328,6 @@ class _Tracer:
             del out
             alive.clear()
         return sum(held.values())
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def trace(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention: str = "sdpa", dtype: str = "bf16",
@@ -643,7 +639,7 @@ def calibrated_activations(config: Mapping[str, Any], *, attention: str = "sdpa"
             windows, probes, checks = _measure_all(tracer, progress)
         except _TRACE_ERRORS as exc:  # transformers code we have never seen: a failure means "not calibrated"
             raise CalibrationUnavailable(f"tracing {tracer.model_type} failed ({type(exc).__name__}: "
-                                         f"{_one_line(exc)})") from None
+                                         f"{one_line(exc)})") from None
     cal = CalibratedActivations(config=config, attention=attention, dtype=dtype, n_layers=tracer.n_layers,
                                 windows=windows, probes=tuple(probes), checks=tuple(checks), versions=versions,
                                 seconds=round(time.perf_counter() - t0, 3))

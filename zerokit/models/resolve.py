@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from zerokit.errors import BadInput
+from zerokit.errors import BadInput, one_line
 from zerokit.models.params import (
     FAMILIES,
     KNOWN_FAMILIES,
@@ -170,16 +170,6 @@ def _known_model_types() -> Any:
     return CONFIG_MAPPING
 
 
-def _first_line(e: BaseException) -> str:
-    """An exception as one line: huggingface_hub's validation errors name the field on the first line and the
-    cause on the next, so both join; capped, as a config's values can be long."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(e).__name__
-    text = lines[0] if len(lines) == 1 or not lines[0].endswith(":") else f"{lines[0]} {lines[1]}"
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
 def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     """Any architecture transformers knows: instantiate on the meta device (no memory) and count like DeepSpeed."""
     model_type = str(config.get("model_type", ""))
@@ -201,14 +191,14 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
             if isinstance(e, (ValueError, KeyError)) and model_type not in _known_model_types():  # Strict* errors
                 raise BadInput(f"transformers {transformers.__version__} does not know model_type {model_type!r}; "
                                f"check the config.json, or use a preset or a count like 7B") from None
-            raise BadInput(f"transformers refuses {name} (model_type {model_type!r}): {_first_line(e)}; fix the "
+            raise BadInput(f"transformers refuses {name} (model_type {model_type!r}): {one_line(e, 300)}; fix the "
                            "config.json") from None
         try:
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_config)
         except Exception as e:  # noqa: BLE001 - transformers raises many kinds for configs it cannot build
             raise BadInput(f"transformers cannot build a causal LM from {name} (model_type {model_type!r}): "
-                           f"{_first_line(e)}") from None
+                           f"{one_line(e, 300)}") from None
     finally:
         transformers.logging.set_verbosity(verbosity)
     total = sum(p.numel() for p in model.parameters())
