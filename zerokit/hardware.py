@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.planner.types import Hardware
-from zerokit.units import MIN_GPU_MEMORY, closest, parse_positive_int, parse_size
+from zerokit.units import closest, parse_gpu_memory, parse_positive_int, parse_size
 
 MIB = 2**20
 
@@ -87,10 +87,7 @@ def resolve_hardware(
     if gpu is None and gpu_memory is None:
         raise BadInput("give --gpu (a preset such as a100-80gb, h100-80gb, v100-32gb) or --gpu-memory (e.g. 80GB)")
     preset = gpu_preset(gpu) if gpu is not None else None
-    memory = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else preset.memory_bytes
-    if memory < MIN_GPU_MEMORY:
-        raise BadInput(f"--gpu-memory {gpu_memory!r} is below 1 GiB: not even the CUDA context fits; "
-                       "give the GPU's memory with a unit, e.g. 80GB or 81920MiB")
+    memory = parse_gpu_memory(gpu_memory) if gpu_memory is not None else preset.memory_bytes
     gpn = parse_positive_int(gpus_per_node, "--gpus-per-node")
     n_nodes = parse_positive_int(nodes, "--nodes")
     cpu = parse_size(cpu_memory, "--cpu-memory") if cpu_memory is not None else None

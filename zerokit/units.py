@@ -91,6 +91,15 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
     return _bounded(_whole(value * _SIZE_UNITS[unit or "b"]), what, text, maximum)
 
 
+def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
+    """A GPU's memory (`parse_size`), at least MIN_GPU_MEMORY: `80` is 80 bytes, a size without its unit."""
+    memory = parse_size(text, what)
+    if memory < MIN_GPU_MEMORY:
+        raise BadInput(f"{what} {text!r} is below 1 GiB: not even the CUDA context fits; give the GPU's memory with "
+                       "a unit, e.g. 80GB or 81920MiB")
+    return memory
+
+
 def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, whole: bool = False) -> int:
     """A count from `7B`, `6.7e9`, `1M`, `500k` or `1000000`. With `whole`, `2.5` is refused instead of rounded
     (a number of samples); `1.5k` = 1500 is still fine."""

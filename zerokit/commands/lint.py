@@ -12,7 +12,7 @@ import click
 
 from zerokit.autofill import TARGETS
 from zerokit.errors import BadInput
-from zerokit.units import MIN_GPU_MEMORY, parse_size
+from zerokit.units import parse_gpu_memory
 
 HELP = """Check DeepSpeed configs for the mistakes DeepSpeed silently accepts.
 
@@ -45,10 +45,7 @@ def command(files: tuple[str, ...], target: str, world_size: int | None, gpu_mem
     from zerokit.lint.engine import STDIN, Context, lint_paths
     from zerokit.lint.render import render, summary
 
-    memory = parse_size(gpu_memory, "--gpu-memory") if gpu_memory is not None else None
-    if memory is not None and memory < MIN_GPU_MEMORY:  # `--gpu-memory 80`: bytes, as plan refuses it too
-        raise BadInput(f"--gpu-memory {gpu_memory!r} is below 1 GiB: no GPU is that small; give the GPU's memory with "
-                       "a unit, e.g. 80GB or 81920MiB")
+    memory = parse_gpu_memory(gpu_memory) if gpu_memory is not None else None  # `80` is refused, as by plan
     if list(files).count(STDIN) > 1:
         raise BadInput("'-' (stdin) can be given only once")
     stdin = getattr(sys.stdin, "buffer", None) if STDIN in files else None  # None: stdin is closed (<&-)

@@ -22,6 +22,7 @@ from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
+from zerokit.units import MAX_SIZE, MIN_GPU_MEMORY
 
 PROFILE_VERSION = 1
 COMPUTE_SCALE_BOUNDS = (0.25, 8.0)
@@ -380,10 +381,6 @@ def load_profile(path: str) -> MachinePerf:
     return load_profile_and_memory(path)[0]
 
 
-MIN_DEVICE_MEMORY, MAX_DEVICE_MEMORY = 2**30, 10**18
-"""What a profile's measured device memory may be (the bounds of --gpu-memory: 1 GiB, and any size's 1 EB)."""
-
-
 def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     """`load_profile`, and the device memory the probe measured (None when the profile does not say), from one
     read of the file: `zerokit plan --hardware` takes the GPU memory from it when none is given."""
@@ -393,7 +390,7 @@ def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     memory = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
     if memory is None:
         return perf, None
-    if isinstance(memory, bool) or not isinstance(memory, int) or not MIN_DEVICE_MEMORY <= memory <= MAX_DEVICE_MEMORY:
+    if isinstance(memory, bool) or not isinstance(memory, int) or not MIN_GPU_MEMORY <= memory <= MAX_SIZE:
         raise BadInput(f"--hardware {path}: measurements.device_memory_bytes must be a whole number of bytes from 1 GiB "
                        f"to 1 EB, got {str(memory)[:40]}; re-run `zerokit probe`, or give --gpu-memory")
     return perf, memory
