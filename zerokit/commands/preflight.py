@@ -32,12 +32,11 @@ def target_options(f):
 
 
 def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | None = None) -> dict[str, int]:
-    """--hosts as a map; an empty --hosts or --hostfile (a variable that expanded to nothing) is refused."""
-    for option, value in (("--hosts", hosts), ("--hostfile", hostfile)):
-        if value is not None and not value.strip():
-            raise BadInput(f"{option} is empty; give {'node1:8,node2:8' if option == '--hosts' else 'a hostfile path'}"
-                           " or leave the option out for one node")
-    return parse_hosts(hosts, gpus_per_node) if hosts else {}
+    """--hosts as a map (parse_hosts refuses an empty one); an empty --hostfile (a variable that expanded to
+    nothing) is refused too, rather than read as one node."""
+    if hostfile is not None and not hostfile.strip():
+        raise BadInput("--hostfile is empty; give a hostfile path or leave the option out for one node")
+    return parse_hosts(hosts, gpus_per_node) if hosts is not None else {}
 
 
 @click.command("preflight")

@@ -14,7 +14,7 @@ from typing import Any
 
 from zerokit.lint.findings import ERROR, Finding
 from zerokit.lint.loader import Document
-from zerokit.lint.schema import _did_you_mean
+from zerokit.lint.schema import _did_you_mean, _show
 
 # accelerate/commands/launch.py deepspeed_args
 YAML_DS_KEYS = ("deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
@@ -72,17 +72,17 @@ def yaml_findings(doc: Document) -> list[Finding]:
         gas = ds["gradient_accumulation_steps"]
         if gas != "auto" and (isinstance(gas, bool) or not str(gas).isdigit() or int(str(gas)) < 1):
             add(("deepspeed_config", "gradient_accumulation_steps"), ERROR, "ZK103", "deepspeed_config."
-                f"gradient_accumulation_steps is {_shown(gas)}; write a whole number >= 1 (or auto): accelerate launch "
+                f"gradient_accumulation_steps is {_show(gas)}; write a whole number >= 1 (or auto): accelerate launch "
                 "passes anything else on as a string DeepSpeed refuses")
     if "gradient_clipping" in ds:
         clip = ds["gradient_clipping"]
         if clip != "auto" and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not _finite(clip)
                                or clip < 0):
             add(("deepspeed_config", "gradient_clipping"), ERROR, "ZK103", f"deepspeed_config.gradient_clipping is "
-                f"{_shown(clip)}; write a number >= 0 (1.0 is usual; 0 turns clipping off)")
+                f"{_show(clip)}; write a number >= 0 (1.0 is usual; 0 turns clipping off)")
     for key in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
         if key in ds and ds[key] is not None and not isinstance(ds[key], str):
-            add(("deepspeed_config", key), ERROR, "ZK103", f"deepspeed_config.{key} is {_shown(ds[key])}; write the "
+            add(("deepspeed_config", key), ERROR, "ZK103", f"deepspeed_config.{key} is {_show(ds[key])}; write the "
                 "NVMe directory's path (accelerate launch would pass on its str() as the path)")
     if "zero_stage" in ds and str(ds["zero_stage"]) not in ("0", "1", "2", "3"):  # launch passes it through int()
         add(("deepspeed_config", "zero_stage"), ERROR, "ZK104", f"deepspeed_config.zero_stage is {ds['zero_stage']!r}; "
@@ -99,15 +99,11 @@ def yaml_findings(doc: Document) -> list[Finding]:
     return out
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _finite(value: float) -> bool:
+    """math.isfinite, with an int too large for a float (hundreds of digits) counted as not finite."""
     try:
         return math.isfinite(value)
-    except OverflowError:  # an int of hundreds of digits
+    except OverflowError:
         return False
 
 

@@ -118,7 +118,7 @@ def _pydantic_coerces(value: Any, types: list[str]) -> Any:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value)
+    text = json.dumps(value, default=str)  # default: a YAML date or time
     return text if len(text) <= 40 else text[:37] + "..."
 
 
