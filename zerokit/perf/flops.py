@@ -175,9 +175,7 @@ def _layer_types(c: Mapping[str, Any]) -> list[bool]:
 def _decoder_attention(c: Mapping[str, Any]) -> tuple[AttentionLayers, ...]:
     heads, hd = c["num_attention_heads"], c["head_dim"]
     sliding = _layer_types(c)
-    window = c.get("sliding_window")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        raise BadInput(f"{c['model_type']} config: sliding_window must be a whole number >= 1 or null, got {window!r}")
+    window = c.get("sliding_window")  # checked by complete_config (check_config_values)
     n_sliding = sum(sliding) if window is not None else 0
     groups = [AttentionLayers(len(sliding) - n_sliding, heads, hd)]
     if n_sliding:
