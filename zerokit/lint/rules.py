@@ -54,6 +54,9 @@ STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_per
 # Keys only DeepSpeedZeroOptimizer (stage 1/2) takes; engine._configure_zero_optimizer never hands them to stage 3
 STAGE12_KEYS = ("allgather_bucket_size", "ignore_unused_parameters", "parameter_alignment", "round_robin_gradients",
                 "use_multi_rank_bucket_allreduce")
+GRADIENT_CLIPPING_DEFAULT = 1.0  # deepspeed/runtime/constants.py (0.19)
+WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
+WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
 MAX_BUCKET_ELEMENTS = 10**15  # a bucket size past this (a PB of bf16) is a typo, whatever the GPU
 BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
 
@@ -510,43 +513,6 @@ def scheduler_params(doc: Document, ctx: Context) -> Iterator[Hit]:
                       f"scheduler.params.{key}")
 
 
-def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedZeroConfig.compute_grad_norm_valid: false is supported only with ZeRO stage 1 or 2."""
-    zero = _zero(doc.data)
-    stage = _stage(doc.data)
-    if zero.get("compute_grad_norm") is False and stage in (0, 3):
-        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false is supported only with ZeRO "
-                  f"stage 1 or 2 (this is stage {stage}); DeepSpeed refuses the config; remove it", "true")
-
-
-# ---------------------------------------------------------------- "auto"
-
-
-def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedZeroOptimizer (stage 1/2) refuses compute_grad_norm false beside clipping or optimizer offload."""
-    cfg = doc.data
-    zero = _zero(cfg)
-    if zero.get("compute_grad_norm") is not False or _stage(cfg) not in (1, 2):
-        return
-    clip = cfg.get("gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
-    if clip == AUTO or (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
-        got = ("gradient_clipping \"auto\" (the Trainer fills max_grad_norm, 1.0 unless set)" if clip == AUTO else
-               f"gradient_clipping {clip}" if "gradient_clipping" in cfg else
-               f"DeepSpeed's default gradient_clipping {GRADIENT_CLIPPING_DEFAULT}")
-        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false with {got}: clipping needs "
-                  "the norm, and DeepSpeed raises ValueError at initialize; set gradient_clipping to 0 (max_grad_norm "
-                  "0 for the Trainer) or remove compute_grad_norm", "gradient_clipping")
-    dev, _ = _offload(cfg, "optimizer")
-    if dev in ("cpu", "nvme"):
-        yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support optimizer "
-                  "offload: DeepSpeed raises ValueError at initialize; remove compute_grad_norm or the offload", "true")
-
-
-GRADIENT_CLIPPING_DEFAULT = 1.0  # deepspeed/runtime/constants.py (0.19)
-WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
-WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
-
-
 def _warmup_params(doc: Document, key: str) -> tuple[str, dict] | None:
     """(scheduler type, params) of a Warmup* scheduler whose params give `key`, else None."""
     sched = _section(doc.data, "scheduler")
@@ -597,6 +563,38 @@ def scheduler_warmup_type(doc: Document, ctx: Context) -> Iterator[Hit]:
     yield Hit(("scheduler", "params", "warmup_type"), f"warmup_type {json.dumps(kind)} is not 'log' or 'linear': "
               "DeepSpeed logs a warning and warms up logarithmically; write \"linear\" (the HF Trainer's shape) or "
               "\"log\"", guess or "linear")
+
+
+def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroConfig.compute_grad_norm_valid: false is supported only with ZeRO stage 1 or 2."""
+    zero = _zero(doc.data)
+    stage = _stage(doc.data)
+    if zero.get("compute_grad_norm") is False and stage in (0, 3):
+        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false is supported only with ZeRO "
+                  f"stage 1 or 2 (this is stage {stage}); DeepSpeed refuses the config; remove it", "true")
+
+
+def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroOptimizer (stage 1/2) refuses compute_grad_norm false beside clipping or optimizer offload."""
+    cfg = doc.data
+    zero = _zero(cfg)
+    if zero.get("compute_grad_norm") is not False or _stage(cfg) not in (1, 2):
+        return
+    clip = cfg.get("gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
+    if clip == AUTO or (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
+        got = ("gradient_clipping \"auto\" (the Trainer fills max_grad_norm, 1.0 unless set)" if clip == AUTO else
+               f"gradient_clipping {clip}" if "gradient_clipping" in cfg else
+               f"DeepSpeed's default gradient_clipping {GRADIENT_CLIPPING_DEFAULT}")
+        yield Hit(("zero_optimization", "compute_grad_norm"), f"compute_grad_norm false with {got}: clipping needs "
+                  "the norm, and DeepSpeed raises ValueError at initialize; set gradient_clipping to 0 (max_grad_norm "
+                  "0 for the Trainer) or remove compute_grad_norm", "gradient_clipping")
+    dev, _ = _offload(cfg, "optimizer")
+    if dev in ("cpu", "nvme"):
+        yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support optimizer "
+                  "offload: DeepSpeed raises ValueError at initialize; remove compute_grad_norm or the offload", "true")
+
+
+# ---------------------------------------------------------------- "auto"
 
 
 def _auto_leaves(node: Any, path: tuple) -> Iterator[tuple]:
