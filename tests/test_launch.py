@@ -214,6 +214,22 @@ def test_sbatch_runs_the_same_job_under_srun_and_quotes_every_argument(tmp_path,
     assert not list(tmp_path.glob("PWNED*"))
 
 
+def test_sbatch_env_path_reaches_the_ranks_but_not_slurms_own_tools(tmp_path, stub_bin, monkeypatch):
+    """`--env PATH=...` names the ranks' PATH; scontrol and srun are still the job's, found before it is set."""
+    monkeypatch.chdir(tmp_path)
+    ranks_bin = tmp_path / "ranks_bin"  # the user's environment: a deepspeed, no Slurm tools
+    ranks_bin.mkdir()
+    (ranks_bin / "deepspeed").symlink_to(stub_bin / "deepspeed")
+    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("PATH", f"{ranks_bin}:/usr/bin:/bin"),), master_port=29700)
+    (tmp_path / "job.sbatch").write_text(render_sbatch(s, "zerokit launch ...", "job.sbatch"))
+    record = tmp_path / "record.json"
+    env = {**os.environ, "PATH": f"{stub_bin}:/usr/bin:/bin", "RECORD": str(record), "SLURM_JOB_NODELIST": "gpu-[a-b]",
+           "SLURM_JOB_ID": "42", "SLURM_NODEID": "0", "SLURM_SUBMIT_DIR": str(tmp_path)}
+    done = subprocess.run(["bash", "job.sbatch"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(record.read_text())["env"]["MASTER_ADDR"] == "gpu-a"
+
+
 def test_launch_script_execs_the_same_command(tmp_path, stub_bin, monkeypatch):
     monkeypatch.chdir(tmp_path)
     s = spec(gpus_per_node=2, script_args=HOSTILE_ARGS, env=(("NCCL_DEBUG", "$(touch PWNED5)"),))

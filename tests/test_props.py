@@ -272,7 +272,8 @@ def test_launch_dry_run(capsys, workdir, case):
     shutil.rmtree(d)
 
 
-SCRIPT_COMMANDS = ("set ", "cd ", "export ", "exec ", "mkdir ", "cat ", "srun ", "scontrol ")
+SCRIPT_COMMANDS = ("set ", "cd ", "export ", "exec ", "mkdir ", "cat ", 'scontrol="$(command -v scontrol)"',
+                   'srun="$(command -v srun)"', '"$srun" ', '"$scontrol" ')
 
 
 def check_script(text: str, args: list[str], env: dict[str, str]) -> None:
@@ -294,9 +295,9 @@ def check_script(text: str, args: list[str], env: dict[str, str]) -> None:
     for key, value in env.items():
         assert f"export {key}={shlex.quote(value)}" in body
     tail = " " + quoted(["train.py", *args])
-    command = next(line for line in body if line.startswith(("exec ", "srun ")))
-    if command.startswith("srun "):
-        prefix = "srun --kill-on-bad-exit=1 bash -c "
+    command = next(line for line in body if line.startswith(("exec ", '"$srun" ')))
+    if command.startswith('"$srun" '):
+        prefix = '"$srun" --kill-on-bad-exit=1 bash -c '
         assert command.startswith(prefix)
         inner = shlex.split(command[len(prefix):])
         assert len(inner) == 1 and shlex.quote(inner[0]) == command[len(prefix):]
