@@ -33,6 +33,8 @@ DTYPES = ("bf16", "fp16", "fp32", "tf32")
 HOST_CAST_PER_ADAM = 2.5  # host fp32 -> bf16 casts per CPU-Adam parameter step, where the probe did not measure it
 DEFAULT_NVME_READ, DEFAULT_NVME_WRITE = 6.5e9, 3.5e9  # DEFAULT_NOTES["nvme"]: where no drive was measured
 DEFAULT_INTER_NODE_BANDWIDTH = 12.5e9  # 100 Gb/s, where one node was probed
+PAGEABLE_H2D_CAP, PAGEABLE_D2H_CAP = 7e9, 13e9  # DEFAULT_NOTES["pcie"]: a pageable copy is the host's memcpy
+DEFAULT_ZERO3_MODULE_OVERHEAD_S = 450e-6  # DEFAULT_NOTES["zero3_module_overhead_s"]
 
 # Matmul efficiency of a GPU at a size, as a fraction of the dense peak, by the cube root of m*n*k of the product.
 # The shape of NVIDIA's "Matrix Multiplication Background" guide (docs.nvidia.com/deeplearning/performance/
@@ -45,8 +47,11 @@ DEFAULT_NOTES = {
     "collective_efficiency": "NCCL's all-reduce bus bandwidth reaches about 80% of the link rate at large messages "
                              "(nccl-tests PERFORMANCE.md: busbw vs link rate)",
     "collective_latency_s": "NCCL ring latency, tens of microseconds per collective at small messages",
-    "pcie": "pinned copies reach ~80% of the PCIe x16 link rate per direction; pageable ones about half of pinned "
-            "(NVIDIA CUDA C++ Best Practices Guide, 'Pinned Memory')",
+    "pcie": "pinned copies reach ~80% of the PCIe x16 link rate per direction (55 GB/s of Gen5's 64 on the hosts of "
+            "an H100 and two H200s lent to this project); pageable ones pass through the driver's staging copy on "
+            "the host (NVIDIA CUDA C++ Best Practices Guide, 'Pinned Memory'): at most 40% of the link, and no more "
+            "than 7 GB/s host->device and 13 GB/s device->host, as the probe measured on those hosts (6.7-8.0 and "
+            "12.8-13.9 GB/s)",
     "cpu_adam_params_per_s": "DeepSpeed CPU-Adam: ~4e9 parameters/s for a node's cores, as `zerokit probe` measured "
                              "it over 1 GB+ of states on the hosts of an H100 and two H200s lent to this project "
                              "(16-core VMs: 3.8-5.1e9; memory-bound at offload's sizes; the earlier default, ~1e9 "
@@ -59,8 +64,10 @@ DEFAULT_NOTES = {
             "`zerokit probe --nvme-path`",
     "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
     "op_overhead_s": "~10 us of launch and framework time per kernel (PyTorch eager)",
-    "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.1 ms of host time per parameter-owning "
-                               "module per pass",
+    "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.45 ms of host time per parameter-owning "
+                               "module per pass, within what the hosts of an H100 and two H200s lent to this project "
+                               "cost (0.34-0.55 ms a module and pass in ZeRO-3 runs over ZeRO-2 on one GPU, 0.59-0.77 "
+                               "ms in the probe's 8-layer reference); hosts differ: `zerokit probe` measures it",
     "bucket_flush_s": "~0.1 ms per gradient-bucket flush (an H100 ran ZeRO-2 with hidden^2 buckets, 210 flushes a "
                       "step, 25 ms slower than ZeRO-0)",
     "compute_scale": "forward and backward inside a DeepSpeed step run as fast as the kernels measured alone",
@@ -121,7 +128,7 @@ class MachinePerf:
     nvme_read: float = 0.0
     """NVMe read bandwidth of the node (shared by its ranks)."""
     nvme_write: float = 0.0
-    zero3_module_overhead_s: float = 100e-6
+    zero3_module_overhead_s: float = DEFAULT_ZERO3_MODULE_OVERHEAD_S
     """Host time ZeRO-3's hooks spend per parameter-owning module in each forward and backward pass."""
     bucket_flush_s: float = 100e-6
     """Time one gradient-bucket flush of ZeRO-1/2/3 adds beyond its collective (copying gradients into the
@@ -263,12 +270,19 @@ def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
 # From a preset
 
 
+def host_copy_rates(pcie: float) -> dict[str, float]:
+    """The four host<->device copy rates over a host link of `pcie` bytes/s per direction (DEFAULT_NOTES["pcie"]):
+    pinned copies at 80% of the link; pageable ones at 40%, but never faster than the host's staging copy."""
+    return {"h2d_pinned": 0.8 * pcie, "d2h_pinned": 0.8 * pcie,
+            "h2d_pageable": min(0.4 * pcie, PAGEABLE_H2D_CAP), "d2h_pageable": min(0.4 * pcie, PAGEABLE_D2H_CAP)}
+
+
 def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = None,
                         inter_node_bandwidth: str | float | None = None,
                         pcie_bandwidth: str | float | None = None) -> MachinePerf:
     """MachinePerf of a GPU preset (zerokit/hardware.py name or alias), with the CLI's overrides applied.
 
-    `pcie_bandwidth` is the host link's rate per direction; pinned copies reach 80% of it, pageable ones 40%.
+    `pcie_bandwidth` is the host link's rate per direction (`host_copy_rates`).
     """
     from zerokit.hardware import gpu_preset
 
@@ -298,9 +312,9 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
         name=preset.name, device="gpu", matmul=matmul, elementwise=((1.0, 0.7 * fig.memory_bandwidth),),
         op_overhead_s=10e-6, intra_node_bandwidth=intra, inter_node_bandwidth=inter, collective_efficiency=0.8,
         collective_latency_s=30e-6, comm_overlaps_compute=True,
-        h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie,
+        **host_copy_rates(pcie),
         cpu_adam_params_per_s=4e9, device_adam_params_per_s=0.7 * fig.memory_bandwidth / 30.0,
-        nvme_read=DEFAULT_NVME_READ, nvme_write=DEFAULT_NVME_WRITE, zero3_module_overhead_s=100e-6,
+        nvme_read=DEFAULT_NVME_READ, nvme_write=DEFAULT_NVME_WRITE, zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S,
         bucket_flush_s=100e-6,
         step_overhead_s=0.0,
         sources=sources)
@@ -320,7 +334,7 @@ def with_overrides(perf: MachinePerf, *, intra_node_bandwidth: str | float | Non
         sources["inter_node_bandwidth"] = "option:--inter-node-bandwidth"
     if pcie_bandwidth is not None:
         pcie = parse_bandwidth(pcie_bandwidth, "--pcie-bandwidth")
-        changes.update(h2d_pinned=0.8 * pcie, d2h_pinned=0.8 * pcie, h2d_pageable=0.4 * pcie, d2h_pageable=0.4 * pcie)
+        changes.update(host_copy_rates(pcie))
         sources["pcie"] = "option:--pcie-bandwidth"
     return replace(perf, **changes, sources=sources) if changes else perf
 
@@ -437,8 +451,8 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         values[key] = float(value)
     # The probe always writes these; a profile without one (written by hand, or cut) takes what the probe would
     # have assumed, not 0, which the time model divides by.
-    absent = {"h2d_pageable": (0.5 * values["h2d_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
-              "d2h_pageable": (0.5 * values["d2h_pinned"], "half the pinned rate (" + DEFAULT_NOTES["pcie"] + ")"),
+    absent = {"h2d_pageable": (min(0.5 * values["h2d_pinned"], PAGEABLE_H2D_CAP), DEFAULT_NOTES["pcie"]),
+              "d2h_pageable": (min(0.5 * values["d2h_pinned"], PAGEABLE_D2H_CAP), DEFAULT_NOTES["pcie"]),
               "inter_node_bandwidth": (DEFAULT_INTER_NODE_BANDWIDTH,
                                        "100 Gb/s; give --inter-node-bandwidth for multi-node plans"),
               "nvme_read": (DEFAULT_NVME_READ, DEFAULT_NOTES["nvme"]),

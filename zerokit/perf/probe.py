@@ -31,6 +31,7 @@ from zerokit.perf.machine import (
     DEFAULT_INTER_NODE_BANDWIDTH,
     DEFAULT_NVME_READ,
     DEFAULT_NVME_WRITE,
+    DEFAULT_ZERO3_MODULE_OVERHEAD_S,
     MachinePerf,
 )
 
@@ -256,7 +257,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         host_cast_params_per_s=m["cpu_adam"].get("cast_params_per_s_node", 0.0),
         h2d_cast_params_per_s=m["copies"].get("h2d_cast_params_per_s", 0.0),
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
-        nvme_read=read, nvme_write=write, zero3_module_overhead_s=100e-6 if hooks is None else hooks,
+        nvme_read=read, nvme_write=write, zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
         bucket_flush_s=100e-6 if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
         sources=sources)
