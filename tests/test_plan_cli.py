@@ -422,6 +422,25 @@ def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
     assert code == 2 and "zerokit probe" in err
 
 
+def test_a_profile_of_one_rank_plans_several_gpus_at_its_host_link_rate_and_says_so(capsys):
+    """The H100's profile probed one rank: no collective was timed. Its 1 GB/s placeholder, read as measured, made
+    an 8-GPU plan spend 23.6 s a step communicating, without a word; now the GPUs of a node talk at the host-link
+    rate the probe measured (55 GB/s), and the plan says so and how to give the real figure."""
+    h100 = os.path.join(os.path.dirname(__file__), "data", "gpu", "profile.json")
+    args = ("plan", "--hardware", h100, "--model", "llama-2-7b", "--seq-len", "4096")
+    code, plan = run_json(capsys, *args, "--gpus-per-node", "8", "--nodes", "2")
+    assert code == 0
+    intra, inter = (w for w in plan["warnings"] if w.startswith("step times assume"))
+    assert intra.startswith("step times assume 55 GB/s between the GPUs of a node") and "--intra-node-bandwidth" in intra
+    assert inter.startswith("step times assume 100 Gb/s between nodes") and "--inter-node-bandwidth" in inter
+    slow = plan["performance"]["communication_s"]
+    code, plan = run_json(capsys, *args, "--gpus-per-node", "8", "--intra-node-bandwidth", "450GB/s")
+    assert not [w for w in plan["warnings"] if w.startswith("step times assume")]
+    assert plan["performance"]["communication_s"] < slow
+    code, plan = run_json(capsys, *args)  # one GPU: no link to assume
+    assert code == 0 and not [w for w in plan["warnings"] if w.startswith("step times assume")]
+
+
 @pytest.mark.parametrize("option", ["--cpu-memory", "--nvme-size", "--overhead", "--train-tokens", "--total-steps"])
 def test_auto_is_what_the_help_says_it_is_leaving_the_option_out(capsys, option):
     """`plan --help` documents `auto` for these (unknown, the default, not asked): it was refused as a bad size."""

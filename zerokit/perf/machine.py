@@ -63,6 +63,9 @@ DEFAULT_NOTES = {
     "nvme": "one datacenter PCIe Gen4 NVMe SSD: ~6.5 GB/s read, ~3.5 GB/s write sequential; measure with "
             "`zerokit probe --nvme-path`",
     "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
+    "intra_node_unmeasured": "the probe ran one rank, so it timed no collective: the GPUs of a node are assumed to "
+                             "reach each other at the host-link rate it measured (PCIe, no NVLink); give "
+                             "--intra-node-bandwidth (NVLink 4: 450GB/s a direction)",
     "op_overhead_s": "~10 us of launch and framework time per kernel (PyTorch eager)",
     "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.45 ms of host time per parameter-owning "
                                "module per pass, within what the hosts of an H100 and two H200s lent to this project "
@@ -480,7 +483,33 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
             values["sources"][key] = "default: " + DEFAULT_NOTES[key]
     for key, note in defaulted.items():
         values["sources"][key] = "default: " + note
+    if ranks == 1 and values["sources"].get("intra_node_bandwidth") == "probe":
+        # a profile written before the probe said so: one rank timed no collective, whatever the figure says
+        values["intra_node_bandwidth"], values["sources"]["intra_node_bandwidth"] = unmeasured_intra_node(
+            values["device"], values["h2d_pinned"], values["intra_node_bandwidth"])
     return MachinePerf(**values)
+
+
+def unmeasured_intra_node(device: str, h2d_pinned: float, written: float) -> tuple[float, str]:
+    """(bandwidth, source) between the ranks of a node that a probe of one rank could not time: a GPU's peers at
+    its host-link rate (DEFAULT_NOTES["intra_node_unmeasured"]); a CPU keeps the figure written."""
+    if device == "gpu":
+        return h2d_pinned, "default: " + DEFAULT_NOTES["intra_node_unmeasured"]
+    return written, "default: the probe ran one rank, so it timed no collective; give --intra-node-bandwidth"
+
+
+def unmeasured_links(perf: MachinePerf, gpus_per_node: int, nodes: int) -> list[str]:
+    """Warnings for the links a plan crosses that neither a probe nor an option measured: between the GPUs of a
+    node, and between nodes."""
+    notes = []
+    intra, inter = (perf.sources.get(k, "") for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
+    if gpus_per_node > 1 and intra.startswith("default"):
+        notes.append(f"step times assume {perf.intra_node_bandwidth / 1e9:,.0f} GB/s between the GPUs of a node: "
+                     f"{intra.removeprefix('default: ')}")
+    if nodes > 1 and inter.startswith("default"):
+        notes.append(f"step times assume {perf.inter_node_bandwidth * 8 / 1e9:,.0f} Gb/s between nodes, which the "
+                     "profile did not measure: give --inter-node-bandwidth (e.g. 400Gbps a node)")
+    return notes
 
 
 def _read_profile(path: str) -> Any:

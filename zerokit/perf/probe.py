@@ -33,6 +33,7 @@ from zerokit.perf.machine import (
     DEFAULT_NVME_WRITE,
     DEFAULT_ZERO3_MODULE_OVERHEAD_S,
     MachinePerf,
+    unmeasured_intra_node,
 )
 
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
@@ -228,6 +229,9 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         read, write = DEFAULT_NVME_READ, DEFAULT_NVME_WRITE
     coll = m.get("collectives") or {}
     sources["inter_node_bandwidth"] = "default: one node measured; give --inter-node-bandwidth for multi-node plans"
+    intra = coll.get("bus_bandwidth", 0.0)
+    if not intra:  # one rank: no collective to time
+        intra, sources["intra_node_bandwidth"] = unmeasured_intra_node(m["device"], m["copies"]["h2d_pinned"], 1e9)
     for k in ("zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s"):
         sources[k] = "default: " + DEFAULT_NOTES.get(k, "not measured by the probe")
     engine = m.get("engine_step") or {}
@@ -248,7 +252,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
         attention=_curves(m.get("attention")),
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
-        intra_node_bandwidth=coll.get("bus_bandwidth", 0.0) or 1e9, inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
+        intra_node_bandwidth=intra, inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
         collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
         comm_overlaps_compute=m["device"] == "gpu",
         h2d_pinned=m["copies"]["h2d_pinned"], d2h_pinned=m["copies"]["d2h_pinned"],

@@ -17,7 +17,7 @@ from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
-from zerokit.perf.machine import MachinePerf, machine_from_preset
+from zerokit.perf.machine import MachinePerf, machine_from_preset, unmeasured_links
 from zerokit.planner.rules import RULES, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
 from zerokit.units import format_bytes
@@ -40,6 +40,8 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         machine, note = default_machine(hardware)
         if note:
             extra_warnings.append(note)
+    else:
+        extra_warnings += unmeasured_links(machine, hardware.gpus_per_node, hardware.nodes)
     ctx, reasons = run_rules(model, hardware, training, activations=activations, machine=machine)
     if not ctx.chosen.candidate.fits and (training.micro_batch or 1) > 1:
         # "The largest micro-batch up to the one requested": the requested one first, smaller ones only if it fits
