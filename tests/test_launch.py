@@ -51,6 +51,20 @@ def test_config_is_not_appended_when_the_script_args_name_one(args):
     assert argv[-len(args):] == list(args) and "/cfg/ds.json" not in argv
 
 
+def test_the_config_goes_before_a_double_dash_where_argparse_still_reads_options():
+    """`train.py --x 1 -- a.txt`: after `--` argparse reads every word as positional, so a `--deepspeed` appended
+    there never reached the script; one there is the script's positional, not a config."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--deepspeed")
+    parser.add_argument("--x")
+    parser.add_argument("files", nargs="*")
+    argv, _ = build_command(spec(gpus_per_node=1, script_args=("--x", "1", "--", "a.txt", "--deepspeed")))
+    got = parser.parse_args(argv[argv.index("train.py") + 1:])
+    assert (got.deepspeed, got.x, got.files) == ("/cfg/ds.json", "1", ["a.txt", "--deepspeed"])
+
+
 def test_include_replaces_gpu_count_and_conflicts_with_it():
     argv, _ = build_command(spec(include="localhost:0,1"))
     assert argv[:5] == ["deepspeed", "--include", "localhost:0,1", "--master_port", "29500"]

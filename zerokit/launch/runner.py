@@ -100,16 +100,20 @@ class LaunchSpec:
 
 
 def names_config(args: tuple[str, ...] | list[str]) -> bool:
-    """Whether the script's arguments already pass a DeepSpeed config."""
+    """Whether the script's arguments already pass a DeepSpeed config (as an option: before any `--`)."""
     flags = ("--deepspeed", "--deepspeed_config", "--deepspeed-config")
-    return any(a in flags or a.split("=", 1)[0] in flags for a in args)
+    options = args[:args.index("--")] if "--" in args else args
+    return any(a in flags or a.split("=", 1)[0] in flags for a in options)
 
 
 def script_argv(spec: LaunchSpec) -> list[str]:
-    args = [spec.script, *spec.script_args]
-    if spec.config and not names_config(spec.script_args):
-        args += ["--deepspeed", str(Path(spec.config).absolute())]
-    return args
+    """The script and its arguments, with `--deepspeed CONFIG` added unless they name one; before a `--`, after
+    which argparse reads every word as a positional argument."""
+    args = list(spec.script_args)
+    if spec.config and not names_config(args):
+        end = args.index("--") if "--" in args else len(args)
+        args[end:end] = ["--deepspeed", str(Path(spec.config).absolute())]
+    return [spec.script, *args]
 
 
 def validate(spec: LaunchSpec) -> None:
