@@ -109,7 +109,11 @@ def test_zk100_key_in_the_wrong_section_points_to_the_right_one(ds):
     cfg = with_({"offload_optimizer": {"device": "cpu"}})
     [f] = lint(cfg)
     assert f.suggestion == "zero_optimization.offload_optimizer"
+    assert "(it belongs in zero_optimization: 'zero_optimization.offload_optimizer')" in f.message
     assert ds_config(cfg).zero_config.offload_optimizer is None
+    # a top-level key inside a section: the message names the top level, not the same key again
+    [f] = lint(with_({"zero_optimization": {"stage": 2, "gradient_clipping": 1.0}}))
+    assert f.message.endswith("(it belongs at the top level: 'gradient_clipping')")
 
 
 def test_zk100_unknown_zero_key_fails_only_when_deepspeed_starts(ds):

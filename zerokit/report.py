@@ -261,7 +261,7 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "setup": setup_label(s.zero_stage, s.offload_optimizer, s.offload_param),
             "micro_batch": str(s.micro_batch_size),
             "checkpointing": _onoff(s.gradient_checkpointing),
-            "activations": format_bytes(c.memory.activations + c.memory.transient),
+            "activations": format_bytes(c.micro_batch_activations),
             "total": format_bytes(c.memory.total),
             "peak": PHASE_LABELS.get(c.peak_phase, c.peak_phase).replace("optimizer step", "step"),
             "fits": "yes" if c.fits else "no",

@@ -230,7 +230,8 @@ def _unknown(key: str, keypath: tuple, props: dict, pydantic: bool, budget: list
     hint = ""
     if elsewhere and (guess is None or guess.lower() != key.lower()):  # the right key in the wrong section
         suggestion = elsewhere[0]
-        hint = f" (did you mean '{suggestion}'? it belongs there)"
+        parent = suggestion.rpartition(".")[0]
+        hint = f" (it belongs {'in ' + parent if parent else 'at the top level'}: '{suggestion}')"
     elif guess:
         suggestion = ".".join(str(k) for k in keypath[:-1] + (guess,))
         hint = f" (did you mean '{guess}'?)"

@@ -136,9 +136,9 @@ def spec_from_count(n: int, name: str | None = None) -> ModelSpec:
                        f"{format_count(MAX_PARAMETERS)} (give a config.json to plan anything larger)")
     smallest = count_parameters({**_SMALL_SHAPE, "num_hidden_layers": 1})[0]
     if n < smallest:
-        raise BadInput(f"model parameter count {format_count(n)} is below the smallest shape zerokit infers from a "
-                       f"count ({format_count(smallest)}: one 768-wide llama layer and a 32k vocabulary); give the "
-                       "model's config.json for anything smaller")
+        raise BadInput(f"model parameter count {n:,} is below the smallest shape zerokit infers from a count "
+                       f"({smallest:,}: one 768-wide llama layer and a 32k vocabulary); give the model's config.json "
+                       "for anything smaller")
     base, shape = _inferred_shape(n)
     _, largest = count_parameters(shape)
     full = complete_config(shape)

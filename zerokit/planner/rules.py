@@ -718,11 +718,14 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     accumulation = ctx.accumulation_steps(mb)
     costs = ctx.costs(stage, opt, param, pick, accumulation)
     if ctx.activation_model is None:  # the analytic figures as they are, no ActivationEstimate to build
-        a, _, forward, loss, head, layer, head_gradient = ctx._analytic_figures(mb, ck, ctx.peft is not None
-                                                                                and stage == 3)
+        a, transient, forward, loss, head, layer, head_gradient = ctx._analytic_figures(mb, ck, ctx.peft is not None
+                                                                                        and stage == 3)
         components, totals = costs.phase_totals_of(a, forward, loss, head, layer, head_gradient)
+        activations = a + transient
     else:
-        components, totals = costs.phase_totals(ctx.activation(mb, ck, stage))
+        estimate = ctx.activation(mb, ck, stage)
+        components, totals = costs.phase_totals(estimate)
+        activations = int(estimate.activations) + int(estimate.transient)
     peak = 0 if totals[0] >= totals[1] else 1  # the first of the largest, as max(PHASES, key=...) picks
     if totals[2] > totals[peak]:
         peak = 2
@@ -736,7 +739,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
                           host.cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
-                          performance if fits else None)
+                          performance if fits else None, activations)
     return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
 

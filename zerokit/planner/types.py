@@ -200,6 +200,9 @@ class Candidate:
     peak_phase: str = "backward"
     performance: Any = None
     """The predicted step time (zerokit.perf.StepTime) when the candidate fits, else None."""
+    micro_batch_activations: int = 0
+    """Activations plus transient of one micro-batch (its ActivationEstimate), whichever phase is the peak: at an
+    optimizer-step peak `memory` holds no activations and the step's temporaries as transient."""
 
 
 @_stored_init
