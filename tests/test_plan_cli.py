@@ -422,6 +422,16 @@ def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
     assert code == 2 and "zerokit probe" in err
 
 
+def test_train_tokens_give_the_time_to_train_as_whole_steps(capsys):
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B")
+    perf = plan["performance"]
+    assert code == 0 and perf["train_tokens"] == 10_000_000_000 and isinstance(perf["train_tokens"], int)
+    steps = -(-10_000_000_000 // perf["tokens_per_step"])  # a partial step is a step
+    assert perf["time_to_train_s"] == pytest.approx(steps * perf["step_time_s"])
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100)
+    assert plan["performance"]["train_tokens"] is None and plan["performance"]["time_to_train_s"] is None
+
+
 def test_a_profile_of_one_rank_plans_several_gpus_at_its_host_link_rate_and_says_so(capsys):
     """The H100's profile probed one rank: no collective was timed. Its 1 GB/s placeholder, read as measured, made
     an 8-GPU plan spend 23.6 s a step communicating, without a word; now the GPUs of a node talk at the host-link

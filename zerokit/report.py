@@ -115,7 +115,8 @@ def performance_json(plan: Plan) -> dict[str, Any] | None:
         return None
     out = {name: getattr(p, name) for name in PERFORMANCE_FIELDS}
     out["time_to_train_s"] = plan.time_to_train_s
-    out["train_tokens"] = plan.training.train_tokens
+    tokens = plan.training.train_tokens
+    out["train_tokens"] = None if tokens is None else round(tokens)  # a count: 10000000000, not 1e10
     return out
 
 
