@@ -195,17 +195,24 @@ def test_bad_peft_input_is_one_line_exit_2(capsys, args, match):
     assert re.search(match, err), err
 
 
-def test_moe_dropout_is_refused_with_the_fix(capsys):
-    code, _, err = run(capsys, "--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--gpus-per-node", "8",
-                       "--seq-len", "2048", "--peft", "lora")
-    assert code == 2 and "set --lora-dropout 0" in err and err.count("\n") == 1
-    doc = plan_json(capsys, "--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len",
-                    "2048", "--peft", "lora", "--lora-dropout", "0")
+def test_moe_dropout_defaults_to_zero_and_a_given_one_is_refused_with_the_fix(capsys):
+    """all-linear adapts Mixtral's experts and router, where PEFT refuses any dropout: the default 0.05 made
+    `--peft lora` alone fail (exit 2 on options the user never typed); it is 0 there, and the plan says why."""
+    mixtral = ("--model", "mixtral-8x7b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "2048",
+               "--peft", "lora")
+    doc = plan_json(capsys, *mixtral)
     assert doc["peft"]["lora_config"]["lora_dropout"] == 0.0
+    assert any("LoRA dropout 0, not the default 0.05" in r for r in doc["reasons"])
+    code, _, err = run(capsys, *mixtral, "--lora-dropout", "0.05")
+    assert code == 2 and "set --lora-dropout 0" in err and err.count("\n") == 1
+    doc = plan_json(capsys, *mixtral, "--lora-targets", "q_proj,v_proj")  # dense targets keep the default
+    assert doc["peft"]["lora_config"]["lora_dropout"] == 0.05
+    assert not any("LoRA dropout 0" in r for r in doc["reasons"])
 
 
 def test_installed_peft_refuses_dropout_on_moe_experts_too():
-    """The refusal above mirrors peft: a tiny mixtral with dropout on its expert parameters fails in get_peft_model."""
+    """The refusal above mirrors peft: a tiny mixtral with dropout on its expert parameters fails in get_peft_model,
+    and takes the adapters without dropout."""
     peft = pytest.importorskip("peft")
     transformers = pytest.importorskip("transformers")
     import torch
@@ -217,6 +224,9 @@ def test_installed_peft_refuses_dropout_on_moe_experts_too():
         model = transformers.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match="(?i)dropout"):
         peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.05))
+    # the default zerokit writes for it (0) is one PEFT takes
+    adapted = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0))
+    assert any("experts" in name for name, p in adapted.named_parameters() if p.requires_grad)
 
 
 def test_planning_with_peft_imports_neither_torch_nor_peft():

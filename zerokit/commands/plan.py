@@ -136,7 +136,7 @@ peft_options = _options(
     click.option("--lora-rank", metavar="N", help=_doc("Training", "lora_rank", "Default 16.")),
     click.option("--lora-targets", metavar="all-linear|NAMES", help=_doc("Training", "lora_targets",
                                                                          "Default all-linear.")),
-    click.option("--lora-dropout", metavar="P", help=_doc("Training", "lora_dropout", "Default 0.05.")),
+    click.option("--lora-dropout", metavar="P", help=_doc("Training", "lora_dropout")),
 )
 
 output_options = _options(
@@ -321,7 +321,7 @@ def peft_settings(peft: str, rank: str | None, targets: str | None, dropout: str
         if not names:
             raise BadInput("--lora-targets is empty; give all-linear or a comma list of module names")
         out["lora_targets"] = names
-    if dropout is not None:
+    if dropout is not None and dropout.strip().lower() != "auto":
         try:
             value = parse_finite(float(dropout), "--lora-dropout", minimum=0.0)
         except ValueError:

@@ -66,6 +66,12 @@ def valid_targets(config: Mapping[str, Any]) -> tuple[str, ...]:
     return _valid(_key(config))
 
 
+def refuses_dropout(adapted: tuple[str, ...] | list[str]) -> bool:
+    """Whether PEFT refuses `lora_dropout != 0` on these adapted names: MoE experts and routers are parameters,
+    which PEFT adapts through `lora.ParamWrapper`, and it has no dropout."""
+    return any(name.startswith("mlp.experts.") or name == "mlp.gate.weight" for name in adapted)
+
+
 def lora_parameters(config: Mapping[str, Any], rank: int, targets: str | Sequence[str] = ALL_LINEAR, *,
                     dropout: float = 0.0) -> LoraCount:
     """Exact adapter counts of rank `rank` on `targets` (`"all-linear"`, or module names; BadInput for bad names)."""
@@ -76,7 +82,7 @@ def lora_parameters(config: Mapping[str, Any], rank: int, targets: str | Sequenc
     key = _key(config)
     names = ALL_LINEAR if isinstance(targets, str) else tuple(t.strip() for t in targets)
     adapted, ranks, emitted = _resolve(key, names)
-    if dropout and any(name.startswith("mlp.experts.") or name == "mlp.gate.weight" for name in adapted):
+    if dropout and refuses_dropout(adapted):
         raise BadInput(f"PEFT cannot put LoRA dropout on MoE expert or router parameters (lora.ParamWrapper); "
                        f"set --lora-dropout 0 or target only the attention projections "
                        f"({', '.join(n for n in _valid(key) if 'proj' in n and n not in _MOE_NAMES.get(key[0], {}))})")

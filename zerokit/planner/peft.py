@@ -19,6 +19,8 @@ from zerokit.models.spec import ModelSpec
 
 LORA_ALPHA_PER_RANK = 2
 """lora_alpha = 2 r, the common recipe (the update is scaled by alpha / r = 2 whatever the rank)."""
+DEFAULT_LORA_DROPOUT = 0.05
+"""--lora-dropout when not given, except on MoE expert or router targets, where PEFT refuses any (0 there)."""
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 QLORA_PRECISIONS = ("bf16", "fp16")
 QLORA_NO_PARAM_OFFLOAD = (
@@ -86,13 +88,13 @@ class PeftPlan:
                 "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": dtype if zero_stage == 3 else "uint8"}
 
 
-def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float, precision: str
+def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float | None, precision: str
               ) -> PeftPlan | None:
     """The adapters for `--peft method`, or None for full fine-tuning; BadInput for anything PEFT would refuse."""
     if method == "none":
         return None
     # Imported here: a full fine-tuning plan (the usual one) never counts adapters or quantized bytes.
-    from zerokit.models.lora import ALL_LINEAR, lora_parameters
+    from zerokit.models.lora import ALL_LINEAR, lora_parameters, refuses_dropout
     from zerokit.models.quant import frozen_base_bytes
 
     if method not in ("lora", "qlora"):
@@ -106,7 +108,9 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
                        f"has rank at most min(in, out) <= {model.hidden_size}, so the extra adapter parameters learn "
                        "nothing; use a rank up to the hidden size (8-256 is usual)")
     names: str | list[str] = ALL_LINEAR if targets.strip().lower() == ALL_LINEAR else targets.split(",")
-    count = lora_parameters(config, rank, names, dropout=dropout)
+    count = lora_parameters(config, rank, names, dropout=dropout or 0.0)
+    if dropout is None:  # the default where PEFT takes it
+        dropout = 0.0 if refuses_dropout(count.adapted) else DEFAULT_LORA_DROPOUT
     n = model.parameters
     e = 2 if precision in QLORA_PRECISIONS else 4
     if method == "lora":

@@ -403,7 +403,9 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
                   f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
                   f"gradients, an fp32 master copy and Adam moments; the {format_count(peft.frozen_parameters)} "
                   f"base parameters are frozen {base}, whole on every GPU at ZeRO-0 to 2 and partitioned at "
-                  "ZeRO-3.")
+                  "ZeRO-3" + (" (LoRA dropout 0, not the default 0.05: PEFT puts no dropout on MoE expert and router "
+                              "parameters, lora.ParamWrapper)." if t.lora_dropout is None and not peft.dropout
+                              else "."))
 
 
 def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:

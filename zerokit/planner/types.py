@@ -139,8 +139,9 @@ class Training:
     lora_targets: str = "all-linear"
     """Which linear layers get adapters: all-linear (every linear layer but the output head, as PEFT means it) or a
     comma list of module names, e.g. q_proj,v_proj."""
-    lora_dropout: float = 0.05
-    """LoRA dropout in [0, 1); MoE expert and router targets need 0 (PEFT refuses dropout there)."""
+    lora_dropout: float | None = None
+    """LoRA dropout in [0, 1); None = 0.05, or 0 where the targets include MoE expert or router parameters (PEFT
+    refuses any dropout there)."""
 
 
 @_stored_init
