@@ -158,6 +158,8 @@ def test_table_shows_decision_bars_legend_and_training_arguments(capsys):
 
 
 def test_every_candidate_row_shows_its_activations(capsys):
+    """One micro-batch's activations and transient, whatever the peak: ZeRO-0's peak is the optimizer step, whose
+    breakdown holds no activations and the step's temporaries (53.9 GB) as transient; its row showed those."""
     from zerokit.units import format_bytes
 
     _, plan = run_json(capsys, *LLAMA_7B_8xH100)
@@ -165,9 +167,13 @@ def test_every_candidate_row_shows_its_activations(capsys):
     rows = [line for line in stdout.splitlines() if line.startswith(("  * ZeRO-", "    ZeRO-"))]
     assert len(rows) == len(plan["candidates"])
     for row, cand in zip(rows, plan["candidates"]):
-        per_gpu = cand["per_gpu"]
-        assert format_bytes(per_gpu["activations"] + per_gpu["transient"]) in row
+        assert format_bytes(cand["micro_batch_activations"]) in row
         assert format_bytes(cand["per_gpu_total"]) in row
+        if cand["peak_phase"] != "optimizer_step":  # at a forward or backward peak: that phase's own figures
+            assert cand["micro_batch_activations"] == cand["per_gpu"]["activations"] + cand["per_gpu"]["transient"]
+    zero0 = plan["candidates"][0]
+    assert zero0["peak_phase"] == "optimizer_step" and zero0["per_gpu"]["activations"] == 0
+    assert 0 < zero0["micro_batch_activations"] < zero0["per_gpu"]["transient"]
 
 
 def test_markdown_report_renders_from_the_template(capsys):

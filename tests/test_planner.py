@@ -76,6 +76,34 @@ def test_7b_on_8x80gb_fits_without_offload_and_the_choice_is_the_fastest():
     assert config["zero_optimization"]["stage"] == d.zero_stage
 
 
+def test_with_an_nvme_drive_given_missing_says_what_the_nvme_setups_lack():
+    """With --nvme-path the NVMe setups were candidates too: `missing` names what they lack (host RAM, drive space)
+    beside full CPU offload, as the NVMe candidates' own why_not does, instead of leaving that route out."""
+    ram = plan(LLAMA70, resolve_hardware("a100-40gb", cpu_memory="64GB", nvme_path="/nvme", nvme_size="2TB"),
+               Training(seq_len=2048))
+    nvme = host_memory(LLAMA70.parameters, LLAMA70.largest_layer_parameters, 1, 1, 3, "nvme", "nvme")
+    assert not ram.decision.fits
+    assert f"or {_gb(nvme.cpu_bytes)} of CPU RAM per node (have 64.0 GB) for ZeRO-Infinity offload to NVMe" \
+        in ram.missing
+    drive = plan(LLAMA70, resolve_hardware("a100-40gb", cpu_memory="512GB", nvme_path="/nvme", nvme_size="200GB"),
+                 Training(seq_len=2048))
+    assert f"or {_gb(nvme.nvme_bytes)} free on the NVMe per node (have 200.0 GB) for ZeRO-Infinity offload" \
+        in drive.missing
+
+
+def test_a_gpu_too_small_for_any_offload_says_the_host_ram_that_offload_needs_too():
+    p = plan(resolve_model("llama-3.1-405b"), resolve_hardware("t4", cpu_memory="16GB"), Training(seq_len=4096))
+    full = host_memory(p.model.parameters, p.model.largest_layer_parameters, 1, 1, 3, "cpu", "cpu")
+    assert p.missing.startswith("needs a GPU with at least ")
+    assert p.missing.endswith(f"with {_gb(full.cpu_bytes)} of CPU RAM per node for that offload (have 16.0 GB)")
+
+
+def _gb(n: int) -> str:
+    from zerokit.units import format_bytes
+
+    return format_bytes(n)
+
+
 def test_llama2_70b_on_2_nodes_of_8x80gb_needs_zero3():
     p = plan(LLAMA70, resolve_hardware("h100-80gb", gpus_per_node=8, nodes=2), Training(seq_len=4096))
     assert p.decision.fits and p.decision.zero_stage == 3

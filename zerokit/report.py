@@ -97,6 +97,7 @@ def _candidate_json(c: Candidate) -> dict[str, Any]:
         "gradient_accumulation_steps": s.gradient_accumulation_steps,
         "fits": c.fits, "per_gpu_total": c.memory.total,
         "per_gpu": c.memory.as_dict(), "phases": dict(c.phases), "peak_phase": c.peak_phase,
+        "micro_batch_activations": c.micro_batch_activations,
         "cpu_bytes_per_node": c.cpu_bytes_per_node, "nvme_bytes_per_node": c.nvme_bytes_per_node,
         "why_not": c.why_not,
         "step_time_s": c.performance.step_time_s if c.performance is not None else None,

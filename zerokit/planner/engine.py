@@ -159,18 +159,31 @@ def missing(ctx: Context) -> str:
     w = DTYPE_BYTES[ctx.precision]
     full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu",
                        _param_offload(ctx, "cpu"), w, trainable=ctx.trainable)
+    have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
+    short = hw.cpu_memory_bytes is not None and full.cpu_bytes > hw.cpu_memory_bytes
     if full_offload_fits_gpu(ctx):
-        have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
         options.append(f"{format_bytes(full.cpu_bytes)} of CPU RAM per node for full offload{have}")
+        nvme = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3,
+                           "nvme", _param_offload(ctx, "nvme"), w, trainable=ctx.trainable)
         if not hw.nvme_path:
-            nvme = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3,
-                               "nvme", _param_offload(ctx, "nvme"), w, trainable=ctx.trainable)
             if hw.cpu_memory_bytes is None or nvme.cpu_bytes <= hw.cpu_memory_bytes:
                 options.append(f"an NVMe drive with {format_bytes(nvme.nvme_bytes)} free per node "
                                f"(--nvme-path) for ZeRO-Infinity offload")
+        else:  # the NVMe setups were evaluated: what they lack
+            lacks = []
+            if hw.cpu_memory_bytes is not None and nvme.cpu_bytes > hw.cpu_memory_bytes:
+                lacks.append(f"{format_bytes(nvme.cpu_bytes)} of CPU RAM per node{have}")
+            if hw.nvme_bytes is not None and nvme.nvme_bytes > hw.nvme_bytes:
+                lacks.append(f"{format_bytes(nvme.nvme_bytes)} free on the NVMe per node "
+                             f"(have {format_bytes(hw.nvme_bytes)})")
+            if lacks:
+                options.append(" and ".join(lacks) + " for ZeRO-Infinity offload to NVMe")
     else:
-        options.append(f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
-                       "largest layer, one micro-batch's activations and the overhead need that much")
+        text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
+                "largest layer, one micro-batch's activations and the overhead need that much")
+        if short:  # that GPU offloads everything: the host must hold it too
+            text += f", with {format_bytes(full.cpu_bytes)} of CPU RAM per node for that offload{have}"
+        options.append(text)
     return "needs " + ", or ".join(options)
 
 
