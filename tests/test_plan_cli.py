@@ -455,6 +455,9 @@ def test_a_profile_of_one_rank_plans_several_gpus_at_its_host_link_rate_and_says
     assert plan["performance"]["communication_s"] < slow
     code, plan = run_json(capsys, *args)  # one GPU: no link to assume
     assert code == 0 and not [w for w in plan["warnings"] if w.startswith("step times assume")]
+    # the GPU is the one the probe measured, by name, with the bf16 kernels it timed (it was "custom", "assuming")
+    assert plan["hardware"]["gpu_name"] == "NVIDIA H100 80GB HBM3" and plan["hardware"]["bf16"] is True
+    assert "bf16 because NVIDIA H100 80GB HBM3 supports it" in plan["reasons"][0]
 
 
 @pytest.mark.parametrize("option", ["--cpu-memory", "--nvme-size", "--overhead", "--train-tokens", "--total-steps"])

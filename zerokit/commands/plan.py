@@ -188,6 +188,10 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
 
         hardware = replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
                            bf16="bf16" in machine.matmul)
+    elif hardware_profile is not None and gpu is None:  # the GPU the probe measured: its name, its bf16 kernels
+        from dataclasses import replace
+
+        hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
     spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
