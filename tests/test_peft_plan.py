@@ -220,12 +220,14 @@ def test_installed_peft_refuses_dropout_on_moe_experts_too():
     config = transformers.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                         num_attention_heads=4, num_key_value_heads=2, num_local_experts=2,
                                         vocab_size=64)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+    def mixtral():
+        with torch.device("meta"):
+            return transformers.AutoModelForCausalLM.from_config(config)
+
     with pytest.raises(ValueError, match="(?i)dropout"):
-        peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.05))
+        peft.get_peft_model(mixtral(), peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.05))
     # the default zerokit writes for it (0) is one PEFT takes
-    adapted = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0))
+    adapted = peft.get_peft_model(mixtral(), peft.LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.0))
     assert any("experts" in name for name, p in adapted.named_parameters() if p.requires_grad)
 
 
