@@ -50,10 +50,17 @@ def main() -> int:
     with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3), \
             torch.device(f"cuda:{torch.cuda.current_device()}" if gpu and not zero3 else "cpu"):
         model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
+    if case.get("lora_config"):
+        # as the HF Trainer does: the base loaded (under zero.Init for ZeRO-3), then wrapped outside it; only what
+        # trains reaches the optimizer
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(**case["lora_config"]))
     if case.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable()
     model.train()
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    engine, _, _, _ = deepspeed.initialize(model=model, config=ds_config,
+                                           model_parameters=[p for p in model.parameters() if p.requires_grad])
     mb, ga, seq = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps(), case["seq_len"]
     g = torch.Generator().manual_seed(rank)
     times = []

@@ -1,8 +1,10 @@
 """Step time, predicted against measured: real 2-rank DeepSpeed trainings on this CPU, and published GPU figures.
 
     python benchmarks/step_time.py                 # print both tables from the committed golden data
-    python benchmarks/step_time.py --measure       # re-probe this machine and re-time the six trainings, then
+    python benchmarks/step_time.py --measure       # re-probe this machine and re-time the trainings, then
                                                    # rewrite tests/data/step_time/{profile,measured}.json
+    python benchmarks/step_time.py --measure --cases zero1,zero3,lora_zero2,lora_zero3 \
+        --data tests/data/step_time/2026-11-26-lora   # the LoRA measurement
 
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
@@ -58,7 +60,33 @@ CASES = {
     "zero2_accum4": {"stage": 2, "accumulation": 4},
     "zero2_offload_optimizer": {"stage": 2, "offload_optimizer": "cpu"},
     "zero3_offload_param": {"stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"},
+    # LoRA (tests/data/step_time/2026-11-26-lora): the frozen base skips its weight gradients, only the adapters
+    # are reduced and stepped
+    "lora_zero2": {"stage": 2, "lora_rank": 8},
+    "lora_zero3": {"stage": 3, "lora_rank": 8},
 }
+
+
+def lora_config(case: dict) -> dict | None:
+    """The `peft.LoraConfig` keywords a plan writes for `--peft lora --lora-rank R` (all-linear, alpha 2r, dropout
+    0.05), or None for full fine-tuning."""
+    if not case.get("lora_rank"):
+        return None
+    r = case["lora_rank"]
+    return {"r": r, "lora_alpha": 2 * r, "lora_dropout": 0.05, "target_modules": "all-linear", "bias": "none",
+            "task_type": "CAUSAL_LM"}
+
+
+def lora_work(case: dict, model: dict | None = None) -> tuple[int | None, tuple | None]:
+    """(trainable parameters, the step-time model's `lora`) of a LoRA case, as a plan passes them (the adapters as
+    PEFT counts them); (None, None) for full fine-tuning."""
+    config = lora_config(case)
+    if config is None:
+        return None, None
+    from zerokit.models.lora import lora_parameters
+
+    count = lora_parameters(model or MODEL, config["r"])
+    return count.trainable, (config["r"], config["lora_dropout"], count.linears)
 
 
 def buffers(case: dict):
@@ -90,7 +118,8 @@ def predict(case: dict, perf) -> object:
                      grad_accum=case.get("accumulation", 1), gpus_per_node=RANKS, zero_stage=case["stage"],
                      offload_optimizer=case.get("offload_optimizer", "none"),
                      offload_param=case.get("offload_param", "none"),
-                     gradient_checkpointing=case.get("checkpointing", False), precision="bf16", attention="sdpa")
+                     gradient_checkpointing=case.get("checkpointing", False), precision="bf16", attention="sdpa",
+                     trainable_parameters=lora_work(case)[0], lora=lora_work(case)[1])
 
 
 def load_average() -> float:
@@ -103,7 +132,8 @@ def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
     env.update(THREADS)
     with tempfile.TemporaryDirectory(prefix="zerokit-steptime-") as tmp:
         spec = {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
-                "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa"}
+                "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa",
+                "lora_config": lora_config(case)}
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         before = load_average()
@@ -208,6 +238,7 @@ def write_measurement(profiles: list[dict], runs: dict[str, list[dict]], warmup:
     results = dict(old.get("cases", {}))
     for name, case_runs in runs.items():
         results[name] = {"setup": CASES[name], "ds_config": ds_config(CASES[name]),
+                         **({"lora_config": lora_config(CASES[name])} if lora_config(CASES[name]) else {}),
                          "median_s": statistics.median(r["median_s"] for r in case_runs), "runs": case_runs}
     _write_json(MEASURED, {
         "command": "python benchmarks/step_time.py --measure",

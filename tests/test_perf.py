@@ -505,6 +505,31 @@ def test_lora_trains_few_parameters_but_gathers_all():
     assert full.compute_s - lora.compute_s == pytest.approx((weight_grads - 3 * 2 * 1000 * 64) / 1e12)
 
 
+def test_lora_adapters_priced_by_their_shapes_by_hand():
+    """`lora`: each adapted linear (in -> out) runs A (in x r) and B (r x out) three times at the rate of their
+    shapes, a dozen kernels (three more with dropout), the dropout's 12 bytes an input element, and at ZeRO-3 two
+    more modules for the hooks (A and B each own a weight); FLAT's curve is one point, so every size runs at 1e12."""
+    linears = ((64, 64, 2), (64, 172, 2))  # two shapes, two layers each
+    r, tokens = 4, 64
+    adapters = sum(r * (i + o) * c for i, o, c in linears)
+    flat = replace(FLAT, op_overhead_s=1e-6, elementwise=((1.0, 1e9),), zero3_module_overhead_s=1e-3)
+
+    def t(**kw):
+        return step_time(TINY_LLAMA, flat, parameters=P, seq_len=32, micro_batch=2, trainable_parameters=adapters,
+                         **kw)
+
+    products = sum(6 * tokens * (i * r + r * o) * c for i, o, c in linears)
+    plain, no_drop = t(lora=(r, 0.0, linears)), t(lora=(r, 0.0, ()))
+    # without shapes the same FLOPs ran at the peak (6 per adapter parameter and token): only the kernels differ
+    assert products == 6 * adapters * tokens and no_drop.flops_per_step == plain.flops_per_step
+    assert plain.compute_s - no_drop.compute_s == pytest.approx(12 * 4 * 1e-6)
+    dropped = t(lora=(r, 0.05, linears))
+    assert dropped.compute_s - plain.compute_s == pytest.approx(3 * 4 * 1e-6 + sum(12 * tokens * i * c
+                                                                                   for i, _, c in linears) / 1e9)
+    z3, z3_base = t(lora=(r, 0.0, linears), zero_stage=3), t(lora=(r, 0.0, ()), zero_stage=3)
+    assert z3.overhead_s - z3_base.overhead_s == pytest.approx(2 * 4 * 2 * 1e-3)  # 4 adapted modules, 2 passes
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"zero_stage": 1, "offload_param": "cpu"}, "parameter offload needs ZeRO-3"),
     ({"zero_stage": 0, "offload_optimizer": "cpu"}, "optimizer offload needs ZeRO-1, 2 or 3"),

@@ -58,9 +58,18 @@ def m(request) -> Measurement:
 
 
 def predicted(m: Measurement, case: dict) -> float:
-    """The model's step time for a case, with the bucket sizes its ds_config ran with (a plan's)."""
+    """The model's step time for a case, with the bucket sizes its ds_config ran with (a plan's); a LoRA case with
+    its adapters as a plan passes them (`PeftPlan.lora_work`)."""
     model, setup, zero = m.measured["model"], case["setup"], case["ds_config"]["zero_optimization"]
+    trainable = lora = None
+    if case.get("lora_config"):
+        from zerokit.models.lora import lora_parameters
+
+        cfg = case["lora_config"]
+        count = lora_parameters(model, cfg["r"], cfg["target_modules"])
+        trainable, lora = count.trainable, (cfg["r"], cfg["lora_dropout"], count.linears)
     return step_time(model, m.perf, parameters=count_parameters(model)[0], seq_len=m.measured["seq_len"],
+                     trainable_parameters=trainable, lora=lora,
                      micro_batch=m.measured["micro_batch"], grad_accum=setup.get("accumulation", 1),
                      gpus_per_node=m.measured["ranks"], zero_stage=setup["stage"],
                      offload_optimizer=setup.get("offload_optimizer", "none"),
@@ -112,6 +121,28 @@ def test_ranking_matches_where_the_runs_tell_setups_apart(m):
             assert (predicted(m, cases[a]) < predicted(m, cases[b])) == (ma < mb), (a, b)
             checked += 1
     assert checked >= m.pairs
+
+
+# LoRA (2026-11-26, the Intel Xeon with AMX, three rounds): all-linear rank 8 with the plan's dropout 0.05 at ZeRO-2
+# and ZeRO-3, beside full fine-tuning at ZeRO-1 and ZeRO-3 in the same rounds. The adapters' thin products, their
+# kernels, the dropout's passes and (ZeRO-3) their modules' hooks are priced; the LoRA steps still ran 16-26%
+# slower than predicted (the README names the gap) and this round's ZeRO-1 22.6% faster, so each case is held at
+# what it reached plus a little, so that it cannot grow unseen; the ranking holds for all 4 pairs told apart.
+LORA = Measurement(DATA / "2026-11-26-lora", 4)
+LORA_HELD = {"zero1": 0.25, "zero3": 0.20, "lora_zero2": 0.30, "lora_zero3": 0.20}
+
+
+@pytest.mark.parametrize("name", sorted(LORA_HELD))
+def test_lora_cases_within_what_they_reached(name):
+    case = LORA.measured["cases"][name]
+    assert set(LORA.measured["cases"]) == set(LORA_HELD)
+    assert predicted(LORA, case) == pytest.approx(case["median_s"], rel=LORA_HELD[name])
+    if name.startswith("lora"):
+        assert case["lora_config"]["r"] == 8 and case["lora_config"]["target_modules"] == "all-linear"
+
+
+def test_lora_ranking_matches_where_the_runs_tell_setups_apart():
+    test_ranking_matches_where_the_runs_tell_setups_apart(LORA)
 
 
 def _step_time_benchmark():

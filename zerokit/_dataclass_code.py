@@ -1158,34 +1158,35 @@ def __create_fn__():
  return __hash__
 _137 = __create_fn__
 
-def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank)->_return_type:
+def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):
+ def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)
   __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)
   __dataclass_builtins_object__.__setattr__(self,'modules',modules)
   __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)
   __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)
   __dataclass_builtins_object__.__setattr__(self,'rank',rank)
+  __dataclass_builtins_object__.__setattr__(self,'linears',linears)
  return __init__
 _138 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r})"
+  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"
  return __repr__
 _139 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,)
+   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)
   return NotImplemented
  return __eq__
 _140 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank',):
+  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -1193,7 +1194,7 @@ _141 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank',):
+  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -1201,7 +1202,7 @@ _142 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,))
+  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))
  return __hash__
 _143 = __create_fn__
 
@@ -1487,8 +1488,8 @@ def __create_fn__():
  return __hash__
 _173 = __create_fn__
 
-def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _return_type):
- def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants)->_return_type:
+def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _return_type):
+ def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'method',method)
   __dataclass_builtins_object__.__setattr__(self,'rank',rank)
   __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)
@@ -1499,26 +1500,27 @@ def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules,
   __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)
   __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)
   __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)
+  __dataclass_builtins_object__.__setattr__(self,'adapter_linears',adapter_linears)
  return __init__
 _174 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r})"
+  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r})"
  return __repr__
 _175 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,)
+   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,)
   return NotImplemented
  return __eq__
 _176 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('method','rank','dropout','target_modules','trainable','frozen_parameters','frozen_bytes','frozen_bytes_zero3','quantized_parameters','quantization_constants',):
+  if type(self) is cls or name in ('method','rank','dropout','target_modules','trainable','frozen_parameters','frozen_bytes','frozen_bytes_zero3','quantized_parameters','quantization_constants','adapter_linears',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -1526,7 +1528,7 @@ _177 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('method','rank','dropout','target_modules','trainable','frozen_parameters','frozen_bytes','frozen_bytes_zero3','quantized_parameters','quantization_constants',):
+  if type(self) is cls or name in ('method','rank','dropout','target_modules','trainable','frozen_parameters','frozen_bytes','frozen_bytes_zero3','quantized_parameters','quantization_constants','adapter_linears',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -1534,7 +1536,7 @@ _178 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,))
+  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,))
  return __hash__
 _179 = __create_fn__
 
@@ -1677,12 +1679,12 @@ SOURCES = {
     'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _135,
     'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _136,
     'def __create_fn__():\n def __hash__(self):\n  return hash((self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,))\n return __hash__': _137,
-    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n return __init__": _138,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r})"\n return __repr__': _139,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,)\n  return NotImplemented\n return __eq__': _140,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _141,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _142,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,))\n return __hash__': _143,
+    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'linears',linears)\n return __init__": _138,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"\n return __repr__': _139,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)\n  return NotImplemented\n return __eq__': _140,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _141,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _142,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))\n return __hash__': _143,
     "def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'total',total)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'constants',constants)\n  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _144,
     'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _145,
     'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _146,
@@ -1713,10 +1715,10 @@ SOURCES = {
     'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _171,
     'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _172,
     'def __create_fn__():\n def __hash__(self):\n  return hash((self.micro_batches,self.per_gpu_samples,))\n return __hash__': _173,
-    "def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _return_type):\n def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'method',method)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_parameters',frozen_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes',frozen_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)\n return __init__": _174,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r})"\n return __repr__': _175,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,)\n  return NotImplemented\n return __eq__': _176,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _177,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _178,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,))\n return __hash__': _179,
+    "def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _return_type):\n def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'method',method)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_parameters',frozen_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes',frozen_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_linears',adapter_linears)\n return __init__": _174,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r})"\n return __repr__': _175,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,)\n  return NotImplemented\n return __eq__': _176,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _177,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _178,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,))\n return __hash__': _179,
 }

@@ -59,6 +59,10 @@ class LoraCount:
     adapted: frozenset[str]
     """The adapted parts (`Part.name`, e.g. `self_attn.q_proj`, or `mlp.experts.gate_up_proj`, `mlp.gate.weight`)."""
     rank: int
+    linears: tuple[tuple[int, int, int], ...] = ()
+    """(in_features, out_features, copies) of each adapted linear module: each gets an A (in -> rank) and a B
+    (rank -> out) of its own, which the step-time model prices by shape (MoE expert and router adapters are not
+    linear modules and are not listed)."""
 
 
 def valid_targets(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -88,11 +92,14 @@ def lora_parameters(config: Mapping[str, Any], rank: int, targets: str | Sequenc
                        f"({', '.join(n for n in _valid(key) if 'proj' in n and n not in _MOE_NAMES.get(key[0], {}))})")
     per_module: dict[str, int] = {}
     modules = 0
+    linears = []
     for part in model_parts(dict(key[1])):
         for name, size, copies in _adapter_sizes(part, adapted, ranks, rank):
             per_module[name] = per_module.get(name, 0) + size * copies
             modules += copies
-    return LoraCount(sum(per_module.values()), per_module, modules, emitted, adapted, rank)
+            if name == part.name and part.linear is not None:
+                linears.append((*part.linear, copies))
+    return LoraCount(sum(per_module.values()), per_module, modules, emitted, adapted, rank, tuple(linears))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -119,6 +119,48 @@ def _matmul_table(mf: ModelFlops) -> tuple[tuple, tuple, tuple]:
     return hit
 
 
+_LORA_KERNELS = 12
+"""Kernels of one adapted module per micro-batch beside its matmuls' time: forward A, B, the scaling and the add;
+backward each product's input and weight gradients, the scaling's and the add's gradients, and the casts."""
+_DROPOUT_KERNELS, _DROPOUT_BYTES = 3, 12
+"""With dropout: the mask, its product and the backward's, moving 12 bytes an input element (mask, input and
+output in 16 bits forward; gradient, mask and output backward)."""
+
+
+def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens: int, dtype: str, peak: float,
+                fp32: bool) -> tuple[float, float, int]:
+    """(seconds, FLOPs, parameter-owning modules) of one micro-batch's LoRA adapters, forward and backward.
+
+    Each adapted linear (in -> out) runs x -> dropout -> A (in x r) -> B (r x out) -> x scaling, added to the
+    frozen output: two thin products, each three times (forward, input and weight gradients), at the rate the
+    machine reaches for their shapes (far below the peak: r is 8-64), plus a dozen kernels and the dropout's
+    element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: at ZeRO-3 the adapters
+    stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built), so their products
+    run at the fp32 rate. Adapter parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
+    rank, dropout, linears = lora if lora is not None else (0, 0.0, ())
+    dtype = "fp32" if fp32 and "fp32" in perf.matmul else dtype
+    seconds = flops = 0.0
+    modules = 0
+    rest = trainable
+    for n_in, n_out, copies in linears:
+        for k, n in ((n_in, rank), (rank, n_out)):
+            f = 6.0 * tokens * k * n * copies
+            seconds += f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3))
+            flops += f
+        kernels = _LORA_KERNELS
+        if dropout:
+            kernels += _DROPOUT_KERNELS
+            moved = _DROPOUT_BYTES * tokens * n_in
+            seconds += copies * moved / perf.elementwise_at(moved)
+        seconds += copies * kernels * perf.op_overhead_s
+        rest -= rank * (n_in + n_out) * copies
+        modules += 2 * copies
+    if rest > 0:
+        seconds += 6.0 * rest * tokens / peak
+        flops += 6.0 * rest * tokens
+    return seconds * perf.compute_scale, flops, modules
+
+
 def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
                    attention: str) -> tuple[float, ...]:
     """Per micro-batch: (forward s, backward input-gradient s (scores: gradients of Q, K, P and V), backward
@@ -189,7 +231,8 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
               precision: str = "bf16", attention: str = "sdpa", overlap_comm: bool = True,
               reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
               prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
-              trainable_parameters: int | None = None) -> StepTime:
+              trainable_parameters: int | None = None,
+              lora: tuple[int, float, tuple[tuple[int, int, int], ...]] | None = None) -> StepTime:
     """The time of one optimizer step of this setup on `perf`'s machine.
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
@@ -199,13 +242,15 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
     `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
     keeps smaller parameters whole and gathers only the rest. `pin_memory` is the offload config's: pinned host
-    buffers copy at the pinned rate.
+    buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear), as
+    `PeftPlan.lora_work` gives it: the adapters priced by their shapes (`_lora_parts`); without it adapter
+    parameters run at the peak rate.
     """
     mf = model if model.__class__ is ModelFlops else model_flops(model)
     return memoised_step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes,
                               zero_stage, offload_optimizer, offload_param, gradient_checkpointing, precision,
                               attention, overlap_comm, reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size,
-                              persistence_threshold, pin_memory, trainable_parameters)
+                              persistence_threshold, pin_memory, trainable_parameters, lora)
 
 
 def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepTime:
@@ -230,7 +275,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
                reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
-               persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None) -> StepTime:
+               persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
+               lora: tuple[int, float, tuple[tuple[int, int, int], ...]] | None = None) -> StepTime:
     """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
     entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
     nbytes = _BYTES.get(precision)
@@ -255,11 +301,15 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak = _compute_parts(mf, perf, micro_batch, seq_len,
                                                                                     precision, attention)
     tokens = micro_batch * seq_len
-    adapters = 2.0 * trainable * tokens if share < 1.0 else 0.0
-    bwd = bwd_in + bwd_w * share + 3.0 * adapters / peak * perf.compute_scale
+    adapter_t = adapter_flops = 0.0
+    adapter_modules = 0
+    if share < 1.0:
+        adapter_t, adapter_flops, adapter_modules = _lora_parts(perf, lora, trainable, tokens, precision, peak,
+                                                                zero_stage == 3)
+    bwd = bwd_in + bwd_w * share + adapter_t
     rec = recompute if gradient_checkpointing else 0.0
     micro_compute = fwd + bwd + rec
-    flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + 3.0 * adapters
+    flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + adapter_flops
 
     # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
     micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
@@ -341,7 +391,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         overhead += (ga if zero_stage > 1 else 1) * reduce_calls * perf.bucket_flush_s
     if zero_stage == 3:
         passes = 3.0 if gradient_checkpointing else 2.0
-        overhead += ga * mf.parameter_modules * passes * perf.zero3_module_overhead_s
+        overhead += ga * (mf.parameter_modules + adapter_modules) * passes * perf.zero3_module_overhead_s
 
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead

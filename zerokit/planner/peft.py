@@ -50,6 +50,13 @@ class PeftPlan:
     quantized_parameters: int = 0
     quantization_constants: int = 0
     """QLoRA: bytes of absmax, nested absmax and code tables in one whole copy."""
+    adapter_linears: tuple[tuple[int, int, int], ...] = ()
+    """(in, out, copies) of each adapted linear module (`LoraCount.linears`)."""
+
+    @property
+    def lora_work(self) -> tuple[int, float, tuple[tuple[int, int, int], ...]]:
+        """What the step-time model prices the adapters by (`zerokit.perf.model.step_time`'s `lora`)."""
+        return self.rank, self.dropout, self.adapter_linears
 
     def activation_setup(self, zero_stage: int, dtype_bytes: int) -> LoraSetup:
         """The adapters as the activation model takes them, in the dtype they train in under DeepSpeed.
@@ -114,12 +121,14 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
     n = model.parameters
     e = 2 if precision in QLORA_PRECISIONS else 4
     if method == "lora":
-        return PeftPlan("lora", rank, dropout, count.target_modules, count.trainable, n, e * n, e * n)
+        return PeftPlan("lora", rank, dropout, count.target_modules, count.trainable, n, e * n, e * n,
+                        adapter_linears=count.linears)
     low = frozen_base_bytes(config, "qlora", precision, quant_storage="uint8")
     z3 = frozen_base_bytes(config, "qlora", precision, quant_storage=precision)
     scale = n / max(1, low.quantized_parameters + low.unquantized // e) if model.source == "count" else 1.0
     return PeftPlan("qlora", rank, dropout, count.target_modules, count.trainable, n, round(low.total * scale),
-                    round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale))
+                    round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale),
+                    count.linears)
 
 
 def _countable_config(model: ModelSpec) -> Mapping[str, Any]:

@@ -194,7 +194,8 @@ class Context:
                 1 if per_gpu is None else per_gpu // micro_batch, hw.gpus_per_node, hw.nodes, stage, opt, param,
                 checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
                 b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
-                self.model.parameters if self.peft is None else self.peft.trainable)
+                self.model.parameters if self.peft is None else self.peft.trainable,
+                None if self.peft is None else self.peft.lora_work)
         return hit
 
     @functools.cached_property
