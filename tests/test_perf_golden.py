@@ -11,6 +11,9 @@ each probe and then run every case once) and profile.json (the median `zerokit p
 - tests/data/step_time/2026-11-26-intel: an Intel Xeon with AMX again, three rounds with the probe and model that
   price offload's host casts, worst error 10.8%, 10 pairs told apart and ranked as measured.
 
+- tests/data/step_time/2026-11-26-lora: LoRA (all-linear rank 8, dropout 0.05) at ZeRO-2 and ZeRO-3 beside full
+  fine-tuning at ZeRO-1 and ZeRO-3, three rounds, worst error 14.3%, 5 pairs told apart and ranked as measured.
+
 The issue's target is 20% on every case. The ranking is checked wherever two setups differ by > 15% and by more
 than the spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart.
 (A later Intel measurement, tests/data/step_time/2026-11-23-1220, reached 29.5%: the README says why it is kept
@@ -124,21 +127,23 @@ def test_ranking_matches_where_the_runs_tell_setups_apart(m):
 
 
 # LoRA (2026-11-26, the Intel Xeon with AMX, three rounds): all-linear rank 8 with the plan's dropout 0.05 at ZeRO-2
-# and ZeRO-3, beside full fine-tuning at ZeRO-1 and ZeRO-3 in the same rounds. The adapters' thin products, their
-# kernels, the dropout's passes and (ZeRO-3) their modules' hooks are priced; the LoRA steps still ran 16-26%
-# slower than predicted (the README names the gap) and this round's ZeRO-1 22.6% faster, so each case is held at
-# what it reached plus a little, so that it cannot grow unseen; the ranking holds for all 4 pairs told apart.
-LORA = Measurement(DATA / "2026-11-26-lora", 4)
-LORA_HELD = {"zero1": 0.25, "zero3": 0.20, "lora_zero2": 0.30, "lora_zero3": 0.20}
+# and ZeRO-3, beside full fine-tuning at ZeRO-1 and ZeRO-3 in the same rounds, with the probe that measures the
+# dropout's rate (137-150 M elements/s here: its random numbers cost more than the LoRA products). Every case within
+# 20% (worst 14.3%, ZeRO-3 LoRA), all 5 pairs the runs tell apart ranked as measured. Before the adapters were
+# priced by their shapes, kernels, dropout and hooks, a first measurement had the LoRA cases 37% and 45% slow.
+LORA = Measurement(DATA / "2026-11-26-lora", 5)
+LORA_CASES = ("zero1", "zero3", "lora_zero2", "lora_zero3")
 
 
-@pytest.mark.parametrize("name", sorted(LORA_HELD))
-def test_lora_cases_within_what_they_reached(name):
+@pytest.mark.parametrize("name", LORA_CASES)
+def test_lora_cases_within_20_percent_of_measured(name):
+    assert set(LORA.measured["cases"]) == set(LORA_CASES)
+    assert LORA.perf.dropout_elements_per_s > 0 and LORA.perf.sources["dropout_elements_per_s"] == "probe"
     case = LORA.measured["cases"][name]
-    assert set(LORA.measured["cases"]) == set(LORA_HELD)
-    assert predicted(LORA, case) == pytest.approx(case["median_s"], rel=LORA_HELD[name])
+    assert predicted(LORA, case) == pytest.approx(case["median_s"], rel=TOLERANCE)
     if name.startswith("lora"):
         assert case["lora_config"]["r"] == 8 and case["lora_config"]["target_modules"] == "all-linear"
+        assert case["lora_config"]["lora_dropout"] == 0.05
 
 
 def test_lora_ranking_matches_where_the_runs_tell_setups_apart():

@@ -68,6 +68,9 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     assert "forward's share, bf16" in captured.out and "the forward's share by size: bf16 32: " in captured.err
     assert perf.intra_node_bandwidth > 0 and perf.collective_latency_s > 0
     assert perf.sources["nvme"] == "probe" and perf.nvme_read > 0 and perf.nvme_write > 0
+    # LoRA's dropout: its random mask, compute-bound on a CPU (137-150 M elements/s on this Xeon's full probe)
+    assert perf.dropout_elements_per_s > 1e6 and perf.sources["dropout_elements_per_s"] == "probe"
+    assert ", dropout " in captured.err and " M elements/s" in captured.err
     raw = json.loads(out.read_text())["measurements"]
     assert raw["collectives"]["backend"] == "gloo" and raw["quick"] is True
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".zerokit-probe-")]  # the NVMe test file is gone

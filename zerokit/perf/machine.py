@@ -63,6 +63,8 @@ DEFAULT_NOTES = {
     "nvme": "one datacenter PCIe Gen4 NVMe SSD: ~6.5 GB/s read, ~3.5 GB/s write sequential; measure with "
             "`zerokit probe --nvme-path`",
     "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
+    "dropout_elements_per_s": "not measured: LoRA's dropout costs its mask's memory passes at the elementwise rate "
+                              "(a GPU generates the random numbers faster than it moves them)",
     "intra_node_unmeasured": "the probe ran one rank, so it timed no collective: the GPUs of a node are assumed to "
                              "reach each other at the host-link rate it measured (PCIe, no NVLink); give "
                              "--intra-node-bandwidth (NVLink 4: 450GB/s a direction)",
@@ -132,6 +134,10 @@ class MachinePerf:
     """NVMe read bandwidth of the node (shared by its ranks)."""
     nvme_write: float = 0.0
     zero3_module_overhead_s: float = DEFAULT_ZERO3_MODULE_OVERHEAD_S
+    dropout_elements_per_s: float = 0.0
+    """Elements per second one rank's dropout forward masks (`torch.nn.functional.dropout`, bf16): random numbers,
+    compute-bound on a CPU (8 ns an element here, where the product runs at GB/s). 0 = not measured: the mask's
+    memory passes at the elementwise rate (LoRA's dropout, `zerokit.perf.model._lora_parts`)."""
     """Host time ZeRO-3's hooks spend per parameter-owning module in each forward and backward pass."""
     bucket_flush_s: float = 100e-6
     """Time one gradient-bucket flush of ZeRO-1/2/3 adds beyond its collective (copying gradients into the
@@ -297,6 +303,7 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
                "inter_node_bandwidth": src, "pcie": src, "collective_efficiency": "default",
                "collective_latency_s": "default", "cpu_adam_params_per_s": "default", "nvme": "default",
                "host_cast_params_per_s": "default", "h2d_cast_params_per_s": "default",
+               "dropout_elements_per_s": "default",
                "op_overhead_s": "default", "zero3_module_overhead_s": "default", "bucket_flush_s": "default",
                "device_adam_params_per_s": src,
                "compute_scale": "default"}
@@ -364,7 +371,7 @@ def build_machine(gpu: str | None = None, hardware_profile: str | None = None, *
 _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth",
                   "collective_efficiency", "collective_latency_s", "h2d_pinned", "d2h_pinned", "h2d_pageable",
                   "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "host_cast_params_per_s",
-                  "h2d_cast_params_per_s", "nvme_read", "nvme_write",
+                  "h2d_cast_params_per_s", "nvme_read", "nvme_write", "dropout_elements_per_s",
                   "zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s", "compute_scale")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")

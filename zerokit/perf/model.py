@@ -122,9 +122,10 @@ def _matmul_table(mf: ModelFlops) -> tuple[tuple, tuple, tuple]:
 _LORA_KERNELS = 12
 """Kernels of one adapted module per micro-batch beside its matmuls' time: forward A, B, the scaling and the add;
 backward each product's input and weight gradients, the scaling's and the add's gradients, and the casts."""
-_DROPOUT_KERNELS, _DROPOUT_BYTES = 3, 12
+_DROPOUT_KERNELS, _DROPOUT_BYTES, _DROPOUT_BACKWARD_BYTES = 3, 12, 6
 """With dropout: the mask, its product and the backward's, moving 12 bytes an input element (mask, input and
-output in 16 bits forward; gradient, mask and output backward)."""
+output in 16 bits forward; gradient, mask and output backward); where the machine's dropout rate was measured
+(`dropout_elements_per_s`) the forward runs at it and the backward's product moves its 6 bytes."""
 
 
 def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens: int, dtype: str, peak: float,
@@ -150,8 +151,13 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
         kernels = _LORA_KERNELS
         if dropout:
             kernels += _DROPOUT_KERNELS
-            moved = _DROPOUT_BYTES * tokens * n_in
-            seconds += copies * moved / perf.elementwise_at(moved)
+            elements = tokens * n_in
+            if perf.dropout_elements_per_s:
+                moved = _DROPOUT_BACKWARD_BYTES * elements
+                seconds += copies * (elements / perf.dropout_elements_per_s + moved / perf.elementwise_at(moved))
+            else:
+                moved = _DROPOUT_BYTES * elements
+                seconds += copies * moved / perf.elementwise_at(moved)
         seconds += copies * kernels * perf.op_overhead_s
         rest -= rank * (n_in + n_out) * copies
         modules += 2 * copies

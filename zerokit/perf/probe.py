@@ -220,6 +220,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
                                          else "default: " + DEFAULT_NOTES["host_cast_params_per_s"])
     sources["h2d_cast_params_per_s"] = ("probe" if m["copies"].get("h2d_cast_params_per_s")
                                         else "default: " + DEFAULT_NOTES["h2d_cast_params_per_s"])
+    sources["dropout_elements_per_s"] = ("probe" if m.get("dropout_elements_per_s")
+                                         else "default: " + DEFAULT_NOTES["dropout_elements_per_s"])
     nvme = m.get("nvme")
     if nvme:
         sources["nvme"] = "probe"
@@ -261,7 +263,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         host_cast_params_per_s=m["cpu_adam"].get("cast_params_per_s_node", 0.0),
         h2d_cast_params_per_s=m["copies"].get("h2d_cast_params_per_s", 0.0),
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
-        nvme_read=read, nvme_write=write, zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
+        nvme_read=read, nvme_write=write, dropout_elements_per_s=m.get("dropout_elements_per_s", 0.0),
+        zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
         bucket_flush_s=100e-6 if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
         sources=sources)
@@ -437,6 +440,15 @@ class _Worker:
                 tiny.add_(1.0)
         overhead = self.mean(self.seconds(launches) / 100)
         return curve, overhead
+
+    def dropout(self) -> float:
+        """Elements/s of a bf16 dropout forward (p = 0.05, training): the random mask and its product, what LoRA's
+        dropout runs on every adapted module's input."""
+        torch = self.torch
+        n = 1 << (16 if self.quick else (24 if self.gpu else 20))
+        x = torch.randn(n, device=self.device).to(torch.bfloat16)
+        t = self.seconds(lambda: torch.nn.functional.dropout(x, 0.05, True))
+        return self.mean(n / t)
 
     def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
                         product: list[list[float]], launch_s: float) -> dict[str, Any] | None:
@@ -833,8 +845,9 @@ class _Worker:
         t0 = self.begin("elementwise bandwidth and kernel launch time")
         out["elementwise"], out["op_overhead_s"] = self.elementwise()
         best = max(b for _, b in out["elementwise"])
-        self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op "
-                 f"({time.perf_counter() - t0:.1f} s)")
+        out["dropout_elements_per_s"] = self.dropout()
+        self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op, dropout "
+                 f"{out['dropout_elements_per_s'] / 1e6:.0f} M elements/s ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
         block = self.reference_block(out["matmul"], out["attention"], out["elementwise"], out["op_overhead_s"])
         out["elementwise_product"] = out["elementwise"]
