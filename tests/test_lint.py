@@ -153,7 +153,8 @@ def test_stdin(capsys, monkeypatch):
     import io
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"train_micro_batch_size_per_gpu": 1,\n'
-                                                                  b' "fp16": {"enabld": true}}')))
+                                                                  b' "fp16": {"enabld": true}, "zero_optimization": '
+                                                                  b'{"stage": 0}}')))
     code, out, _ = run(capsys, "-")
     assert code == 1
     assert out.startswith("<stdin>:2:11: error ZK100 unknown key 'enabld' in fp16")
@@ -347,7 +348,8 @@ def test_accelerate_yaml_field_types_as_accelerate_launch_hands_them_on(capsys, 
 
 def test_values_no_float_holds_are_findings_not_crashes(capsys, tmp_path):
     """A 310-digit integer went through math.isnan, and 1e308 buckets through 4.5 x float: OverflowError, exit 70."""
-    huge = write(tmp_path, "huge.json", '{"train_micro_batch_size_per_gpu": 1' + "0" * 309 + "}")
+    huge = write(tmp_path, "huge.json", '{"zero_optimization": {"stage": 0}, "train_micro_batch_size_per_gpu": 1'
+                 + "0" * 309 + "}")
     assert run(capsys, huge)[0] == 0
     buckets = write(tmp_path, "buckets.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, '
                     '"overlap_comm": true, "reduce_bucket_size": 1e308, "allgather_bucket_size": 1e308}}')
@@ -365,7 +367,7 @@ def test_gpu_memory_without_a_unit_is_refused_as_plan_refuses_it(capsys):
 
 
 def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):
-    path = write(tmp_path, "nl.json", '{"bad\\nkey": 1}')
+    path = write(tmp_path, "nl.json", '{"bad\\nkey": 1, "zero_optimization": {"stage": 0}}')
     code, out, _ = run(capsys, path)
     line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it"
     assert code == 1 and out.splitlines() == [line]

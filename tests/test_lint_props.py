@@ -142,7 +142,7 @@ def test_deeply_nested_input(capsys):
 
 
 @pytest.mark.parametrize(("payload", "code"), [(b"", 2), (b"\n\n", 2), (b"[]", 2), (b"42", 2), (b'"x"', 2),
-                                               (b"null", 2), (b"{}", 0), (b"\xff\xfe{", 2)])
+                                               (b"null", 2), (b"{}", 1), (b"\xff\xfe{", 2)])
 def test_edge_inputs(capsys, payload, code):
     assert lint_bytes(capsys, payload) == code
 

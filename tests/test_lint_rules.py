@@ -23,6 +23,7 @@ from zerokit.lint.rules import RULES, Context
 
 BASE = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}
 ADAGRAD = {"optimizer": {"type": "Adagrad", "params": {"lr": 1e-3}}}  # a ZeRO-tested optimizer that needs no JIT build
+ZERO0 = {"zero_optimization": {"stage": 0}}  # what TrainingArguments(deepspeed=...) needs at least (ZK502)
 
 
 def lint(cfg: dict, target: str = "deepspeed", **ctx) -> list:
@@ -206,7 +207,8 @@ def test_zk107_hjson_works_for_deepspeed_but_not_behind_hf(ds, tmp_path):
     from transformers.integrations.deepspeed import HfDeepSpeedConfig
 
     path = tmp_path / "ds.hjson"
-    path.write_text("{\n  // HJSON\n  train_micro_batch_size_per_gpu: 1\n  gradient_accumulation_steps: 1\n}\n")
+    path.write_text("{\n  // HJSON\n  train_micro_batch_size_per_gpu: 1\n  gradient_accumulation_steps: 1\n"
+                    "  zero_optimization: {stage: 0}\n}\n")
     from zerokit.lint.loader import load_file
 
     doc = load_file(str(path))
@@ -242,7 +244,7 @@ def test_zk201_batch_not_divisible(ds):
 def test_zk202_no_batch_size_for_deepspeed(ds):
     cfg = {"gradient_accumulation_steps": 1}
     assert codes(cfg) == {"ZK202"}
-    assert codes(cfg, target="trainer") == set()  # the Trainer writes both
+    assert codes({**cfg, **ZERO0}, target="trainer") == set()  # the Trainer writes both
     with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
         ds_config(cfg)
 
@@ -250,7 +252,7 @@ def test_zk202_no_batch_size_for_deepspeed(ds):
 def test_zk203_fp16_and_bf16(ds):
     cfg = with_({"fp16": {"enabled": True}, "bf16": {"enabled": True}})
     assert codes(cfg) == {"ZK203"}
-    assert codes(with_({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}), target="trainer") == set()
+    assert codes(with_({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}, ZERO0), target="trainer") == set()
     with pytest.raises(AssertionError, match="cannot be simultaneously enabled"):
         ds_config(cfg)
 
@@ -598,7 +600,7 @@ def test_zk407_warmup_steps_must_be_a_positive_int(ds, steps):
     with pytest.raises(ValueError, match="warmup_num_steps must be a positive integer"):
         initialize(ds, cfg)
     assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})) == set()
-    assert codes(with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}),
+    assert codes(with_(ADAGRAD, ZERO0, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}),
                  target="trainer") == set()
 
 
@@ -630,3 +632,72 @@ def test_a_stage_written_as_a_string_still_gets_its_stages_rules(ds):
     cfg = with_(ADAGRAD, {"zero_optimization": {"stage": "3"}})
     assert codes(cfg) == {"ZK103", "ZK309"}
     assert ds_config(cfg).zero_config.stage == 3
+
+
+# ---------------------------------------------------------------- found by linting 34 real-world configs
+
+
+def test_zk201_batch_no_multiple_of_the_micro_batch(ds):
+    cfg = {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4}
+    [f] = lint(cfg)
+    assert f.code == "ZK201" and "not a multiple of micro batch 4" in f.message
+    with pytest.raises(AssertionError, match="Check batch related parameters"):
+        ds_config(cfg)
+    assert codes({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 4}) == set()
+
+
+def test_zk206_grad_accum_dtype_other_than_the_models_needs_zero(ds):
+    cfg = with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"}})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK206", "data_types.grad_accum_dtype")
+    with pytest.raises(NotImplementedError, match="unsupported mix"):
+        initialize(ds, cfg)
+    assert codes(with_(cfg, {"zero_optimization": {"stage": 1}})) == set()  # ZeRO accumulates in fp32 itself
+    assert codes(with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "bf16"}})) == set()
+
+
+def test_zk308_sum_allreduce_with_deepcompile(ds):
+    cfg = with_({"gradient_allreduce_op": "sum", "compile": {"deepcompile": True}})
+    assert codes(cfg) == {"ZK308"}
+    with pytest.raises(ValueError, match="DeepCompile"):
+        ds_config(cfg)
+    assert codes(with_({"gradient_allreduce_op": "sum"})) == set()
+
+
+def test_zk410_adam_with_weight_decay_runs_adamw(ds):
+    import torch
+
+    cfg = with_({"optimizer": {"type": "Adam", "params": {"lr": 1e-3, "weight_decay": 0.1}}})
+    [f] = lint(cfg)
+    assert (f.code, f.severity, f.suggestion) == ("ZK410", "warning", "AdamW")
+    def adamw(optimizer) -> bool:  # FusedAdam keeps the mode as an int; torch's AdamW is its own class
+        return bool(getattr(optimizer, "adam_w_mode", isinstance(optimizer, torch.optim.AdamW)))
+
+    assert adamw(initialize(ds, cfg).basic_optimizer)  # decoupled decay, not Adam's L2
+    explicit = with_({"optimizer": {"type": "Adam", "params": {"lr": 1e-3, "weight_decay": 0.1, "adam_w_mode": False}}})
+    assert codes(explicit) == set() and not adamw(initialize(ds, explicit).basic_optimizer)
+    assert codes(with_({"optimizer": {"type": "Adam", "params": {"lr": 1e-3}}})) == set()
+
+
+def test_zk502_the_trainer_needs_a_zero_section_too():
+    """TrainingArguments(deepspeed=...) builds Accelerate's DeepSpeedPlugin, which refuses a config without a
+    zero_optimization section and cannot read a bare `true` (it calls .get on it)."""
+    transformers = pytest.importorskip("transformers")
+    for cfg, error in (({"train_micro_batch_size_per_gpu": "auto"}, "Please specify the ZeRO optimization config"),
+                       ({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": True}, "no attribute 'get'")):
+        assert "ZK502" in codes(cfg, target="trainer")
+        with pytest.raises((ValueError, AttributeError), match=error):
+            transformers.TrainingArguments(output_dir="/tmp/zerokit-zk502", deepspeed=cfg, use_cpu=True)
+    assert codes({"train_micro_batch_size_per_gpu": 1}) == set()  # deepspeed.initialize itself does not need it
+
+
+def test_zk302_keeps_quiet_on_autotps_gather_flag_and_zk309_on_a_written_false():
+    """Accelerate's get_state_dict gathers 16-bit weights with AutoTP at any stage (zero3 or autotp_size > 1), so
+    the flag is not a stage-3 key there; a gather flag written false at ZeRO-3 is a choice, not an omission."""
+    autotp = {"zero_optimization": {"stage": 2, "gather_16bit_weights_on_model_save": True},
+              "tensor_parallel": {"autotp_size": 4}}
+    assert codes(with_(autotp)) == set()
+    assert codes(with_({"zero_optimization": {"stage": 2, "gather_16bit_weights_on_model_save": True}})) == {"ZK302"}
+    assert codes(with_({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": False}})) \
+        == set()
+    assert codes(with_({"zero_optimization": {"stage": 3}})) == {"ZK309"}

@@ -203,6 +203,9 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
                       f"{g} = {m * g}, so no world size satisfies DeepSpeed's batch assertion; fix one of the three")
         return
     if w is None:
+        if t is not None and m is not None and t % m:
+            yield Hit(key, f"train_batch_size {t} is not a multiple of micro batch {m}, so no world size and "
+                      "gradient accumulation satisfy DeepSpeed's batch assertion; fix one of the two")
         return
     if t is not None and m is not None and t % (m * w):
         yield Hit(key, f"train_batch_size {t} is not divisible by micro batch {m} x world size {w}: DeepSpeed derives "
@@ -262,6 +265,29 @@ def master_weights_need_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "true; DeepSpeed asserts at initialize")
 
 
+_DTYPE_NAMES = {"fp16": "fp16", "torch.float16": "fp16", "float16": "fp16", "half": "fp16",
+                "fp32": "fp32", "torch.float32": "fp32", "float32": "fp32", "float": "fp32",
+                "bf16": "bf16", "torch.bfloat16": "bf16", "bfloat16": "bf16"}
+"""DeepSpeed's DtypeEnum spellings (runtime/config.py), by the dtype they name."""
+
+
+def grad_accum_dtype_without_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._do_optimizer_sanity_check: without ZeRO the gradients accumulate in the model's dtype; another
+    data_types.grad_accum_dtype raises NotImplementedError('unsupported mix of model_dtype ... and
+    grad_accum_dtype ...') when the engine builds its optimizer."""
+    cfg = doc.data
+    wanted = _DTYPE_NAMES.get(str(_section(cfg, "data_types").get("grad_accum_dtype")).lower())
+    if wanted is None or _stage(cfg) not in (0, None) or "zero_optimization" in cfg and _stage(cfg) is None:
+        return
+    model = ("fp16" if _is_true(_section(cfg, "fp16").get("enabled")) else
+             "bf16" if _is_true(_section(cfg, _bf16_key(cfg)).get("enabled")) else "fp32")
+    if wanted != model:
+        yield Hit(("data_types", "grad_accum_dtype"), f"data_types.grad_accum_dtype {wanted} with {model} weights "
+                  "and no ZeRO: DeepSpeed accumulates gradients in the model's dtype without ZeRO and raises "
+                  "NotImplementedError (unsupported mix) when it builds the optimizer; use ZeRO stage 1-3 or drop "
+                  "the key")
+
+
 # ---------------------------------------------------------------- ZeRO and offload
 
 
@@ -280,7 +306,11 @@ def stage3_keys_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
     if stage is None or stage == 3:
         return
     zero = _zero(doc.data)
+    tp = _section(doc.data, "tensor_parallel")
+    autotp = (_int(tp.get("autotp_size")) or 0) > 1
     for name in STAGE3_KEYS:
+        if autotp and name == "gather_16bit_weights_on_model_save":
+            continue  # AutoTP reads it at any stage (Accelerator.get_state_dict: zero3 or autotp_size > 1)
         for key in (name, "stage3_" + name):
             if key in zero:
                 yield Hit(("zero_optimization", key), f"zero_optimization.{key} only applies to ZeRO stage 3; at "
@@ -408,10 +438,17 @@ def bucket_bytes(reduce_bucket: int, other_bucket: int, dtype_bytes: int) -> int
 
 
 def sum_allreduce_zero3(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedConfig._do_error_check: gradient_allreduce_op='sum' is not supported with ZeRO stage 3."""
+    """DeepSpeedConfig._do_error_check: gradient_allreduce_op='sum' is not supported with ZeRO stage 3, ZenFlow or
+    DeepCompile."""
     op = doc.data.get("gradient_allreduce_op")
-    if isinstance(op, str) and op.lower() == "sum" and _stage(doc.data) == 3:
-        yield Hit(("gradient_allreduce_op",), "gradient_allreduce_op 'sum' is not supported with ZeRO stage 3; "
+    if not (isinstance(op, str) and op.lower() == "sum"):
+        return
+    compile_ = _section(doc.data, "compile")
+    with_ = ("ZeRO stage 3" if _stage(doc.data) == 3 else
+             "ZenFlow" if isinstance(_zero(doc.data).get("zenflow"), dict) else
+             "DeepCompile" if _is_true(compile_.get("deepcompile")) else None)
+    if with_:
+        yield Hit(("gradient_allreduce_op",), f"gradient_allreduce_op 'sum' is not supported with {with_}; "
                   "DeepSpeed refuses it at initialize; use 'mean' (scale the loss instead)", "mean")
 
 
@@ -422,6 +459,8 @@ def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
         return
     keys = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
             "stage3_gather_fp16_weights_on_model_save")
+    if doc.syntax != "yaml" and any(zero.get(k) is False for k in keys):
+        return  # written false: the user chose sharded checkpoints only (`accelerate config` writes false itself)
     if not any(zero.get(k) is True or zero.get(k) == AUTO for k in keys):
         yield Hit(("zero_optimization", "stage"), "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: "
                   "save_16bit_model() (HF save_model) writes no usable weights, only the sharded checkpoint; set "
@@ -430,6 +469,19 @@ def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 # ---------------------------------------------------------------- optimizer and scheduler
+
+
+def adam_is_adamw(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._configure_basic_optimizer: adam_w_mode defaults to true, so "type": "Adam" with weight decay runs
+    AdamW's decoupled decay, not Adam's L2 term, without a word."""
+    opt = _section(doc.data, "optimizer")
+    params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    decay = params.get("weight_decay")
+    if (isinstance(opt.get("type"), str) and opt["type"].lower() == "adam" and "adam_w_mode" not in params
+            and isinstance(decay, (int, float)) and not isinstance(decay, bool) and decay > 0):
+        yield Hit(("optimizer", "type"), f"optimizer type 'Adam' with weight_decay {decay} runs AdamW (decoupled "
+                  "weight decay): DeepSpeed's adam_w_mode defaults to true; write \"type\": \"AdamW\" to say so, or "
+                  "\"adam_w_mode\": false in params for Adam's L2 decay", "AdamW")
 
 
 def unknown_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -618,8 +670,11 @@ def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
         if fills(ctx.target, name):
             continue
         parent = schema_mod.node_at(key[:1]) or {}
-        effect = ("DeepSpeed drops it and silently uses its default" if parent.get("x-pydantic")
-                  else "DeepSpeed reads the string 'auto' as the value and fails or misbehaves")
+        if ctx.target != "deepspeed":  # accelerate's DeepSpeedPlugin.fill_match, at prepare (the Trainer's too)
+            effect = f"Accelerate stops at prepare (ValueError: `{name}` not found in kwargs)"
+        else:
+            effect = ("DeepSpeed drops it and silently uses its default" if parent.get("x-pydantic")
+                      else "DeepSpeed reads the string 'auto' as the value and fails or misbehaves")
         who = TARGET_NAMES[ctx.target]
         if ctx.target == "deepspeed":
             msg = f"'{name}' is \"auto\", which only HF Trainer / Accelerate replace: {effect}; write a value"
@@ -633,10 +688,20 @@ def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def accelerate_needs_zero_section(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedPlugin: 'Please specify the ZeRO optimization config in the DeepSpeed config.'"""
-    if ctx.target == "accelerate" and doc.syntax != "yaml" and "zero_optimization" not in doc.data:
-        yield Hit((), "Accelerate refuses a deepspeed_config_file without a zero_optimization section; add "
+    """DeepSpeedPlugin: 'Please specify the ZeRO optimization config in the DeepSpeed config.' The HF Trainer builds
+    one from TrainingArguments(deepspeed=...) too (transformers' training_args), so both targets need the section, as
+    a section: the plugin reads zero_optimization.get(...) (a bare `true` raises AttributeError there)."""
+    if ctx.target not in ("accelerate", "trainer") or doc.syntax == "yaml":
+        return
+    who = "Accelerate refuses" if ctx.target == "accelerate" else "TrainingArguments(deepspeed=...) refuses"
+    zero = doc.data.get("zero_optimization")
+    if zero is None:
+        yield Hit((), f"{who} a DeepSpeed config without a zero_optimization section; add "
                   "\"zero_optimization\": {\"stage\": ...}", "zero_optimization")
+    elif not isinstance(zero, dict):
+        yield Hit(("zero_optimization",), f"{who} zero_optimization written as {json.dumps(zero)}: Accelerate's "
+                  "DeepSpeedPlugin reads it as a section (AttributeError); write {\"stage\": ...}",
+                  '{"stage": 1}' if zero is True else "zero_optimization")
 
 
 RULES: tuple[Rule, ...] = (
@@ -648,6 +713,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK203", ERROR, "fp16-and-bf16", fp16_and_bf16),
     Rule("ZK204", ERROR, "fp16-dynamic-loss-scale", fp16_loss_scale),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
+    Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK301", ERROR, "offload-param-below-stage3", offload_param_below_stage3),
     Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
     Rule("ZK311", WARNING, "stage12-key-at-stage3", stage12_keys_at_stage3),
@@ -670,6 +736,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
     Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
     Rule("ZK409", WARNING, "scheduler-warmup-past-total", scheduler_warmup_past_total),
+    Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
 )
