@@ -268,7 +268,8 @@ def test_200k_unknown_keys_cost_a_bounded_number_of_did_you_mean_searches(capsys
     from zerokit.lint.schema import MAX_SUGGESTIONS
 
     path = tmp_path / "keys.json"
-    path.write_text(json.dumps({"train_batch_size": 8, **{f"zero_optimisation{i}": 1 for i in range(200_000)}}))
+    path.write_text(json.dumps({"train_batch_size": 8, "zero_optimization": {"stage": 0},
+                                **{f"zero_optimisation{i}": 1 for i in range(200_000)}}))
     start = time.monotonic()
     code = main(["lint", "--format", "json", str(path)])
     seconds = time.monotonic() - start
@@ -587,10 +588,10 @@ def test_gpu_custom_as_the_help_documents_it(capsys):
 
 def test_lint_a_file_whose_name_has_brackets(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    Path("[x].json").write_text('{"train_micro_batch_size_per_gpu": 1}')
+    Path("[x].json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
     code, out, err = zk(capsys, "lint", "[x].json")
     assert code == 0 and out == "" and "1 file checked: no problems" in err
-    Path("x.json").write_text("{}")
+    Path("x.json").write_text('{"zero_optimization": {"stage": 0}}')
     Path("[x].json").unlink()
     assert zk(capsys, "lint", "[x].json")[0] == 0  # no such file: a glob, and it matches x.json
 
@@ -600,8 +601,8 @@ def test_symlink_loops_in_a_double_star_glob_end_at_once(capsys, tmp_path, monke
     for sub in ("a", "b"):  # two links back up the tree: glob.glob walks 2^40 paths
         Path(sub).mkdir()
         Path(sub, "up").symlink_to("..")
-    Path("a", "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1}')
-    Path("top.json").write_text('{"train_micro_batch_size_per_gpu": 1}')
+    Path("a", "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
+    Path("top.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
     with alarm(30):
         code, _, err = zk(capsys, "lint", "**/*.json")
     assert code == 0 and "2 files checked" in err
