@@ -77,7 +77,7 @@ def lora_config(case: dict) -> dict | None:
             "task_type": "CAUSAL_LM"}
 
 
-def lora_work(case: dict, model: dict | None = None) -> tuple[int | None, tuple | None]:
+def lora_work(case: dict) -> tuple[int | None, tuple | None]:
     """(trainable parameters, the step-time model's `lora`) of a LoRA case, as a plan passes them (the adapters as
     PEFT counts them); (None, None) for full fine-tuning."""
     config = lora_config(case)
@@ -85,7 +85,7 @@ def lora_work(case: dict, model: dict | None = None) -> tuple[int | None, tuple 
         return None, None
     from zerokit.models.lora import lora_parameters
 
-    count = lora_parameters(model or MODEL, config["r"])
+    count = lora_parameters(MODEL, config["r"])
     return count.trainable, (config["r"], config["lora_dropout"], count.linears)
 
 
@@ -111,6 +111,7 @@ def ds_config(case: dict) -> dict:
 def predict(case: dict, perf) -> object:
     total, _ = count_parameters(MODEL)
     b = buffers(case)
+    trainable, lora = lora_work(case)
     return step_time(MODEL, perf, parameters=total, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH,
                      overlap_comm=b.overlap_comm, reduce_bucket_size=b.reduce_bucket_size,
                      allgather_bucket_size=b.allgather_bucket_size, prefetch_bucket_size=b.prefetch_bucket_size,
@@ -119,7 +120,7 @@ def predict(case: dict, perf) -> object:
                      offload_optimizer=case.get("offload_optimizer", "none"),
                      offload_param=case.get("offload_param", "none"),
                      gradient_checkpointing=case.get("checkpointing", False), precision="bf16", attention="sdpa",
-                     trainable_parameters=lora_work(case)[0], lora=lora_work(case)[1])
+                     trainable_parameters=trainable, lora=lora)
 
 
 def load_average() -> float:

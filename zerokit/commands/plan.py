@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -184,21 +185,15 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
                                 cpu_memory=unless_auto(cpu_memory), nvme_path=nvme_path,
                                 nvme_size=unless_auto(nvme_size))
     if machine is not None and machine.device == "cpu":
-        from dataclasses import replace
-
         hardware = replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
                            bf16="bf16" in machine.matmul)
     elif hardware_profile is not None and gpu is None:  # the GPU the probe measured: its name, its bf16 kernels
-        from dataclasses import replace
-
         hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
     spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
     result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
                        machine=machine)
-    from dataclasses import replace
-
     from zerokit.dsconfig import build_ds_config
     result = replace(result, ds_config=build_ds_config(result))
 
@@ -222,8 +217,6 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
         return spec, None, None  # --peft: only modelled families are counted, the planner refuses the rest
     if skip:
         return spec, None, "generic"
-    from dataclasses import replace
-
     from zerokit.memory.calibrate import CalibrationUnavailable, calibrated_activations
 
     precision = settings.precision or ("bf16" if hardware.bf16 else "fp16")

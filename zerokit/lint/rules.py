@@ -277,7 +277,7 @@ def grad_accum_dtype_without_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
     grad_accum_dtype ...') when the engine builds its optimizer."""
     cfg = doc.data
     wanted = _DTYPE_NAMES.get(str(_section(cfg, "data_types").get("grad_accum_dtype")).lower())
-    if wanted is None or _stage(cfg) not in (0, None) or "zero_optimization" in cfg and _stage(cfg) is None:
+    if wanted is None or _stage(cfg) != 0:  # no zero_optimization section is stage 0 too
         return
     model = ("fp16" if _is_true(_section(cfg, "fp16").get("enabled")) else
              "bf16" if _is_true(_section(cfg, _bf16_key(cfg)).get("enabled")) else "fp32")
@@ -475,7 +475,7 @@ def adam_is_adamw(doc: Document, ctx: Context) -> Iterator[Hit]:
     """engine._configure_basic_optimizer: adam_w_mode defaults to true, so "type": "Adam" with weight decay runs
     AdamW's decoupled decay, not Adam's L2 term, without a word."""
     opt = _section(doc.data, "optimizer")
-    params = opt.get("params") if isinstance(opt.get("params"), dict) else {}
+    params = _section(opt, "params")
     decay = params.get("weight_decay")
     if (isinstance(opt.get("type"), str) and opt["type"].lower() == "adam" and "adam_w_mode" not in params
             and isinstance(decay, (int, float)) and not isinstance(decay, bool) and decay > 0):
