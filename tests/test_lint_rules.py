@@ -656,6 +656,40 @@ def test_zk206_grad_accum_dtype_other_than_the_models_needs_zero(ds):
     assert codes(with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "bf16"}})) == set()
 
 
+def test_zk207_param_dtype_other_than_the_precision_mode(ds):
+    cfg = with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"param_dtype": "fp16"}})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK207", "data_types.param_dtype")
+    assert "set fp16.enabled to true" in f.message
+    with pytest.raises(AssertionError, match="conflicts with the enabled precision mode"):
+        initialize(ds, cfg)
+    fp32 = with_(ADAGRAD, {"data_types": {"param_dtype": "bf16"}})
+    assert codes(fp32) == {"ZK207"}
+    with pytest.raises(AssertionError, match="conflicts with the enabled precision mode"):
+        initialize(ds, fp32)
+    [f] = lint(with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"param_dtype": "float32"}}))
+    assert "set bf16.enabled to false" in f.message
+    # every DtypeEnum spelling of the mode's own dtype trains: no ZK207, and no ZK104 from the schema either
+    for spelling in ("bf16", "bfloat16", "torch.bfloat16"):
+        same = with_(ADAGRAD, {"bf16": {"enabled": True}, "data_types": {"param_dtype": spelling}})
+        assert codes(same) == set(), spelling
+        initialize(ds, same)
+
+
+def test_data_types_take_every_dtype_enum_spelling_and_only_those(ds):
+    """The engine resolves data_types with runtime.config.DtypeEnum: its aliases are valid, other case is not."""
+    from deepspeed.runtime.config import DtypeEnum
+
+    for spelling in ("bfloat16", "torch.bfloat16", "float32", "float", "half", "torch.float16"):
+        DtypeEnum(spelling)
+        for key in ("grad_accum_dtype", "buffer_dtype"):
+            assert "ZK104" not in codes(with_({"data_types": {key: spelling}})), (key, spelling)
+    with pytest.raises(ValueError):
+        DtypeEnum("BF16")
+    assert "ZK104" in codes(with_({"data_types": {"grad_accum_dtype": "BF16"}}))
+    assert "ZK206" not in codes(with_({"data_types": {"grad_accum_dtype": "BF16"}}))  # one finding: the spelling
+
+
 def test_zk308_sum_allreduce_with_deepcompile(ds):
     cfg = with_({"gradient_allreduce_op": "sum", "compile": {"deepcompile": True}})
     assert codes(cfg) == {"ZK308"}

@@ -271,21 +271,48 @@ _DTYPE_NAMES = {"fp16": "fp16", "torch.float16": "fp16", "float16": "fp16", "hal
 """DeepSpeed's DtypeEnum spellings (runtime/config.py), by the dtype they name."""
 
 
+def _model_dtype(cfg: dict) -> str:
+    """The dtype the engine trains the model in: fp16, then bf16, else fp32 (engine.get_data_types)."""
+    return ("fp16" if _is_true(_section(cfg, "fp16").get("enabled")) else
+            "bf16" if _is_true(_section(cfg, _bf16_key(cfg)).get("enabled")) else "fp32")
+
+
+def _data_type(cfg: dict, key: str) -> str | None:
+    """The dtype a data_types key names, exactly as DtypeEnum reads it (None: unset or not a spelling; the
+    schema's ZK104 reports those)."""
+    value = _section(cfg, "data_types").get(key)
+    return _DTYPE_NAMES.get(value) if isinstance(value, str) else None
+
+
 def grad_accum_dtype_without_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
     """engine._do_optimizer_sanity_check: without ZeRO the gradients accumulate in the model's dtype; another
     data_types.grad_accum_dtype raises NotImplementedError('unsupported mix of model_dtype ... and
     grad_accum_dtype ...') when the engine builds its optimizer."""
     cfg = doc.data
-    wanted = _DTYPE_NAMES.get(str(_section(cfg, "data_types").get("grad_accum_dtype")).lower())
+    wanted = _data_type(cfg, "grad_accum_dtype")
     if wanted is None or _stage(cfg) != 0:  # no zero_optimization section is stage 0 too
         return
-    model = ("fp16" if _is_true(_section(cfg, "fp16").get("enabled")) else
-             "bf16" if _is_true(_section(cfg, _bf16_key(cfg)).get("enabled")) else "fp32")
+    model = _model_dtype(cfg)
     if wanted != model:
         yield Hit(("data_types", "grad_accum_dtype"), f"data_types.grad_accum_dtype {wanted} with {model} weights "
                   "and no ZeRO: DeepSpeed accumulates gradients in the model's dtype without ZeRO and raises "
                   "NotImplementedError (unsupported mix) when it builds the optimizer; use ZeRO stage 1-3 or drop "
                   "the key")
+
+
+def param_dtype_conflict(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._assert_valid_mixed_precision_config: data_types.param_dtype must name the dtype the fp16/bf16
+    flags train in (fp32 without them); another asserts at initialize ('conflicts with the enabled precision
+    mode')."""
+    cfg = doc.data
+    wanted = _data_type(cfg, "param_dtype")
+    model = _model_dtype(cfg)
+    if wanted is not None and wanted != model:
+        section = {"fp16": "fp16", "bf16": _bf16_key(cfg)}
+        fix = f"set {section[wanted]}.enabled to true" if wanted != "fp32" else f"set {section[model]}.enabled to false"
+        yield Hit(("data_types", "param_dtype"), f"data_types.param_dtype {wanted} with {model} training: DeepSpeed "
+                  f"asserts at initialize that it matches the fp16/bf16 mode; {fix}, or drop the key (the mode "
+                  "sets the parameters' dtype)")
 
 
 # ---------------------------------------------------------------- ZeRO and offload
@@ -714,6 +741,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK204", ERROR, "fp16-dynamic-loss-scale", fp16_loss_scale),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
+    Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),
     Rule("ZK301", ERROR, "offload-param-below-stage3", offload_param_below_stage3),
     Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
     Rule("ZK311", WARNING, "stage12-key-at-stage3", stage12_keys_at_stage3),

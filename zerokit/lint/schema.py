@@ -206,7 +206,7 @@ def walk(data: dict) -> Iterator[Hit]:
                 yield Hit(keypath, f"'{dotted(keypath)}' is deprecated" + (f"; use '{new}' instead" if new else ""),
                           new, WARNING, "ZK102")
             if value == AUTO:
-                continue  # ZK207 decides whether the consumer fills it
+                continue  # ZK501 decides whether the consumer fills it
             if isinstance(value, dict) and "properties" in sub:
                 stack.append((value, sub, keypath, pydantic))
                 continue

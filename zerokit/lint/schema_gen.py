@@ -41,6 +41,10 @@ def free(description: str) -> dict:
 
 B, I, N, S = "boolean", "integer", "number", "string"
 DTYPES = ["fp32", "fp16", "bf16"]
+TORCH_DTYPES = ["fp32", "float32", "float", "torch.float32", "fp16", "float16", "half", "torch.float16",
+                "bf16", "bfloat16", "torch.bfloat16"]
+"""The data_types keys' spellings: the engine resolves them with runtime.config.DtypeEnum, which takes these
+(exactly as written: 'BF16' raises ValueError; its int8 fails the engine's dtype checks) -- not only DTYPES."""
 
 DICT_SECTIONS: dict[str, dict] = {
     "train_batch_size": leaf(I, None, "Global batch: micro batch x gradient accumulation x data-parallel world size. "
@@ -139,9 +143,9 @@ DICT_SECTIONS: dict[str, dict] = {
         }),
     }),
     "data_types": section("Dtypes of gradient accumulation, parameters and buffers.", {
-        "grad_accum_dtype": leaf([S, "null"], None, "Dtype gradients accumulate in.", enum=DTYPES + [None]),
-        "param_dtype": leaf([S, "null"], None, "Dtype of the model parameters.", enum=DTYPES + [None]),
-        "buffer_dtype": leaf([S, "null"], None, "Dtype of module buffers (null keeps them).", enum=DTYPES + [None]),
+        "grad_accum_dtype": leaf([S, "null"], None, "Dtype gradients accumulate in.", enum=TORCH_DTYPES + [None]),
+        "param_dtype": leaf([S, "null"], None, "Dtype of the model parameters.", enum=TORCH_DTYPES + [None]),
+        "buffer_dtype": leaf([S, "null"], None, "Dtype of module buffers (null keeps them).", enum=TORCH_DTYPES + [None]),
         "keep_in_fp32_modules": {"description": "'auto' or a list of module-name patterns whose buffers stay fp32.",
                                  "type": ["string", "array"], "items": {"type": "string"}, "default": "auto"},
     }),
