@@ -537,10 +537,54 @@ def test_zk501_stage3_short_alias_is_not_filled(ds):
     assert codes(ok, target="trainer") == set()
 
 
-def test_auto_where_deepspeed_itself_takes_auto_is_fine(ds):
+ACCELERATE_PREPARE = """
+import json, sys, torch
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, DummyOptim
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[1])))
+model = torch.nn.Linear(8, 8)
+try:
+    acc.prepare(model, DummyOptim(model.parameters()), torch.utils.data.DataLoader(torch.randn(8, 8), batch_size=2))
+    print("prepared")
+except ValueError as e:
+    print(e)
+torch.distributed.destroy_process_group()
+"""
+
+
+def accelerate_prepare(cfg: dict) -> str:
+    """What Accelerator.prepare (the HF Trainer's path too) says of `cfg`, in a fresh one-rank process."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, ACCELERATE_USE_DEEPSPEED="true", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    proc = subprocess.run([sys.executable, "-c", ACCELERATE_PREPARE, json.dumps(cfg)], capture_output=True, text=True,
+                          timeout=600, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_auto_where_deepspeed_itself_takes_auto_is_fine_for_deepspeed_only(ds):
     cfg = with_({"data_types": {"keep_in_fp32_modules": "auto"}})
     assert lint(cfg) == []
     assert ds_config(cfg).keep_in_fp32_modules == "auto"
+    # behind Accelerate (and the Trainer, which prepares through it) the same "auto" stops at prepare
+    pytest.importorskip("accelerate")
+    acc = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+           "zero_optimization": {"stage": 1}, "optimizer": {"type": "Adagrad", "params": {"lr": 1e-3}},
+           "data_types": {"keep_in_fp32_modules": "auto"}}
+    for target in ("accelerate", "trainer"):
+        [f] = lint(acc, target=target)
+        assert (f.code, f.key) == ("ZK501", "data_types.keep_in_fp32_modules") and "delete the key" in f.message
+    assert "`data_types.keep_in_fp32_modules` not found in kwargs" in accelerate_prepare(acc)
+    del acc["data_types"]  # the fix the finding gives
+    assert lint(acc, target="accelerate") == []
+    assert accelerate_prepare(acc) == "prepared"
 
 
 def test_zk502_accelerate_needs_a_zero_section(ds):

@@ -693,7 +693,14 @@ def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
         name = dotted(key)
         node = schema_mod.node_at(key)
         if node is not None and node.get("default") == AUTO:
-            continue  # a value DeepSpeed itself understands (data_types.keep_in_fp32_modules, pipeline.stages, ...)
+            # a value DeepSpeed itself understands (data_types.keep_in_fp32_modules, pipeline.stages, ...), but
+            # Accelerate's deepspeed_config_process (the Trainer's prepare too) fills every "auto" leaf it meets
+            # and raises on one it has no value for
+            if ctx.target != "deepspeed" and not fills(ctx.target, name) and isinstance(key[-1], str):
+                yield Hit(key, f"'{name}' is \"auto\", DeepSpeed's own default, but {TARGET_NAMES[ctx.target]} "
+                          f"stops at prepare on it (ValueError: `{name}` not found in kwargs, from Accelerate's "
+                          "fill of \"auto\" values); delete the key: DeepSpeed then takes \"auto\" itself")
+            continue
         if fills(ctx.target, name):
             continue
         parent = schema_mod.node_at(key[:1]) or {}
