@@ -185,7 +185,10 @@ def test_accelerate_yaml_with_deepspeed_config_file(capsys):
     yaml_side = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith(".yaml")]
     assert yaml_side == [(5, "ZK601", "deepspeed_config.zero_stage"), (7, "ZK601", "mixed_precision")]
     child = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith("accelerate_ds_config.json")]
-    assert child == [(7, "ZK303", "zero_optimization.offload_param.device"), (10, "ZK501", "optimizer.params.betas")]
+    assert child == [(7, "ZK303", "zero_optimization.offload_param.device"),
+                     # the YAML sets no zero3_save_16bit_model: the plugin fills its "auto" with false
+                     (8, "ZK503", "zero_optimization.stage3_gather_16bit_weights_on_model_save"),
+                     (10, "ZK501", "optimizer.params.betas")]
 
 
 def test_accelerate_yaml_fields_become_a_ds_config(capsys):

@@ -12,6 +12,7 @@ import inspect
 import json
 import math
 import os
+import socket
 import tempfile
 
 import pytest
@@ -507,24 +508,36 @@ def test_zk501_auto_for_deepspeed_crashes_or_is_dropped(ds):
     assert ds_config(dropped).zero_config.reduce_bucket_size == 500_000_000  # silently DeepSpeed's default
 
 
-def test_zk501_auto_the_trainer_does_not_fill(ds):
+def test_zk503_auto_the_accelerate_plugin_fills_from_its_own_defaults(ds):
+    """The Trainer fills the batch and the buckets from TrainingArguments and the model; the ZeRO stage, offload
+    devices and 16-bit gather flag Accelerate's DeepSpeedPlugin fills (TrainingArguments builds one), from its own
+    defaults: stage 2, no offload, no gathering. A plan's ZeRO-3 with offload would silently become ZeRO-2."""
     pytest.importorskip("transformers")
     from transformers import TrainingArguments
-    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
     cfg = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-           "train_batch_size": "auto", "zero_optimization": {"stage": "auto", "reduce_bucket_size": "auto"}}
-    [f] = lint(cfg, target="trainer")
-    assert (f.code, f.key) == ("ZK501", "zero_optimization.stage")
-    assert "Accelerate" in f.message  # Accelerate does fill it
-    assert codes(cfg, target="accelerate") == set()
+           "train_batch_size": "auto", "zero_optimization": {"stage": "auto", "reduce_bucket_size": "auto",
+                                                            "offload_optimizer": {"device": "auto"},
+                                                            "stage3_gather_16bit_weights_on_model_save": "auto"}}
+    for target in ("trainer", "accelerate"):
+        found = lint(cfg, target=target)
+        assert {(f.code, f.severity) for f in found} == {("ZK503", "warning")}
+        assert [f.key for f in found] == ["zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+                                          "zero_optimization.stage3_gather_16bit_weights_on_model_save"]
+        assert "fills it with 2" in found[0].message and "fills it with false" in found[2].message
     with tempfile.TemporaryDirectory() as d:
-        args = TrainingArguments(output_dir=d, use_cpu=True, per_device_train_batch_size=2, report_to=[])
-        hf = HfTrainerDeepSpeedConfig(copy.deepcopy(cfg))
-        hf.trainer_config_process(args)
-    assert hf.config["train_micro_batch_size_per_gpu"] == 2
-    assert hf.config["zero_optimization"]["stage"] == "auto"  # left for DeepSpeed...
-    assert ds_config(hf.config).zero_optimization_stage == 0  # ...which drops it: no ZeRO at all
+        env = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("ACCELERATE_DEEPSPEED_")}
+        try:
+            args = TrainingArguments(output_dir=d, use_cpu=True, per_device_train_batch_size=2, report_to=[],
+                                     deepspeed=copy.deepcopy(cfg))
+        finally:
+            os.environ.update(env)
+    filled = args.hf_deepspeed_config.config
+    assert filled["train_micro_batch_size_per_gpu"] == 2
+    assert filled["zero_optimization"]["stage"] == 2
+    assert filled["zero_optimization"]["offload_optimizer"]["device"] == "none"
+    assert filled["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
+    assert codes(with_(ZERO0, {"zero_optimization": {"stage": 3}}), target="trainer") == {"ZK309"}
 
 
 def test_zk501_stage3_short_alias_is_not_filled(ds):
@@ -554,7 +567,6 @@ torch.distributed.destroy_process_group()
 
 def accelerate_prepare(cfg: dict) -> str:
     """What Accelerator.prepare (the HF Trainer's path too) says of `cfg`, in a fresh one-rank process."""
-    import socket
     import subprocess
     import sys
 
@@ -567,6 +579,65 @@ def accelerate_prepare(cfg: dict) -> str:
                           timeout=600, env=env, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()[-1]
+
+
+AUTOTP_SAVE = """
+import json, sys, torch, transformers
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, DummyOptim
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[-2])))
+model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(sys.argv[-1]))
+model, opt = acc.prepare(model, DummyOptim(model.parameters(), lr=1e-3))
+torch.manual_seed(0)  # the same batch on both ranks of the tensor-parallel group
+batch = torch.randint(0, 256, (2, 16)).to(acc.device)
+acc.backward(model(input_ids=batch, labels=batch).loss)
+opt.step()
+try:
+    state = acc.get_state_dict(model)
+    result = "saved" if state else "saved elsewhere"  # the consolidated weights land on global rank 0
+except ValueError as e:
+    result = "ValueError: " + str(e)[:60]
+if torch.distributed.get_rank() == 0:
+    print("RESULT", result)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_zk309_autotp_behind_accelerate_needs_the_gather_flag(ds, tmp_path):
+    """AutoTP shards the weights at any ZeRO stage: Accelerate's get_state_dict (the Trainer's save_model) refuses
+    without the gather flag. A real two-rank AutoTP training with Accelerate, without and with it."""
+    pytest.importorskip("accelerate")
+    import shutil
+    import subprocess
+
+    cfg = with_({"zero_optimization": {"stage": 1}, "tensor_parallel": {"autotp_size": 2},
+                 "optimizer": {"type": "Adagrad", "params": {"lr": "auto"}}})
+    cfg["train_micro_batch_size_per_gpu"] = 2
+    for target in ("accelerate", "trainer"):
+        [f] = lint(cfg, target=target)
+        assert (f.code, f.key) == ("ZK309", "tensor_parallel.autotp_size") and "get_state_dict" in f.message
+    plain = with_(cfg, {"optimizer": ADAGRAD["optimizer"]})
+    assert codes(plain) == set()  # DeepSpeed's own save_16bit_model does not read the flag below stage 3
+    fixed = copy.deepcopy(cfg)
+    fixed["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
+    assert codes(fixed, target="accelerate") == set()
+    script = tmp_path / "autotp.py"
+    script.write_text(AUTOTP_SAVE)
+    model = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "tiny-llama")
+    said = []
+    for config in (cfg, fixed):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.run([shutil.which("deepspeed") or "deepspeed", "--num_gpus", "2", "--master_port", str(port),
+                               str(script), json.dumps(config), model], capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, ACCELERATE_USE_DEEPSPEED="true"), cwd=tmp_path, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said.append(next(line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")))
+    assert said[0].startswith("ValueError: Cannot get 16bit model weights")
+    assert said[1] == "saved"
 
 
 def test_auto_where_deepspeed_itself_takes_auto_is_fine_for_deepspeed_only(ds):

@@ -2,7 +2,8 @@
 
 Read off the installed sources (transformers 5.x `HfTrainerDeepSpeedConfig.trainer_config_process` /
 `trainer_config_finalize`, accelerate 1.x `DeepSpeedPlugin.__post_init__`, `set_mixed_precision` and
-`Accelerator._prepare_deepspeed`). An `"auto"` anywhere else is never filled: DeepSpeed then fails at
+`Accelerator._prepare_deepspeed`). The Trainer hands its config to Accelerate's DeepSpeedPlugin too, which fills
+the ZeRO stage, offload devices and 16-bit gather flag from its own defaults (`ACCELERATE_PLUGIN_DEFAULTS`). An `"auto"` anywhere else is never filled: DeepSpeed then fails at
 `initialize` or, worse, reads the string as a default.
 """
 
@@ -15,6 +16,25 @@ _HIDDEN_SIZE_KEYS = frozenset({
     "zero_optimization.stage3_prefetch_bucket_size",
     "zero_optimization.stage3_param_persistence_threshold",
 })
+
+ACCELERATE_PLUGIN_DEFAULTS = {
+    # DeepSpeedPlugin.__post_init__ fills these from its own fields (the ACCELERATE_DEEPSPEED_* variables
+    # `accelerate launch` exports from `accelerate config`; without them the defaults below), not from the training
+    # setup. The HF Trainer builds the same plugin (TrainingArguments.__post_init__), so both targets fill them.
+    "zero_optimization.stage": 2,
+    "zero_optimization.offload_optimizer.device": "none",
+    "zero_optimization.offload_param.device": "none",
+    "zero_optimization.offload_optimizer.nvme_path": "none",
+    "zero_optimization.offload_param.nvme_path": "none",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+}
+"""Key -> the value Accelerate's plugin fills an "auto" with when nothing configured it."""
+
+ACCELERATE_OWN_DEFAULTS = frozenset(ACCELERATE_PLUGIN_DEFAULTS) | {
+    # Accelerate fills this one only when the DummyScheduler was given a step count
+    "scheduler.params.total_num_steps",
+}
+"""Keys Accelerate would fill, that a planned config keeps explicit: an "auto" here silently undoes a plan."""
 
 TRAINER_FILLS = frozenset({
     "train_micro_batch_size_per_gpu",
@@ -31,20 +51,7 @@ TRAINER_FILLS = frozenset({
     "scheduler.params.total_num_steps",
     "fp16.enabled",
     "bf16.enabled",
-}) | _HIDDEN_SIZE_KEYS
-
-ACCELERATE_OWN_DEFAULTS = frozenset({
-    # Accelerate fills these from its DeepSpeedPlugin defaults (stage 2, no offload, no 16-bit gather, its own
-    # scheduler step count), not from the training setup: an "auto" here silently undoes a plan.
-    "zero_optimization.stage",
-    "zero_optimization.offload_optimizer.device",
-    "zero_optimization.offload_param.device",
-    "zero_optimization.offload_optimizer.nvme_path",
-    "zero_optimization.offload_param.nvme_path",
-    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-    "scheduler.params.total_num_steps",
-})
-"""Keys Accelerate would fill, that a planned config keeps explicit."""
+}) | frozenset(ACCELERATE_PLUGIN_DEFAULTS) | _HIDDEN_SIZE_KEYS
 
 ACCELERATE_FILLS = frozenset({
     "train_micro_batch_size_per_gpu",  # from the prepared DataLoader's batch_size

@@ -8,9 +8,9 @@ sees a value that could mismatch its `TrainingArguments`.
 Deliberate differences from the fill tables:
 - The hidden-size bucket keys stay explicit unless the planner chose exactly what the trainer would fill
   (reduce = h^2, prefetch = int(0.9 h^2), persistence = 10 h) and the model's shape is known (not a bare count).
-- For Accelerate, the ZeRO stage, offload devices, NVMe paths and `stage3_gather_16bit_weights_on_model_save`
-  stay explicit: Accelerate fills them from its own plugin defaults (stage 2, no offload, no gathering),
-  which would silently undo the plan. `scheduler.params.total_num_steps` stays explicit too: Accelerate fills it
+- For Accelerate and the Trainer (which hands its config to Accelerate's DeepSpeedPlugin), the ZeRO stage, offload
+  devices, NVMe paths and `stage3_gather_16bit_weights_on_model_save` stay explicit: the plugin fills them from its
+  own defaults (stage 2, no offload, no gathering), which would silently undo the plan. `scheduler.params.total_num_steps` stays explicit too: Accelerate fills it
   only when the DummyScheduler was given one.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from zerokit.autofill import ACCELERATE_OWN_DEFAULTS, FILLED_BY
+from zerokit.autofill import ACCELERATE_OWN_DEFAULTS, ACCELERATE_PLUGIN_DEFAULTS, FILLED_BY
 from zerokit.memory.buffers import zero_buffer_keys
 from zerokit.planner.types import Plan, Training
 
@@ -44,7 +44,8 @@ NVME_OPTIMIZER_BUFFER_COUNT = 4
 DEFAULT_NVME_PATH = "/local_nvme"
 _TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Training)}
 
-_KEPT_EXPLICIT = {"trainer": frozenset(), "accelerate": ACCELERATE_OWN_DEFAULTS, "deepspeed": frozenset()}
+_KEPT_EXPLICIT = {"trainer": frozenset(ACCELERATE_PLUGIN_DEFAULTS), "accelerate": ACCELERATE_OWN_DEFAULTS,
+                  "deepspeed": frozenset()}
 _FILLED_HERE = {target: frozenset(FILLED_BY[target] - _KEPT_EXPLICIT[target]) for target in FILLED_BY}
 _SPLIT = {key: tuple(key.split(".")) for keys in FILLED_BY.values() for key in keys}
 

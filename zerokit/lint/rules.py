@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from zerokit._dataclass import dataclass
-from zerokit.autofill import fills
+from zerokit.autofill import ACCELERATE_PLUGIN_DEFAULTS, fills
 from zerokit.lint import schema as schema_mod
 from zerokit.lint.findings import ERROR, WARNING, Finding, dotted
 from zerokit.lint.loader import Document
@@ -479,16 +479,32 @@ def sum_allreduce_zero3(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "DeepSpeed refuses it at initialize; use 'mean' (scale the loss instead)", "mean")
 
 
+GATHER_KEYS = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+               "stage3_gather_fp16_weights_on_model_save")
+"""The names DeepSpeedZeroConfig reads gather_16bit_weights_on_model_save under."""
+
+
 def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """ZeRO-3 partitions weights: without gather_16bit_weights_on_model_save, save_16bit_model writes no weights."""
+    """ZeRO-3 partitions weights: without gather_16bit_weights_on_model_save, save_16bit_model writes no weights.
+    AutoTP shards them at any stage: behind Accelerate (the HF Trainer's path too) get_state_dict raises
+    ValueError without the flag, and the Trainer's save_model falls back to the sharded checkpoint."""
     zero = _zero(doc.data)
-    if _stage(doc.data) != 3:
+    stage = _stage(doc.data)
+    tp = _int(_section(doc.data, "tensor_parallel").get("autotp_size"))
+    autotp = tp is not None and tp > 1 and stage != 3 and ctx.target in ("trainer", "accelerate")
+    if stage != 3 and not autotp:
         return
-    keys = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-            "stage3_gather_fp16_weights_on_model_save")
-    if doc.syntax != "yaml" and any(zero.get(k) is False for k in keys):
+    if doc.syntax != "yaml" and any(zero.get(k) is False for k in GATHER_KEYS):
         return  # written false: the user chose sharded checkpoints only (`accelerate config` writes false itself)
-    if not any(zero.get(k) is True or zero.get(k) == AUTO for k in keys):
+    if any(zero.get(k) is True or zero.get(k) == AUTO for k in GATHER_KEYS):
+        return
+    if autotp:
+        yield Hit(("tensor_parallel", "autotp_size"), f"AutoTP (autotp_size {tp}) shards the weights, and without "
+                  f"zero_optimization.stage3_gather_16bit_weights_on_model_save {TARGET_NAMES[ctx.target]} cannot "
+                  "save them whole: Accelerate's get_state_dict raises ValueError, the Trainer's save_model writes "
+                  "only the sharded checkpoint; set zero_optimization.stage3_gather_16bit_weights_on_model_save to "
+                  "true (read at any ZeRO stage)", "zero_optimization.stage3_gather_16bit_weights_on_model_save")
+    else:
         yield Hit(("zero_optimization", "stage"), "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: "
                   "save_16bit_model() (HF save_model) writes no usable weights, only the sharded checkpoint; set "
                   "zero_optimization.stage3_gather_16bit_weights_on_model_save to true",
@@ -721,6 +737,22 @@ def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
         yield Hit(key, msg)
 
 
+def auto_from_accelerate_defaults(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedPlugin.__post_init__ fills the ZeRO stage, offload devices, NVMe paths and the 16-bit gather flag
+    from its own fields, not from the training: the ACCELERATE_DEEPSPEED_* variables `accelerate launch` exports from
+    `accelerate config`, else stage 2, no offload, no gathering. The HF Trainer builds the same plugin."""
+    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "yaml":
+        return
+    for key in _auto_leaves(doc.data, ()):
+        name = dotted(key)
+        if name in ACCELERATE_PLUGIN_DEFAULTS:
+            default = json.dumps(ACCELERATE_PLUGIN_DEFAULTS[name])
+            via = ("TrainingArguments(deepspeed=...) hands the config to Accelerate's DeepSpeedPlugin, which"
+                   if ctx.target == "trainer" else "Accelerate's DeepSpeedPlugin")
+            yield Hit(key, f"'{name}' is \"auto\": {via} fills it with {default} (or what `accelerate config` "
+                      "set, under `accelerate launch`), not from the training; write the value you want")
+
+
 def accelerate_needs_zero_section(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedPlugin: 'Please specify the ZeRO optimization config in the DeepSpeed config.' The HF Trainer builds
     one from TrainingArguments(deepspeed=...) too (transformers' training_args), so both targets need the section, as
@@ -774,6 +806,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
+    Rule("ZK503", WARNING, "auto-from-accelerate-defaults", auto_from_accelerate_defaults),
 )
 
 
