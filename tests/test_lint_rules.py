@@ -719,6 +719,25 @@ def test_zk407_warmup_steps_must_be_a_positive_int(ds, steps):
                  target="trainer") == set()
 
 
+@pytest.mark.parametrize(("sched", "key", "bad", "error"), [
+    ("LRRangeTest", "lr_range_test_step_size", 2000.0, "lr_range_test_step_size must be a positive integer"),
+    ("LRRangeTest", "lr_range_test_step_size", 0, "lr_range_test_step_size must be a positive integer"),
+    ("OneCycle", "cycle_first_step_size", 0, "cycle_first_step_size must be positive"),
+    ("OneCycle", "cycle_second_step_size", -10, "cycle_second_step_size must be non-negative"),
+])
+def test_zk411_scheduler_step_sizes_deepspeed_refuses(ds, sched, key, bad, error):
+    base = {"LRRangeTest": {"lr_range_test_min_lr": 1e-4},
+            "OneCycle": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3, "cycle_momentum": False}}[sched]
+    cfg = with_(ADAGRAD, {"scheduler": {"type": sched, "params": {**base, key: bad}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK411", f"scheduler.params.{key}")
+    with pytest.raises(ValueError, match=error):
+        initialize(ds, cfg)
+    fixed = with_(ADAGRAD, {"scheduler": {"type": sched, "params": {**base, key: int(f.suggestion)}}})
+    assert codes(fixed) == set()
+    initialize(ds, fixed)
+
+
 def test_zk408_unknown_warmup_type_warms_up_logarithmically(ds):
     cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 100, "warmup_max_lr": 1.0,
                                                                         "warmup_type": "linaer"}}})

@@ -632,6 +632,36 @@ def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
               f"{json.dumps(steps)}: {name} raises ValueError at initialize; write {fix}", fix)
 
 
+def scheduler_step_size(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """lr_schedules.py raises ValueError at initialize: LRRangeTest unless lr_range_test_step_size is a positive int
+    (a JSON 2000.0 too); OneCycle unless cycle_first_step_size is positive and cycle_second_step_size not negative."""
+    sched = _section(doc.data, "scheduler")
+    params = sched.get("params")
+    if not isinstance(params, dict):
+        return
+    name = sched.get("type")
+    if name == "LRRangeTest" and "lr_range_test_step_size" in params:
+        steps = params["lr_range_test_step_size"]
+        if not (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0):
+            whole = _int(steps)
+            fix = str(whole) if whole is not None and whole > 0 else "2000"
+            yield Hit(("scheduler", "params", "lr_range_test_step_size"), "lr_range_test_step_size must be a positive "
+                      f"integer, got {json.dumps(steps)}: LRRangeTest raises ValueError at initialize; write {fix}", fix)
+    elif name == "OneCycle":
+        for key, positive in (("cycle_first_step_size", True), ("cycle_second_step_size", False)):
+            value = params.get(key)
+            if value is None or value == AUTO:
+                continue  # None: the second half mirrors the first
+            try:
+                number = float(value)  # as OneCycle._initialize_cycle reads it (a numeric string too)
+            except (TypeError, ValueError):
+                number = math.nan
+            if not math.isfinite(number) or number < 0 or (positive and number == 0):
+                yield Hit(("scheduler", "params", key), f"{key} must be {'positive' if positive else 'zero or more'}, "
+                          f"got {json.dumps(value)}: OneCycle raises ValueError at initialize; write the steps "
+                          "of that half cycle (2000 is DeepSpeed's default)", "2000")
+
+
 def scheduler_warmup_past_total(doc: Document, ctx: Context) -> Iterator[Hit]:
     """WarmupDecayLR/WarmupCosineLR with the warmup longer than the run: DeepSpeed logs a warning and trains on; the
     rate never reaches its peak before the schedule says it is over."""
@@ -801,6 +831,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
     Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
+    Rule("ZK411", ERROR, "scheduler-step-size", scheduler_step_size),
     Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
     Rule("ZK409", WARNING, "scheduler-warmup-past-total", scheduler_warmup_past_total),
     Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),
