@@ -47,14 +47,19 @@ def main() -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     # a GPU-sized model initialises on the device (seconds instead of a minute of CPU init); zero.Init places
     # ZeRO-3's partitions itself
-    with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3), \
-            torch.device(f"cuda:{torch.cuda.current_device()}" if gpu and not zero3 else "cpu"):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
+    if case.get("quantization_config"):
+        model = quantized_base(case, config, torch, rank, gpu)
+    else:
+        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3), \
+                torch.device(f"cuda:{torch.cuda.current_device()}" if gpu and not zero3 else "cpu"):
+            model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
     if case.get("lora_config"):
         # as the HF Trainer does: the base loaded (under zero.Init for ZeRO-3), then wrapped outside it; only what
         # trains reaches the optimizer
         from peft import LoraConfig, get_peft_model
 
+        if case.get("gradient_checkpointing"):
+            model.enable_input_require_grads()  # a plan's code does this: a frozen base's inputs need gradients
         model = get_peft_model(model, LoraConfig(**case["lora_config"]))
     if case.get("gradient_checkpointing"):
         model.gradient_checkpointing_enable()
@@ -86,6 +91,35 @@ def main() -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def quantized_base(case: dict, config, torch, rank: int, gpu: bool):
+    """QLoRA's base as the HF Trainer's script loads it: the (random, seeded) bf16 checkpoint saved, then
+    `from_pretrained(..., quantization_config=BitsAndBytesConfig(**the plan's keywords))`: every linear but lm_head
+    a bitsandbytes NF4 Linear4bit (ZeRO-0 to 2; ZeRO-3 would load under HF's zero.Init integration). Rank 0 saves
+    (transformers saves on the main rank only), every rank loads."""
+    import shutil
+    import tempfile
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    keywords = {k: (getattr(torch, v) if k.endswith("_dtype") or (k == "bnb_4bit_quant_storage" and v != "uint8")
+                    else v) for k, v in case["quantization_config"].items()}
+    where = [tempfile.mkdtemp(prefix="zerokit-qlora-") if rank == 0 else None]
+    if rank == 0:
+        AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa")).save_pretrained(
+            where[0])
+    dist.broadcast_object_list(where, src=0)
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            where[0], dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(**keywords),
+            attn_implementation=case.get("attention", "sdpa"),
+            device_map={"": torch.cuda.current_device()} if gpu else "cpu")
+    finally:
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(where[0], ignore_errors=True)
 
 
 def phase_memory(engine, torch, g, vocab: int, mb: int, seq: int, ga: int) -> dict:

@@ -5,6 +5,8 @@
                                                    # rewrite tests/data/step_time/{profile,measured}.json
     python benchmarks/step_time.py --measure --cases zero1,zero3,lora_zero2,lora_zero3 \
         --data tests/data/step_time/2026-11-26-lora   # the LoRA measurement
+    python benchmarks/step_time.py --measure --repeats 5 --cases zero1,lora_zero2,qlora_zero2,qlora_zero2_ckpt \
+        --data tests/data/step_time/2026-11-26-qlora  # the QLoRA measurement (needs bitsandbytes)
 
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
@@ -64,6 +66,10 @@ CASES = {
     # are reduced and stepped
     "lora_zero2": {"stage": 2, "lora_rank": 8},
     "lora_zero3": {"stage": 3, "lora_rank": 8},
+    # QLoRA (tests/data/step_time/2026-11-26-qlora): the same adapters on a bitsandbytes NF4 base, which dequantizes
+    # each 4-bit weight in every forward, backward and recomputation
+    "qlora_zero2": {"stage": 2, "lora_rank": 8, "quantized": True},
+    "qlora_zero2_ckpt": {"stage": 2, "lora_rank": 8, "quantized": True, "checkpointing": True},
 }
 
 
@@ -77,16 +83,30 @@ def lora_config(case: dict) -> dict | None:
             "task_type": "CAUSAL_LM"}
 
 
+def quantization_config(case: dict) -> dict | None:
+    """The `transformers.BitsAndBytesConfig` keywords a `--peft qlora` plan writes below ZeRO-3 (dtypes by name)."""
+    if not case.get("quantized"):
+        return None
+    return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+            "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8"}
+
+
 def lora_work(case: dict) -> tuple[int | None, tuple | None]:
     """(trainable parameters, the step-time model's `lora`) of a LoRA case, as a plan passes them (the adapters as
-    PEFT counts them); (None, None) for full fine-tuning."""
+    PEFT counts them; QLoRA's 4-bit weights and linears as `zerokit.models.quant` counts them); (None, None) for
+    full fine-tuning."""
     config = lora_config(case)
     if config is None:
         return None, None
     from zerokit.models.lora import lora_parameters
+    from zerokit.models.quant import frozen_base_bytes
 
     count = lora_parameters(MODEL, config["r"])
-    return count.trainable, (config["r"], config["lora_dropout"], count.linears)
+    lora: tuple = (config["r"], config["lora_dropout"], count.linears)
+    if case.get("quantized"):
+        base = frozen_base_bytes(MODEL, "qlora", "bf16")
+        lora += (base.quantized_parameters, base.quantized_modules)
+    return count.trainable, lora
 
 
 def buffers(case: dict):
@@ -134,7 +154,7 @@ def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="zerokit-steptime-") as tmp:
         spec = {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
                 "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa",
-                "lora_config": lora_config(case)}
+                "lora_config": lora_config(case), "quantization_config": quantization_config(case)}
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         before = load_average()
@@ -240,6 +260,8 @@ def write_measurement(profiles: list[dict], runs: dict[str, list[dict]], warmup:
     for name, case_runs in runs.items():
         results[name] = {"setup": CASES[name], "ds_config": ds_config(CASES[name]),
                          **({"lora_config": lora_config(CASES[name])} if lora_config(CASES[name]) else {}),
+                         **({"quantization_config": quantization_config(CASES[name])}
+                            if quantization_config(CASES[name]) else {}),
                          "median_s": statistics.median(r["median_s"] for r in case_runs), "runs": case_runs}
     _write_json(MEASURED, {
         "command": "python benchmarks/step_time.py --measure",

@@ -210,11 +210,11 @@ def test_moe_dropout_defaults_to_zero_and_a_given_one_is_refused_with_the_fix(ca
     assert not any("LoRA dropout 0" in r for r in doc["reasons"])
 
 
-def test_a_qlora_plan_says_its_step_time_is_a_floor(capsys):
-    """bitsandbytes dequantizes every 4-bit weight before each product; the model does not price that yet."""
+def test_a_qlora_plan_without_a_measured_4bit_rate_says_so(capsys):
+    """bitsandbytes dequantizes every 4-bit weight in each pass; a preset prices that as a memory pass."""
     args = ("--model", "llama-2-7b", "--gpu", "a100-80gb", "--seq-len", "2048")
     qlora = plan_json(capsys, *args, "--peft", "qlora")
-    assert any(w.startswith("QLoRA step times are a floor") for w in qlora["warnings"])
+    assert any(w.startswith("QLoRA step times price bitsandbytes dequantizing") for w in qlora["warnings"])
     lora = plan_json(capsys, *args, "--peft", "lora")
     assert not any("QLoRA step times" in w for w in lora["warnings"])
 

@@ -528,6 +528,38 @@ def test_lora_adapters_priced_by_their_shapes_by_hand():
                                                                                    for i, _, c in linears) / 1e9)
     z3, z3_base = t(lora=(r, 0.0, linears), zero_stage=3), t(lora=(r, 0.0, ()), zero_stage=3)
     assert z3.overhead_s - z3_base.overhead_s == pytest.approx(2 * 4 * 2 * 1e-3)  # 4 adapted modules, 2 passes
+    # checkpointing runs the adapters' forward again: their products (a third), 4 + 2 kernels a module and a fresh
+    # dropout mask (6 of its 12 bytes an input element); at FLAT's one rate the products cost what the
+    # shape-less adapters' forward does, so only the kernels and the mask remain
+    def recomputed(lora):
+        return t(lora=lora, gradient_checkpointing=True).compute_s - t(lora=lora).compute_s
+
+    assert recomputed((r, 0.05, linears)) - recomputed((r, 0.0, ())) == pytest.approx(
+        6 * 4 * 1e-6 + sum(6 * tokens * i * c for i, _, c in linears) / 1e9)
+
+
+def test_qlora_dequantization_priced_per_pass_by_hand():
+    """QLoRA's `lora` adds (4-bit weights, 4-bit linears): bitsandbytes dequantizes each weight whole in the forward,
+    the input gradient and a recomputation. Measured: a fixed cost per module and pass plus the elements at the
+    measured rate; unmeasured: a 2.5-byte memory pass at the elementwise rate and two kernels per module."""
+    linears, r = ((64, 64, 2), (64, 172, 2)), 4
+    adapters = sum(r * (i + o) * c for i, o, c in linears)
+    elements, modules = 50_000, 8
+    flat = replace(FLAT, op_overhead_s=1e-6, elementwise=((1.0, 1e9),))
+    measured = replace(flat, dequant_elements_per_s=1e8, quantized_linear_overhead_s=1e-4)
+
+    def t(perf, lora, **kw):
+        return step_time(TINY_LLAMA, perf, parameters=P, seq_len=32, micro_batch=2, trainable_parameters=adapters,
+                         lora=lora, **kw)
+
+    lora, qlora = (r, 0.0, linears), (r, 0.0, linears, elements, modules)
+    per_pass = elements / 1e8 + modules * 1e-4
+    assert t(measured, qlora).compute_s - t(measured, lora).compute_s == pytest.approx(2 * per_pass)
+    ckpt = t(measured, qlora, gradient_checkpointing=True).compute_s
+    assert ckpt - t(measured, lora, gradient_checkpointing=True).compute_s == pytest.approx(3 * per_pass)
+    unmeasured = 2.5 * elements / 1e9 + modules * 2 * 1e-6
+    assert t(flat, qlora).compute_s - t(flat, lora).compute_s == pytest.approx(2 * unmeasured)
+    assert t(flat, (r, 0.0, linears, 0, 0)).compute_s == t(flat, lora).compute_s
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -13,6 +13,10 @@ each probe and then run every case once) and profile.json (the median `zerokit p
 
 - tests/data/step_time/2026-11-26-lora: LoRA (all-linear rank 8, dropout 0.05) at ZeRO-2 and ZeRO-3 beside full
   fine-tuning at ZeRO-1 and ZeRO-3, three rounds, worst error 14.3%, 5 pairs told apart and ranked as measured.
+- tests/data/step_time/2026-11-26-qlora: QLoRA (the same adapters on a bitsandbytes NF4 base) at ZeRO-2 with and
+  without checkpointing, beside LoRA ZeRO-2 and full ZeRO-1, five rounds, worst error 16.6%, 3 pairs ranked as
+  measured. (2026-11-26-qlora-noisy, three rounds the same afternoon while the VM's speed shifted 2x between runs,
+  reached 49.2%: kept, not held; the README says why.)
 
 The issue's target is 20% on every case. The ranking is checked wherever two setups differ by > 15% and by more
 than the spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart.
@@ -71,6 +75,11 @@ def predicted(m: Measurement, case: dict) -> float:
         cfg = case["lora_config"]
         count = lora_parameters(model, cfg["r"], cfg["target_modules"])
         trainable, lora = count.trainable, (cfg["r"], cfg["lora_dropout"], count.linears)
+        if case.get("quantization_config"):  # QLoRA: the 4-bit weights and linears, as zerokit.models.quant counts
+            from zerokit.models.quant import frozen_base_bytes
+
+            base = frozen_base_bytes(model, "qlora", "bf16")
+            lora += (base.quantized_parameters, base.quantized_modules)
     return step_time(model, m.perf, parameters=count_parameters(model)[0], seq_len=m.measured["seq_len"],
                      trainable_parameters=trainable, lora=lora,
                      micro_batch=m.measured["micro_batch"], grad_accum=setup.get("accumulation", 1),
@@ -148,6 +157,29 @@ def test_lora_cases_within_20_percent_of_measured(name):
 
 def test_lora_ranking_matches_where_the_runs_tell_setups_apart():
     test_ranking_matches_where_the_runs_tell_setups_apart(LORA)
+
+
+# QLoRA (2026-11-26, the Intel Xeon with AMX, three rounds): the same adapters on a bitsandbytes NF4 base (double
+# quantization, bf16 compute: the plan's BitsAndBytesConfig, `from_pretrained` as a plan's code loads it) at ZeRO-2,
+# with and without checkpointing, beside LoRA at ZeRO-2 and full ZeRO-1 in the same rounds, with the probe that
+# times PEFT-adapted 4-bit linears against bf16 ones (`quantized_linear_overhead_s`, `dequant_elements_per_s`).
+QLORA = Measurement(DATA / "2026-11-26-qlora", 3)
+QLORA_CASES = ("zero1", "lora_zero2", "qlora_zero2", "qlora_zero2_ckpt")
+
+
+@pytest.mark.parametrize("name", QLORA_CASES)
+def test_qlora_cases_within_20_percent_of_measured(name):
+    assert set(QLORA.measured["cases"]) == set(QLORA_CASES)
+    assert QLORA.perf.sources["quantized_linear"] == "probe" and QLORA.perf.quantized_linear_overhead_s > 0
+    case = QLORA.measured["cases"][name]
+    assert predicted(QLORA, case) == pytest.approx(case["median_s"], rel=TOLERANCE)
+    if name.startswith("qlora"):
+        assert case["quantization_config"]["bnb_4bit_quant_type"] == "nf4"
+        assert case["quantization_config"]["bnb_4bit_use_double_quant"] is True
+
+
+def test_qlora_ranking_matches_where_the_runs_tell_setups_apart():
+    test_ranking_matches_where_the_runs_tell_setups_apart(QLORA)
 
 
 def _step_time_benchmark():

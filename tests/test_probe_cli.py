@@ -59,7 +59,7 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     out = tmp_path / "profile.json"
     assert main(["probe", "--quick", "--ranks", "2", "--nvme-path", str(tmp_path), "-o", str(out)]) == 0
     captured = capsys.readouterr()
-    assert "[1/11] device and memory" in captured.err and "[11/11] NVMe read/write" in captured.err
+    assert "[1/12] device and memory" in captured.err and "[12/12] NVMe read/write" in captured.err
     assert "matmul bf16 GFLOP/s by size" in captured.out and f"profile written to {out}" in captured.out
     perf = load_profile(str(out))
     assert perf.device == "cpu" and perf.ranks_measured == 2 and not perf.comm_overlaps_compute
@@ -71,6 +71,9 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     # LoRA's dropout: its random mask, compute-bound on a CPU (137-150 M elements/s on this Xeon's full probe)
     assert perf.dropout_elements_per_s > 1e6 and perf.sources["dropout_elements_per_s"] == "probe"
     assert ", dropout " in captured.err and " M elements/s" in captured.err
+    # QLoRA's 4-bit linears, timed against bf16 ones (bitsandbytes is in the test extra)
+    assert perf.sources["quantized_linear"] == "probe" and perf.dequant_elements_per_s > 0
+    assert perf.quantized_linear_overhead_s >= 0 and " us per module and pass + its weight at " in captured.err
     raw = json.loads(out.read_text())["measurements"]
     assert raw["collectives"]["backend"] == "gloo" and raw["quick"] is True
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".zerokit-probe-")]  # the NVMe test file is gone

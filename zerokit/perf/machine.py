@@ -65,6 +65,10 @@ DEFAULT_NOTES = {
     "elementwise": "elementwise kernels move memory at ~70% of the device memory bandwidth",
     "dropout_elements_per_s": "not measured: LoRA's dropout costs its mask's memory passes at the elementwise rate "
                               "(a GPU generates the random numbers faster than it moves them)",
+    "quantized_linear": "not measured: each 4-bit linear's weight is dequantized in every forward, backward and "
+                        "recomputation, priced as a memory pass (0.5 B read, 2 B written an element) at the "
+                        "elementwise rate and two kernel launches; `zerokit probe` with bitsandbytes installed times "
+                        "bitsandbytes' own 4-bit linears",
     "intra_node_unmeasured": "the probe ran one rank, so it timed no collective: the GPUs of a node are assumed to "
                              "reach each other at the host-link rate it measured (PCIe, no NVLink); give "
                              "--intra-node-bandwidth (NVLink 4: 450GB/s a direction)",
@@ -139,6 +143,14 @@ class MachinePerf:
     """Elements per second one rank's dropout forward masks (`torch.nn.functional.dropout`, bf16): random numbers,
     compute-bound on a CPU (about 7 ns an element on the Intel Xeon here, where a product moves GB/s). 0 = not
     measured: the mask's memory passes at the elementwise rate (LoRA's dropout, `zerokit.perf.model._lora_parts`)."""
+    dequant_elements_per_s: float = 0.0
+    quantized_linear_overhead_s: float = 0.0
+    """QLoRA: what a bitsandbytes 4-bit linear (NF4, double quantization) costs one rank beyond the 16-bit linear it
+    replaces, in each pass over it (forward, input gradient, recomputation): `quantized_linear_overhead_s` per
+    module and pass, plus its weight's elements at `dequant_elements_per_s`; the probe fits both to 4-bit against
+    bf16 linears of several shapes (on the Intel Xeon here about 0.2 ms and 1 G elements/s: bitsandbytes runs a
+    Python autograd function and dequantizes the whole weight on every call). 0 = not measured
+    (`zerokit.perf.model.dequantization_s`)."""
     bucket_flush_s: float = 100e-6
     """Time one gradient-bucket flush of ZeRO-1/2/3 adds beyond its collective (copying gradients into the
     `reduce_bucket_size` bucket, the stream waits, copying the reduced bucket into the partition): a plan's
@@ -303,7 +315,7 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
                "inter_node_bandwidth": src, "pcie": src, "collective_efficiency": "default",
                "collective_latency_s": "default", "cpu_adam_params_per_s": "default", "nvme": "default",
                "host_cast_params_per_s": "default", "h2d_cast_params_per_s": "default",
-               "dropout_elements_per_s": "default",
+               "dropout_elements_per_s": "default", "quantized_linear": "default",
                "op_overhead_s": "default", "zero3_module_overhead_s": "default", "bucket_flush_s": "default",
                "device_adam_params_per_s": src,
                "compute_scale": "default"}
@@ -372,6 +384,7 @@ _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth
                   "collective_efficiency", "collective_latency_s", "h2d_pinned", "d2h_pinned", "h2d_pageable",
                   "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "host_cast_params_per_s",
                   "h2d_cast_params_per_s", "nvme_read", "nvme_write", "dropout_elements_per_s",
+                  "dequant_elements_per_s", "quantized_linear_overhead_s",
                   "zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s", "compute_scale")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")
@@ -379,6 +392,7 @@ _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", 
 _RANGES = {
     "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
     "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
+    "quantized_linear_overhead_s": (0.0, 1.0),
     "compute_scale": COMPUTE_SCALE_BOUNDS,
 }
 

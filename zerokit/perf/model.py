@@ -128,9 +128,16 @@ output in 16 bits forward; gradient, mask and output backward); where the machin
 (`dropout_elements_per_s`) the forward runs at it and the backward's product moves its 6 bytes."""
 
 
+_LORA_FORWARD_KERNELS, _DROPOUT_FORWARD_KERNELS, _DROPOUT_FORWARD_BYTES = 4, 2, 6
+"""The forward's share of the above (A, B, the scaling and the add; the mask and its product, moving 6 bytes an
+element): what recomputation runs again."""
+
+
 def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens: int, dtype: str, peak: float,
-                fp32: bool) -> tuple[float, float, int]:
-    """(seconds, FLOPs, parameter-owning modules) of one micro-batch's LoRA adapters, forward and backward.
+                fp32: bool) -> tuple[float, float, int, float]:
+    """(seconds, FLOPs, parameter-owning modules, forward seconds) of one micro-batch's LoRA adapters, forward and
+    backward; the forward's seconds are what gradient checkpointing runs again (the adapters and their dropout sit
+    inside the checkpointed layers: the mask is drawn anew, from the restored random state).
 
     Each adapted linear (in -> out) runs x -> dropout -> A (in x r) -> B (r x out) -> x scaling, added to the
     frozen output: two thin products, each three times (forward, input and weight gradients), at the rate the
@@ -138,33 +145,65 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: at ZeRO-3 the adapters
     stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built), so their products
     run at the fp32 rate. Adapter parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
-    rank, dropout, linears = lora if lora is not None else (0, 0.0, ())
+    rank, dropout, linears = lora[:3] if lora is not None else (0, 0.0, ())
     dtype = "fp32" if fp32 and "fp32" in perf.matmul else dtype
-    seconds = flops = 0.0
+    seconds = flops = forward = 0.0
     modules = 0
     rest = trainable
     for n_in, n_out, copies in linears:
         for k, n in ((n_in, rank), (rank, n_out)):
             f = 6.0 * tokens * k * n * copies
-            seconds += f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3))
+            t = f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3))
+            seconds += t
+            forward += t / 3.0
             flops += f
-        kernels = _LORA_KERNELS
+        kernels, forward_kernels = _LORA_KERNELS, _LORA_FORWARD_KERNELS
         if dropout:
             kernels += _DROPOUT_KERNELS
+            forward_kernels += _DROPOUT_FORWARD_KERNELS
             elements = tokens * n_in
             if perf.dropout_elements_per_s:
+                mask = copies * elements / perf.dropout_elements_per_s
                 moved = _DROPOUT_BACKWARD_BYTES * elements
-                seconds += copies * (elements / perf.dropout_elements_per_s + moved / perf.elementwise_at(moved))
+                seconds += mask + copies * moved / perf.elementwise_at(moved)
+                forward += mask
             else:
                 moved = _DROPOUT_BYTES * elements
                 seconds += copies * moved / perf.elementwise_at(moved)
+                moved = _DROPOUT_FORWARD_BYTES * elements
+                forward += copies * moved / perf.elementwise_at(moved)
         seconds += copies * kernels * perf.op_overhead_s
+        forward += copies * forward_kernels * perf.op_overhead_s
         rest -= rank * (n_in + n_out) * copies
         modules += 2 * copies
     if rest > 0:
         seconds += 6.0 * rest * tokens / peak
+        forward += 2.0 * rest * tokens / peak
         flops += 6.0 * rest * tokens
-    return seconds * perf.compute_scale, flops, modules
+    scale = perf.compute_scale
+    return seconds * scale, flops, modules, forward * scale
+
+
+_DEQUANT_BYTES = 2.5
+"""Bytes a dequantization moves per 4-bit element where the machine's rate was not measured: the packed half
+byte read, the 16-bit weight written (absmax and the nested constants are 1/64 of that)."""
+_DEQUANT_KERNELS = 2
+"""Kernels of an unmeasured 4-bit linear's dequantization per pass: the nested absmax, then the weight."""
+
+
+def dequantization_s(perf: MachinePerf, elements: float, modules: int) -> float:
+    """Seconds one pass (forward, input gradient or recomputation) over a QLoRA base spends beyond the 16-bit
+    linears it replaces: `modules` bitsandbytes 4-bit linears holding `elements` weights, each dequantized whole on
+    every call (bitsandbytes' MatMul4Bit: forward and backward both dequantize). At the machine's measured rates
+    (`dequant_elements_per_s`, `quantized_linear_overhead_s`), else as a memory pass and two kernels a module."""
+    if not modules:
+        return 0.0
+    if perf.dequant_elements_per_s:
+        seconds = elements / perf.dequant_elements_per_s + modules * perf.quantized_linear_overhead_s
+    else:
+        moved = _DEQUANT_BYTES * elements
+        seconds = moved / perf.elementwise_at(moved / modules) + modules * _DEQUANT_KERNELS * perf.op_overhead_s
+    return seconds * perf.compute_scale
 
 
 def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
@@ -238,7 +277,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
               reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
               prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
               trainable_parameters: int | None = None,
-              lora: tuple[int, float, tuple[tuple[int, int, int], ...]] | None = None) -> StepTime:
+              lora: tuple | None = None) -> StepTime:
     """The time of one optimizer step of this setup on `perf`'s machine.
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
@@ -248,9 +287,10 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
     `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
     keeps smaller parameters whole and gathers only the rest. `pin_memory` is the offload config's: pinned host
-    buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear), as
-    `PeftPlan.lora_work` gives it: the adapters priced by their shapes (`_lora_parts`); without it adapter
-    parameters run at the peak rate.
+    buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear[, 4-bit
+    weights, 4-bit linears]), as `PeftPlan.lora_work` gives it: the adapters priced by their shapes
+    (`_lora_parts`), and for QLoRA the dequantization of the 4-bit base in every pass (`dequantization_s`); without
+    it adapter parameters run at the peak rate.
     """
     mf = model if model.__class__ is ModelFlops else model_flops(model)
     return memoised_step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes,
@@ -282,7 +322,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
                reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
                persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
-               lora: tuple[int, float, tuple[tuple[int, int, int], ...]] | None = None) -> StepTime:
+               lora: tuple | None = None) -> StepTime:
     """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
     entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
     nbytes = _BYTES.get(precision)
@@ -310,8 +350,14 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     adapter_t = adapter_flops = 0.0
     adapter_modules = 0
     if share < 1.0:
-        adapter_t, adapter_flops, adapter_modules = _lora_parts(perf, lora, trainable, tokens, precision, peak,
-                                                                zero_stage == 3)
+        adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable, tokens,
+                                                                                 precision, peak, zero_stage == 3)
+        recompute += adapter_forward
+    if lora is not None and len(lora) > 3 and lora[3]:  # QLoRA: the 4-bit base, dequantized on every pass
+        dequant = dequantization_s(perf, lora[3], lora[4])
+        fwd += dequant
+        adapter_t += dequant
+        recompute += dequant
     bwd = bwd_in + bwd_w * share + adapter_t
     rec = recompute if gradient_checkpointing else 0.0
     micro_compute = fwd + bwd + rec

@@ -222,6 +222,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
                                         else "default: " + DEFAULT_NOTES["h2d_cast_params_per_s"])
     sources["dropout_elements_per_s"] = ("probe" if m.get("dropout_elements_per_s")
                                          else "default: " + DEFAULT_NOTES["dropout_elements_per_s"])
+    quantized = m.get("quantized_linear") or {}
+    sources["quantized_linear"] = "probe" if quantized else "default: " + DEFAULT_NOTES["quantized_linear"]
     nvme = m.get("nvme")
     if nvme:
         sources["nvme"] = "probe"
@@ -264,6 +266,8 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         h2d_cast_params_per_s=m["copies"].get("h2d_cast_params_per_s", 0.0),
         device_adam_params_per_s=m["device_adam"]["params_per_s"],
         nvme_read=read, nvme_write=write, dropout_elements_per_s=m.get("dropout_elements_per_s", 0.0),
+        dequant_elements_per_s=quantized.get("elements_per_s", 0.0),
+        quantized_linear_overhead_s=quantized.get("overhead_s", 0.0),
         zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
         bucket_flush_s=100e-6 if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
@@ -290,7 +294,7 @@ class _Worker:
         self.quick = bool(opts.get("quick"))
         self.budget = 0.05 if self.quick else (0.25 if not self.gpu else 0.1)
         dist.init_process_group("nccl" if self.gpu else "gloo", rank=self.rank, world_size=self.ranks)
-        self.step_no, self.steps = 0, 11
+        self.step_no, self.steps = 0, 12
         self._linear_times: dict[tuple[int, int, int], float] = {}
 
     def say(self, text: str) -> None:
@@ -449,6 +453,86 @@ class _Worker:
         x = torch.randn(n, device=self.device).to(torch.bfloat16)
         t = self.seconds(lambda: torch.nn.functional.dropout(x, 0.05, True))
         return self.mean(n / t)
+
+    def quantized_linears(self) -> dict[str, Any] | None:
+        """QLoRA's bitsandbytes 4-bit linears (NF4, double quantization, bf16 compute, frozen, LoRA-adapted) against
+        the bf16 linears they replace, forward and backward at several weight shapes: the extra seconds a pass, fitted
+        as a fixed cost per module plus the weight's elements at a rate (bitsandbytes dequantizes the whole weight on
+        every call). None where bitsandbytes is not installed or cannot run on this device."""
+        try:
+            import bitsandbytes as bnb
+        except Exception:  # noqa: BLE001 -- not installed, or no build for this platform: the default stands
+            return None
+        rows = 128 if self.quick else (4096 if self.gpu else 512)
+        shapes = (((128, 128), (128, 512), (512, 512)) if self.quick else
+                  ((2048, 2048), (4096, 4096), (4096, 11008)) if self.gpu else
+                  ((256, 256), (512, 1024), (1024, 2048)))
+        points = []
+        try:
+            for n_in, n_out in shapes:
+                extra = self._quantized_extra(bnb, rows, n_in, n_out)
+                points.append([float(n_in * n_out), self.mean(extra / 2.0)])  # two passes: forward, input gradient
+        except Exception:  # noqa: BLE001 -- bitsandbytes without a kernel for this device: the default stands
+            return None
+        n = len(points)
+        mx = sum(e for e, _ in points) / n
+        my = sum(t for _, t in points) / n
+        slope = sum((e - mx) * (t - my) for e, t in points) / max(sum((e - mx) ** 2 for e, _ in points), 1.0)
+        if slope <= 0:  # noise swamped the per-element cost: all of it per module
+            return {"points": points, "elements_per_s": 1e15, "overhead_s": max(my, 0.0)}
+        return {"points": points, "elements_per_s": 1.0 / slope, "overhead_s": max(my - slope * mx, 0.0)}
+
+    def _quantized_extra(self, bnb: Any, rows: int, n_in: int, n_out: int) -> float:
+        """Seconds a frozen 4-bit linear's forward and backward take beyond a frozen bf16 linear's, each adapted by a
+        rank-8 LoRA as `peft.get_peft_model` wraps it (where peft is installed): PEFT's 4-bit layer clones the base's
+        output and runs its own casts, which cost as much here as the dequantization (a miniature llama's 28 linears:
+        19 ms a micro-batch wrapped, 7 ms bare, against 15-19 ms measured in the model)."""
+        torch = self.torch
+        w = torch.randn(n_out, n_in) * 0.02
+        plain = torch.nn.Linear(n_in, n_out, bias=False, device=self.device, dtype=torch.bfloat16)
+        plain.weight.data.copy_(w)
+        plain.weight.requires_grad_(False)
+        four = bnb.nn.Linear4bit(n_in, n_out, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4",
+                                 compress_statistics=True, quant_storage=torch.uint8)
+        four.weight = bnb.nn.Params4bit(w.to(torch.bfloat16), requires_grad=False, quant_type="nf4",
+                                        compress_statistics=True, quant_storage=torch.uint8)
+        four = four.to(self.device)
+        if not four.weight.bnb_quantized:  # a CPU tensor stays put: quantize it where it is
+            four.weight._quantize(self.device)
+        layers = [_adapted(torch, plain), _adapted(torch, four)]
+        x = torch.randn(rows, n_in, device=self.device).to(torch.bfloat16).requires_grad_()
+        g = torch.randn(rows, n_out, device=self.device).to(torch.bfloat16)
+
+        def passes(layer: Any) -> None:
+            trained = [x, *(p for p in layer.parameters() if p.requires_grad)]
+            torch.autograd.backward(layer(x), g, inputs=trained)
+            for t in trained:
+                t.grad = None
+
+        return self.paired_difference(lambda: passes(layers[1]), lambda: passes(layers[0]))
+
+    def paired_difference(self, slow: Callable[[], Any], fast: Callable[[], Any], min_pairs: int = 9) -> float:
+        """Median seconds `slow` takes beyond `fast`, the two timed back to back in pairs until the time budget is
+        spent: a difference of a fraction of a millisecond between two timings of a few milliseconds, which two
+        separate medians lose when the machine's speed shifts between them (it did here, by 2x, between rounds)."""
+        self.dist.barrier()
+        slow()
+        fast()
+        self.sync()
+        differences: list[float] = []
+        spent = 0.0
+        while len(differences) < min_pairs or (spent < self.budget and len(differences) < 10000):
+            start = time.perf_counter()
+            slow()
+            self.sync()
+            middle = time.perf_counter()
+            fast()
+            self.sync()
+            end = time.perf_counter()
+            differences.append((middle - start) - (end - middle))
+            spent += end - start
+        differences.sort()
+        return differences[len(differences) // 2]
 
     def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
                         product: list[list[float]], launch_s: float) -> dict[str, Any] | None:
@@ -848,6 +932,12 @@ class _Worker:
         out["dropout_elements_per_s"] = self.dropout()
         self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op, dropout "
                  f"{out['dropout_elements_per_s'] / 1e6:.0f} M elements/s ({time.perf_counter() - t0:.1f} s)")
+        t0 = self.begin("4-bit linears (bitsandbytes NF4, QLoRA's base) against bf16 ones")
+        out["quantized_linear"] = self.quantized_linears()
+        q = out["quantized_linear"]
+        self.say(f"      {q['overhead_s'] * 1e6:.0f} us per module and pass + its weight at "
+                 f"{q['elements_per_s'] / 1e6:.0f} M elements/s ({time.perf_counter() - t0:.1f} s)" if q else
+                 "      bitsandbytes not installed or no kernel here: priced as a memory pass")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
         block = self.reference_block(out["matmul"], out["attention"], out["elementwise"], out["op_overhead_s"])
         out["elementwise_product"] = out["elementwise"]
@@ -895,6 +985,29 @@ class _Worker:
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
                              if out["nvme"] else "skipped: no --nvme-path") + f" ({time.perf_counter() - t0:.1f} s)")
         return out
+
+
+def _adapted(torch: Any, linear: Any) -> Any:
+    """`linear` with a rank-8 LoRA adapter as `peft.get_peft_model` adds it, in bf16 as DeepSpeed's engine casts it
+    (`linear` itself where peft is not installed)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except Exception:  # noqa: BLE001 -- peft is optional: the bare layers then
+        return linear
+
+    class Holder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = linear
+
+        def forward(self, x: Any) -> Any:
+            return self.lin(x)
+
+    model = get_peft_model(Holder(), LoraConfig(r=8, lora_alpha=16, target_modules=["lin"]))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(device=p.device, dtype=torch.bfloat16)
+    return model
 
 
 def _die_with_parent() -> None:

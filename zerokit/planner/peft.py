@@ -52,10 +52,15 @@ class PeftPlan:
     """QLoRA: bytes of absmax, nested absmax and code tables in one whole copy."""
     adapter_linears: tuple[tuple[int, int, int], ...] = ()
     """(in, out, copies) of each adapted linear module (`LoraCount.linears`)."""
+    quantized_modules: int = 0
+    """QLoRA: how many modules become bitsandbytes 4-bit linears."""
 
     @property
-    def lora_work(self) -> tuple[int, float, tuple[tuple[int, int, int], ...]]:
-        """What the step-time model prices the adapters by (`zerokit.perf.model.step_time`'s `lora`)."""
+    def lora_work(self) -> tuple:
+        """What the step-time model prices the adapters by (`zerokit.perf.model.step_time`'s `lora`): QLoRA adds
+        the 4-bit weights and linears it dequantizes in every pass."""
+        if self.method == "qlora":
+            return self.rank, self.dropout, self.adapter_linears, self.quantized_parameters, self.quantized_modules
         return self.rank, self.dropout, self.adapter_linears
 
     def activation_setup(self, zero_stage: int, dtype_bytes: int) -> LoraSetup:
@@ -128,7 +133,7 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
     scale = n / max(1, low.quantized_parameters + low.unquantized // e) if model.source == "count" else 1.0
     return PeftPlan("qlora", rank, dropout, count.target_modules, count.trainable, n, round(low.total * scale),
                     round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale),
-                    count.linears)
+                    count.linears, low.quantized_modules)
 
 
 def _countable_config(model: ModelSpec) -> Mapping[str, Any]:

@@ -621,11 +621,12 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
         return None, None
     n, e = ctx.hardware.world_size, DTYPE_BYTES[ctx.precision]
     stage = ctx.chosen.candidate.setup.zero_stage
-    if peft.method == "qlora":
+    if peft.method == "qlora" and ctx.machine.sources.get("quantized_linear") != "probe":
         ctx.warnings.append(
-            "QLoRA step times are a floor: they price the adapters and the base's matmuls in "
-            f"{ctx.precision}, not bitsandbytes dequantizing each 4-bit weight before every forward and backward "
-            "product (not yet measured under DeepSpeed); expect QLoRA steps slower than LoRA's")
+            "QLoRA step times price bitsandbytes dequantizing each 4-bit weight in every forward, backward and "
+            "recomputation as a memory pass, which nothing measured on this machine (bitsandbytes' own kernels "
+            "and Python overhead may cost more); `zerokit probe` with bitsandbytes installed times its 4-bit "
+            "linears, and `--hardware` plans with them")
     frozen2, frozen3 = peft.frozen_bytes_at(2), -(-peft.frozen_bytes_at(3) // n)
     states = peft.trainable * (e + 4 + 8 + (4 if ctx.precision != "fp32" else 0))
     why = (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} and the ZeRO stage: the adapters' gradients, master "
