@@ -353,12 +353,12 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable, tokens,
                                                                                  precision, peak, zero_stage == 3)
         recompute += adapter_forward
+    dequant = 0.0
     if lora is not None and len(lora) > 3 and lora[3]:  # QLoRA: the 4-bit base, dequantized on every pass
         dequant = dequantization_s(perf, lora[3], lora[4])
         fwd += dequant
-        adapter_t += dequant
         recompute += dequant
-    bwd = bwd_in + bwd_w * share + adapter_t
+    bwd = bwd_in + bwd_w * share + adapter_t + dequant
     rec = recompute if gradient_checkpointing else 0.0
     micro_compute = fwd + bwd + rec
     flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + adapter_flops
