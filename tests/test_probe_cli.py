@@ -123,6 +123,29 @@ def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_th
     assert halve_to_fit(4, 1, lambda mb: 0.3 * mb / 4) == 4  # a CPU with AMX: 0.3 s, as it was
 
 
+@pytest.mark.parametrize("points, rate, overhead", [
+    ([[65536, 2.2e-4], [524288, 3.4e-4], [2097152, 7.8e-4]], 1 / 2.75e-10, 2.0e-4),  # a line: both figures
+    ([[65536, 3e-4], [524288, 2e-4], [2097152, 1e-4]], 100e12, 2e-4),  # noise, no positive slope: all per module
+    ([[65536, -1e-5], [524288, -2e-5], [2097152, -3e-5]], 100e12, 0.0),  # 4-bit no slower: nothing
+])
+def test_the_4bit_fit_always_gives_figures_a_profile_loads(tmp_path, points, rate, overhead):
+    """A quick probe's noisy points once gave no positive slope, and the probe wrote a rate the profile loader
+    refuses (1e15 > its 1e14 bound): `zerokit plan --hardware` then rejected the probe's own profile."""
+    from zerokit.perf import profile_to_json
+    from zerokit.perf.machine import machine_from_preset
+    from zerokit.perf.probe import fit_quantized
+
+    fit = fit_quantized(points)
+    assert fit["elements_per_s"] == pytest.approx(rate, rel=0.05)
+    assert fit["overhead_s"] == pytest.approx(overhead, rel=0.05, abs=1e-9)
+    perf = machine_from_preset("h100-80gb")
+    doc = profile_to_json(perf)
+    doc.update(dequant_elements_per_s=fit["elements_per_s"], quantized_linear_overhead_s=fit["overhead_s"])
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    loaded = load_profile(str(tmp_path / "p.json"))
+    assert loaded.dequant_elements_per_s == fit["elements_per_s"]
+
+
 REFERENCE = {"model_type": "llama", "hidden_size": 384, "intermediate_size": 1024, "num_hidden_layers": 6,
              "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 512, "tie_word_embeddings": False}
 

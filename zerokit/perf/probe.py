@@ -32,6 +32,8 @@ from zerokit.perf.machine import (
     DEFAULT_NVME_READ,
     DEFAULT_NVME_WRITE,
     DEFAULT_ZERO3_MODULE_OVERHEAD_S,
+    MAX_BANDWIDTH,
+    MIN_RATE,
     MachinePerf,
     unmeasured_intra_node,
 )
@@ -190,6 +192,22 @@ def linear_shapes(flops: ModelFlops, tokens: int) -> dict[tuple[int, int, int], 
         key = (max(1, round(tokens * m.token_share)), m.in_features, m.out_features)
         shapes[key] = shapes.get(key, 0.0) + m.copies
     return shapes
+
+
+def fit_quantized(points: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """The probe's 4-bit linear figures from [weight elements, extra seconds a pass] points: a least-squares line,
+    the intercept a cost per module and pass, the slope the seconds per element. Where noise leaves no positive slope
+    the whole cost is per module (the rate then the fastest a profile may hold). Both within what a profile loads."""
+    n = len(points)
+    mx = sum(e for e, _ in points) / n
+    my = sum(t for _, t in points) / n
+    slope = sum((e - mx) * (t - my) for e, t in points) / max(sum((e - mx) ** 2 for e, _ in points), 1.0)
+    if slope <= 0:
+        rate, overhead = MAX_BANDWIDTH, my
+    else:
+        rate, overhead = 1.0 / slope, my - slope * mx
+    return {"points": [list(p) for p in points], "elements_per_s": min(max(rate, MIN_RATE), MAX_BANDWIDTH),
+            "overhead_s": min(max(overhead, 0.0), 1.0)}
 
 
 def linear_correction(perf: MachinePerf, timed: Sequence[Sequence[float]], dtype: str = "bf16") -> float:
@@ -474,13 +492,7 @@ class _Worker:
                 points.append([float(n_in * n_out), self.mean(extra / 2.0)])  # two passes: forward, input gradient
         except Exception:  # noqa: BLE001 -- bitsandbytes without a kernel for this device: the default stands
             return None
-        n = len(points)
-        mx = sum(e for e, _ in points) / n
-        my = sum(t for _, t in points) / n
-        slope = sum((e - mx) * (t - my) for e, t in points) / max(sum((e - mx) ** 2 for e, _ in points), 1.0)
-        if slope <= 0:  # noise swamped the per-element cost: all of it per module
-            return {"points": points, "elements_per_s": 1e15, "overhead_s": max(my, 0.0)}
-        return {"points": points, "elements_per_s": 1.0 / slope, "overhead_s": max(my - slope * mx, 0.0)}
+        return fit_quantized(points)
 
     def _quantized_extra(self, bnb: Any, rows: int, n_in: int, n_out: int) -> float:
         """Seconds a frozen 4-bit linear's forward and backward take beyond a frozen bf16 linear's, each adapted by a
