@@ -217,6 +217,15 @@ def test_a_qlora_plan_without_a_measured_4bit_rate_says_so(capsys):
     assert any(w.startswith("QLoRA step times price bitsandbytes dequantizing") for w in qlora["warnings"])
     lora = plan_json(capsys, *args, "--peft", "lora")
     assert not any("QLoRA step times" in w for w in lora["warnings"])
+    # a probe that timed bitsandbytes' 4-bit linears (the QLoRA measurement's): measured, nothing to warn about,
+    # and a QLoRA step costs more than the same LoRA one
+    profile = os.path.join(ROOT, "tests", "data", "step_time", "2026-11-26-qlora", "profile.json")
+    probed = ("--model", TINY, "--hardware", profile, "--gpu-memory", "16GB", "--seq-len", "128", "--micro-batch", "4",
+              "--zero-stage", "2")
+    measured = plan_json(capsys, *probed, "--peft", "qlora")
+    assert not any("QLoRA step times" in w for w in measured["warnings"])
+    assert measured["performance"]["step_time_s"] > plan_json(capsys, *probed, "--peft", "lora")["performance"][
+        "step_time_s"]
 
 
 def test_installed_peft_refuses_dropout_on_moe_experts_too():
