@@ -736,6 +736,9 @@ def test_zk411_scheduler_step_sizes_deepspeed_refuses(ds, sched, key, bad, error
     fixed = with_(ADAGRAD, {"scheduler": {"type": sched, "params": {**base, key: int(f.suggestion)}}})
     assert codes(fixed) == set()
     initialize(ds, fixed)
+    # "auto" is ZK501's to judge (nothing fills these): one finding, not two
+    auto = with_(ADAGRAD, {"scheduler": {"type": sched, "params": {**base, key: "auto"}}})
+    assert codes(auto) == {"ZK501"}
 
 
 def test_zk408_unknown_warmup_type_warms_up_logarithmically(ds):

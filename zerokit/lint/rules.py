@@ -327,14 +327,18 @@ def offload_param_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "it and keeps parameters on the GPU; set zero_optimization.stage to 3 or remove offload_param", "3")
 
 
+def _autotp_size(cfg: dict) -> int:
+    """tensor_parallel.autotp_size as a whole number (0 when absent or not one): AutoTP shards weights above 1."""
+    return _int(_section(cfg, "tensor_parallel").get("autotp_size")) or 0
+
+
 def stage3_keys_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedZeroConfig parses the stage-3 knobs at any stage; only DeepSpeedZeroOptimizer_Stage3 reads them."""
     stage = _stage(doc.data)
     if stage is None or stage == 3:
         return
     zero = _zero(doc.data)
-    tp = _section(doc.data, "tensor_parallel")
-    autotp = (_int(tp.get("autotp_size")) or 0) > 1
+    autotp = _autotp_size(doc.data) > 1
     for name in STAGE3_KEYS:
         if autotp and name == "gather_16bit_weights_on_model_save":
             continue  # AutoTP reads it at any stage (Accelerator.get_state_dict: zero3 or autotp_size > 1)
@@ -490,8 +494,8 @@ def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
     ValueError without the flag, and the Trainer's save_model falls back to the sharded checkpoint."""
     zero = _zero(doc.data)
     stage = _stage(doc.data)
-    tp = _int(_section(doc.data, "tensor_parallel").get("autotp_size"))
-    autotp = tp is not None and tp > 1 and stage != 3 and ctx.target in ("trainer", "accelerate")
+    tp = _autotp_size(doc.data)
+    autotp = tp > 1 and stage != 3 and ctx.target in ("trainer", "accelerate")
     if stage != 3 and not autotp:
         return
     if doc.syntax != "yaml" and any(zero.get(k) is False for k in GATHER_KEYS):
@@ -617,6 +621,16 @@ def _warmup_params(doc: Document, key: str) -> tuple[str, dict] | None:
     return sched["type"], params
 
 
+def _positive_int_fix(value: Any, fallback: str) -> str | None:
+    """None where a scheduler's step count is fine (a JSON integer above 0, or "auto", which ZK501 judges), else
+    the value to write: the whole number a float like 100.0 names, or `fallback`. The schedulers test
+    isinstance(value, int), so 100.0 raises too."""
+    if value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return None
+    whole = _int(value)
+    return str(whole) if whole is not None and whole > 0 else fallback
+
+
 def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
     """WarmupLR and WarmupCosineLR raise ValueError unless warmup_num_steps is a positive int (a JSON 100.0 too)."""
     found = _warmup_params(doc, "warmup_num_steps")
@@ -624,12 +638,10 @@ def scheduler_warmup(doc: Document, ctx: Context) -> Iterator[Hit]:
         return
     name, params = found
     steps = params["warmup_num_steps"]
-    if steps == AUTO or (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0):
-        return
-    whole = _int(steps)
-    fix = str(whole) if whole is not None and whole > 0 else "1"
-    yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps must be a positive integer, got "
-              f"{json.dumps(steps)}: {name} raises ValueError at initialize; write {fix}", fix)
+    fix = _positive_int_fix(steps, "1")
+    if fix is not None:
+        yield Hit(("scheduler", "params", "warmup_num_steps"), f"warmup_num_steps must be a positive integer, got "
+                  f"{json.dumps(steps)}: {name} raises ValueError at initialize; write {fix}", fix)
 
 
 def scheduler_step_size(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -642,9 +654,8 @@ def scheduler_step_size(doc: Document, ctx: Context) -> Iterator[Hit]:
     name = sched.get("type")
     if name == "LRRangeTest" and "lr_range_test_step_size" in params:
         steps = params["lr_range_test_step_size"]
-        if not (isinstance(steps, int) and not isinstance(steps, bool) and steps > 0):
-            whole = _int(steps)
-            fix = str(whole) if whole is not None and whole > 0 else "2000"
+        fix = _positive_int_fix(steps, "2000")
+        if fix is not None:
             yield Hit(("scheduler", "params", "lr_range_test_step_size"), "lr_range_test_step_size must be a positive "
                       f"integer, got {json.dumps(steps)}: LRRangeTest raises ValueError at initialize; write {fix}", fix)
     elif name == "OneCycle":
