@@ -104,8 +104,6 @@ def quantized_base(case: dict, config, torch, rank: int, gpu: bool):
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    keywords = {k: (getattr(torch, v) if k.endswith("_dtype") or (k == "bnb_4bit_quant_storage" and v != "uint8")
-                    else v) for k, v in case["quantization_config"].items()}
     where = [tempfile.mkdtemp(prefix="zerokit-qlora-") if rank == 0 else None]
     if rank == 0:
         AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa")).save_pretrained(
@@ -113,7 +111,7 @@ def quantized_base(case: dict, config, torch, rank: int, gpu: bool):
     dist.broadcast_object_list(where, src=0)
     try:
         return AutoModelForCausalLM.from_pretrained(
-            where[0], dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(**keywords),
+            where[0], dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(**case["quantization_config"]),
             attn_implementation=case.get("attention", "sdpa"),
             device_map={"": torch.cuda.current_device()} if gpu else "cpu")
     finally:

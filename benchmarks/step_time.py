@@ -84,11 +84,12 @@ def lora_config(case: dict) -> dict | None:
 
 
 def quantization_config(case: dict) -> dict | None:
-    """The `transformers.BitsAndBytesConfig` keywords a `--peft qlora` plan writes below ZeRO-3 (dtypes by name)."""
+    """The `transformers.BitsAndBytesConfig` keywords a `--peft qlora` plan writes for the case (dtypes by name)."""
     if not case.get("quantized"):
         return None
-    return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-            "bnb_4bit_compute_dtype": "bfloat16", "bnb_4bit_quant_storage": "uint8"}
+    from zerokit.planner.peft import qlora_quantization_config
+
+    return qlora_quantization_config("bf16", case["stage"])
 
 
 def lora_work(case: dict) -> tuple[int | None, tuple | None]:

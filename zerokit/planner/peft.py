@@ -93,11 +93,16 @@ class PeftPlan:
 
         Under ZeRO-3 the 4-bit weights must be stored in the compute dtype (`bnb_4bit_quant_storage`): DeepSpeed
         partitions and gathers parameters as floating-point tensors of one dtype, which uint8 storage breaks."""
-        if self.method != "qlora":
-            return None
-        dtype = TORCH_DTYPES[precision]
-        return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-                "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": dtype if zero_stage == 3 else "uint8"}
+        return qlora_quantization_config(precision, zero_stage) if self.method == "qlora" else None
+
+
+def qlora_quantization_config(precision: str, zero_stage: int) -> dict[str, Any]:
+    """The `transformers.BitsAndBytesConfig` keywords of a QLoRA plan (`PeftPlan.quantization_config`), dtypes by
+    name as transformers takes them: NF4 with double quantization, computing in `precision`, stored in uint8 below
+    ZeRO-3 and in the compute dtype at ZeRO-3."""
+    dtype = TORCH_DTYPES[precision]
+    return {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+            "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": dtype if zero_stage == 3 else "uint8"}
 
 
 def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float | None, precision: str
