@@ -3,8 +3,9 @@
 Read off the installed sources (transformers 5.x `HfTrainerDeepSpeedConfig.trainer_config_process` /
 `trainer_config_finalize`, accelerate 1.x `DeepSpeedPlugin.__post_init__`, `set_mixed_precision` and
 `Accelerator._prepare_deepspeed`). The Trainer hands its config to Accelerate's DeepSpeedPlugin too, which fills
-the ZeRO stage, offload devices and 16-bit gather flag from its own defaults (`ACCELERATE_PLUGIN_DEFAULTS`). An `"auto"` anywhere else is never filled: DeepSpeed then fails at
-`initialize` or, worse, reads the string as a default.
+the ZeRO stage, offload devices and 16-bit gather flag from its own defaults (`ACCELERATE_PLUGIN_DEFAULTS`). An
+`"auto"` anywhere else is never filled: DeepSpeed then fails at `initialize` or, worse, reads the string as a
+default.
 """
 
 from __future__ import annotations

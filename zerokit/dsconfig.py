@@ -10,8 +10,9 @@ Deliberate differences from the fill tables:
   (reduce = h^2, prefetch = int(0.9 h^2), persistence = 10 h) and the model's shape is known (not a bare count).
 - For Accelerate and the Trainer (which hands its config to Accelerate's DeepSpeedPlugin), the ZeRO stage, offload
   devices, NVMe paths and `stage3_gather_16bit_weights_on_model_save` stay explicit: the plugin fills them from its
-  own defaults (stage 2, no offload, no gathering), which would silently undo the plan. `scheduler.params.total_num_steps` stays explicit too: Accelerate fills it
-  only when the DummyScheduler was given one.
+  own defaults (stage 2, no offload, no gathering), which would silently undo the plan.
+  `scheduler.params.total_num_steps` stays explicit for Accelerate too: it fills it only when the DummyScheduler was
+  given one.
 """
 
 from __future__ import annotations

@@ -657,7 +657,8 @@ def scheduler_step_size(doc: Document, ctx: Context) -> Iterator[Hit]:
         fix = _positive_int_fix(steps, "2000")
         if fix is not None:
             yield Hit(("scheduler", "params", "lr_range_test_step_size"), "lr_range_test_step_size must be a positive "
-                      f"integer, got {json.dumps(steps)}: LRRangeTest raises ValueError at initialize; write {fix}", fix)
+                      f"integer, got {json.dumps(steps)}: LRRangeTest raises ValueError at initialize; write {fix}",
+                      fix)
     elif name == "OneCycle":
         for key, positive in (("cycle_first_step_size", True), ("cycle_second_step_size", False)):
             value = params.get(key)

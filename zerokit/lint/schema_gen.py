@@ -145,7 +145,8 @@ DICT_SECTIONS: dict[str, dict] = {
     "data_types": section("Dtypes of gradient accumulation, parameters and buffers.", {
         "grad_accum_dtype": leaf([S, "null"], None, "Dtype gradients accumulate in.", enum=TORCH_DTYPES + [None]),
         "param_dtype": leaf([S, "null"], None, "Dtype of the model parameters.", enum=TORCH_DTYPES + [None]),
-        "buffer_dtype": leaf([S, "null"], None, "Dtype of module buffers (null keeps them).", enum=TORCH_DTYPES + [None]),
+        "buffer_dtype": leaf([S, "null"], None, "Dtype of module buffers (null keeps them).",
+                             enum=TORCH_DTYPES + [None]),
         "keep_in_fp32_modules": {"description": "'auto' or a list of module-name patterns whose buffers stay fp32.",
                                  "type": ["string", "array"], "items": {"type": "string"}, "default": "auto"},
     }),

@@ -147,10 +147,10 @@ class MachinePerf:
     quantized_linear_overhead_s: float = 0.0
     """QLoRA: what a bitsandbytes 4-bit linear (NF4, double quantization) costs one rank beyond the 16-bit linear it
     replaces, in each pass over it (forward, input gradient, recomputation): `quantized_linear_overhead_s` per
-    module and pass, plus its weight's elements at `dequant_elements_per_s`; the probe fits both to 4-bit against
-    bf16 linears of several shapes (on the Intel Xeon here about 0.2 ms and 1 G elements/s: bitsandbytes runs a
-    Python autograd function and dequantizes the whole weight on every call). 0 = not measured
-    (`zerokit.perf.model.dequantization_s`)."""
+    module and pass, plus its weight's elements at `dequant_elements_per_s`; the probe fits both to PEFT-adapted 4-bit
+    against bf16 linears of three shapes, timed back to back (on the Intel Xeon here about 0.2 ms and 3.6 G
+    elements/s: bitsandbytes runs a Python autograd function and dequantizes the whole weight on every call, PEFT's
+    4-bit layer clones its output). 0 = not measured (`zerokit.perf.model.dequantization_s`)."""
     bucket_flush_s: float = 100e-6
     """Time one gradient-bucket flush of ZeRO-1/2/3 adds beyond its collective (copying gradients into the
     `reduce_bucket_size` bucket, the stream waits, copying the reduced bucket into the partition): a plan's
