@@ -345,19 +345,29 @@ class _Worker:
     def seconds(self, fn: Callable[[], Any], min_reps: int = 3) -> float:
         """Seconds per call: one warm-up, then calls timed one by one until the time budget is spent (all ranks at
         once); the median call, so a moment of outside load does not decide the figure."""
+        return self._median_over_budget((fn,), lambda t: t[0], min_reps)
+
+    def _median_over_budget(self, fns: Sequence[Callable[[], Any]], sample: Callable[[list[float]], float],
+                            minimum: int) -> float:
+        """After one warm-up call of each (all ranks at once), `fns` timed in turn, round after round, until the time
+        budget is spent and at least `minimum` rounds ran; the median of `sample` of each round's seconds."""
         self.dist.barrier()
-        fn()
-        self.sync()
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < min_reps or (spent < self.budget and len(times) < 10000):
-            start = time.perf_counter()
+        for fn in fns:
             fn()
-            self.sync()
-            times.append(time.perf_counter() - start)
-            spent += times[-1]
-        times.sort()
-        return times[len(times) // 2]
+        self.sync()
+        samples: list[float] = []
+        spent = 0.0
+        while len(samples) < minimum or (spent < self.budget and len(samples) < 10000):
+            times = []
+            for fn in fns:
+                start = time.perf_counter()
+                fn()
+                self.sync()
+                times.append(time.perf_counter() - start)
+            samples.append(sample(times))
+            spent += sum(times)
+        samples.sort()
+        return samples[len(samples) // 2]
 
     def ffn(self, hidden: int) -> int:
         """A reference llama's MLP width: 8/3 of the hidden size, on a GPU rounded up to a multiple of 256 as Llama's
@@ -527,24 +537,7 @@ class _Worker:
         """Median seconds `slow` takes beyond `fast`, the two timed back to back in pairs until the time budget is
         spent: a difference of a fraction of a millisecond between two timings of a few milliseconds, which two
         separate medians lose when the machine's speed shifts between them (it did here, by 2x, between rounds)."""
-        self.dist.barrier()
-        slow()
-        fast()
-        self.sync()
-        differences: list[float] = []
-        spent = 0.0
-        while len(differences) < min_pairs or (spent < self.budget and len(differences) < 10000):
-            start = time.perf_counter()
-            slow()
-            self.sync()
-            middle = time.perf_counter()
-            fast()
-            self.sync()
-            end = time.perf_counter()
-            differences.append((middle - start) - (end - middle))
-            spent += end - start
-        differences.sort()
-        return differences[len(differences) // 2]
+        return self._median_over_budget((slow, fast), lambda t: t[0] - t[1], min_pairs)
 
     def reference_block(self, matmul: dict[str, list[list[float]]], attention: dict[str, list[list[float]]],
                         product: list[list[float]], launch_s: float) -> dict[str, Any] | None:
