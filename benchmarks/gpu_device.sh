@@ -6,10 +6,15 @@
 #                                                # Python 3.12, all into .whl/ (git-ignored)
 #   bash benchmarks/gpu_device.sh run [ARGS]     # there (carry .whl): install them into /tmp/site, build cpu_adam and
 #                                                # fused_adam, then `gpu_runs.py --measure --out $OUT/gpu ARGS`
+#   bash benchmarks/gpu_device.sh depths [LAYERS]  # there, after `run --cases zero2,zero3 --layers 8`: ZeRO-2 and
+#                                                # ZeRO-3 again at each depth (default "16 4") with run's profile,
+#                                                # packed into $OUT/depths.tgz (the device tool brings back 8 files)
 #
 # 2026-11-26 on an H200: prepare ~1 min here; run: the ops in 46-54 s, the probe 73-83 s, each case 25-60 s
 # (nine cases in 7 min 12 s, the three offload cases alone in 5 min). The data come back under $OUT/gpu: copy them
-# to tests/data/gpu/<date>-<gpu> and read them with `python benchmarks/gpu_runs.py --out DIR`.
+# to tests/data/gpu/<date>-<gpu> and read them with `python benchmarks/gpu_runs.py --out DIR`. The depth runs of
+# tests/data/gpu/2026-11-26-h200-depths: `run --cases zero2,zero3 --layers 8` in 6 min 7 s (the ops and probe
+# included), then the 16- and 4-layer runs in 3 min (about 40 s a case).
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 case "$1" in
@@ -43,6 +48,20 @@ run)
   done
   wait
   python3 benchmarks/gpu_runs.py --measure --out "$OUT"/gpu "$@" 2>&1 | tee "$OUT"/log.txt ;;
+depths)
+  [ -n "$OUT" ] || { echo "gpu_device.sh depths: \$OUT is not set (run it through the device tool)"; exit 2; }
+  [ -f "$OUT"/gpu/profile.json ] || [ -f /tmp/zerokit-depths/profile.json ] \
+    || { echo "gpu_device.sh depths: no probe profile: run \`gpu_device.sh run --cases zero2,zero3 --layers 8\` first"; exit 2; }
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1
+  mkdir -p /tmp/zerokit-depths
+  [ -f "$OUT"/gpu/profile.json ] && cp "$OUT"/gpu/profile.json /tmp/zerokit-depths/
+  for layers in ${2:-16 4}; do
+    mkdir -p /tmp/zerokit-depths/layers"$layers"
+    cp /tmp/zerokit-depths/profile.json /tmp/zerokit-depths/layers"$layers"/
+    python3 benchmarks/gpu_runs.py --measure --reuse-profile --out /tmp/zerokit-depths/layers"$layers" \
+      --cases zero2,zero3 --layers "$layers" 2>&1 | tee /tmp/zerokit-depths/layers"$layers"/log.txt
+  done
+  tar czf "$OUT"/depths.tgz -C /tmp/zerokit-depths . ;;
 *)
-  echo "usage: bash benchmarks/gpu_device.sh prepare | run [gpu_runs.py arguments]"; exit 2 ;;
+  echo "usage: bash benchmarks/gpu_device.sh prepare | run [gpu_runs.py arguments] | depths [LAYERS]"; exit 2 ;;
 esac
