@@ -118,6 +118,37 @@ def _repair_uninitialised(model, deepspeed, torch, rank: int) -> None:
                         p.normal_(0.0, 0.02)
 
 
+def quantized_base(case: dict, config, ds_config: dict, torch, rank: int):
+    """QLoRA's base as a training script loads it: the (random, seeded) bf16 checkpoint saved by rank 0, then
+    `from_pretrained(..., quantization_config=BitsAndBytesConfig(**the plan's keywords))` on every rank: each
+    linear but lm_head a bitsandbytes NF4 `Linear4bit`. At ZeRO-3 it loads as under the HF Trainer, with
+    `HfDeepSpeedConfig` alive: transformers skips zero.Init for a quantized model (`get_init_context`), so each
+    rank loads it whole and `deepspeed.initialize` partitions it, the 4-bit weights stored in the compute dtype as
+    the plan's `bnb_4bit_quant_storage` says."""
+    import shutil
+    import tempfile
+
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers.integrations import HfDeepSpeedConfig
+
+    where = [tempfile.mkdtemp(prefix="zerokit-qlora-") if rank == 0 else None]
+    if rank == 0:
+        AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa")).save_pretrained(
+            where[0])
+    dist.broadcast_object_list(where, src=0)
+    zero3 = (ds_config.get("zero_optimization") or {}).get("stage", 0) == 3
+    keep = HfDeepSpeedConfig(ds_config) if zero3 else None  # noqa: F841 (transformers holds a weak reference)
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            where[0], dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(**case["quantization_config"]),
+            attn_implementation=case.get("attention", "sdpa"), **({} if zero3 else {"device_map": "cpu"}))
+    finally:
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(where[0], ignore_errors=True)
+
+
 def main() -> int:
     args = parse_args()
     case = json.loads(Path(args.case).read_text())
@@ -144,9 +175,12 @@ def main() -> int:
     stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
 
     with record_function("phase:load"):
-        with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=stage == 3):
-            model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
-        if stage == 3:
+        if case.get("quantization_config"):
+            model = quantized_base(case, config, ds_config, torch, rank)
+        else:
+            with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=stage == 3):
+                model = AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa"))
+        if stage == 3 and not case.get("quantization_config"):  # a loaded checkpoint has every weight set
             _repair_uninitialised(model, deepspeed, torch, rank)
         if case.get("lora_config"):
             # as with the HF Trainer: the base is loaded (under zero.Init for ZeRO-3), then wrapped outside it; the
@@ -159,6 +193,7 @@ def main() -> int:
             if case.get("lora_config"):
                 model.enable_input_require_grads()  # what the HF Trainer does for PEFT models with checkpointing
         model.config.use_cache = False
+        model.train()  # as the HF Trainer does: from_pretrained (QLoRA's base) hands the model over in eval mode
         # only what trains reaches the optimizer (the Trainer's optimizer groups skip frozen parameters)
         trainable = [p for p in model.parameters() if p.requires_grad]
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable, config=ds_config)

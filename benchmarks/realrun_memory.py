@@ -85,6 +85,10 @@ CASES = [
     _case("llama-lora-z2", "llama", 2, peft="lora"),
     _case("llama-lora-z3", "llama", 3, peft="lora"),
     _case("llama-lora-z2-ckpt", "llama", 2, ckpt=True, peft="lora"),
+    # QLoRA: the same adapters on a bitsandbytes NF4 base (`--peft qlora`, the plan's BitsAndBytesConfig)
+    _case("llama-qlora-z2", "llama", 2, peft="qlora"),
+    _case("llama-qlora-z2-ckpt", "llama", 2, ckpt=True, peft="qlora"),
+    _case("llama-qlora-z3", "llama", 3, peft="qlora"),
 ]
 BY_NAME = {c["name"]: c for c in CASES}
 
@@ -167,7 +171,9 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
     spec = {"ds_config": ds_config, "model_config": model_config(case), "seq_len": case["seq_len"],
             "steps": case["steps"], "attention": case["attention"],
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
-            "lora_config": result.peft.lora_config() if result.peft is not None else None}
+            "lora_config": result.peft.lora_config() if result.peft is not None else None,
+            "quantization_config": (result.peft.quantization_config(result.decision.precision, result.decision.zero_stage)
+                                    if result.peft is not None else None)}
     (workdir / "case.json").write_text(json.dumps(spec))
     port = free_port()
     cmd = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", str(WORLD), "--master_port", str(port),

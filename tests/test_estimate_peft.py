@@ -66,3 +66,67 @@ def test_adapters_train_in_the_dtype_deepspeed_leaves_them(stage, adapter_bytes)
     (traced: llama-lora-z2 and llama-lora-z3 in tests/data/realrun/memory.json)."""
     result, _ = _plan_and_estimate(2, "lora")
     assert result.peft.activation_setup(stage, 2).adapter_bytes == adapter_bytes
+
+
+def test_qloras_adapters_are_cast_at_zero3_too():
+    """QLoRA's base never loads under zero.Init (transformers' get_init_context skips it for a quantized model), so
+    the engine casts its adapters to bf16 at every stage (traced: llama-qlora-z3's activations are ZeRO-2's)."""
+    result, _ = _plan_and_estimate(3, "qlora")
+    assert [result.peft.activation_setup(stage, 2).adapter_bytes for stage in (0, 1, 2, 3)] == [2, 2, 2, 2]
+
+
+# The miniature llama's modules, by hand (tests/data/realrun/models/llama.json: hidden 256, 4 heads of 64, 2 k/v
+# heads, MLP 688, vocab 4096, untied): embedding and lm_head 4096 x 256; per layer q and o 256 x 256, k and v
+# 256 x 128, gate/up/down 256 x 688, two 256-wide norms.
+EMBED = 4096 * 256
+QKV = 256 * 256 + 2 * 256 * 128
+LINEARS = 4 * (QKV + 256 * 256 + 3 * 256 * 688)
+
+
+def test_the_zero3_trace_counts_4bit_weights_by_their_stored_elements():
+    """At ZeRO-3 the plan stores 4-bit weights in bf16 (`bnb_4bit_quant_storage`): four weights an element, which
+    DeepSpeed partitions, gathers and compares with its thresholds. Everything else is one element a parameter."""
+    from zerokit.memory.estimate import module_trace, quantized_module_trace
+
+    spec = spec_from_config(LLAMA, "llama", source="config")
+    modules, persistent, front = module_trace(spec, 2560)
+    q_modules, q_persistent, q_front, total, largest = quantized_module_trace(spec, 2560)
+    assert persistent == q_persistent == 9 * 256  # the norms, below the threshold (10 x hidden) either way
+    assert sum(modules) == 2 * EMBED + LINEARS
+    assert sum(q_modules) == 2 * EMBED + LINEARS // 4 and total == sum(q_modules) + q_persistent
+    assert largest == EMBED
+    # front: the embedding and layer 0's q, k, v projections (backward never reaches them on a frozen base)
+    assert front == EMBED + QKV and q_front == EMBED + QKV // 4
+
+
+def _zero3_forward(peft: str, checkpointing: bool):
+    result, _ = _plan_and_estimate(3, peft)
+    hardware = replace(resolve_hardware(gpu_memory="16GB", gpus_per_node=2), accelerator="cpu")
+    spec = spec_from_config(LLAMA, "llama", source="config")
+    training = replace(result.training, gradient_checkpointing=checkpointing)
+    d = result.decision
+    setup = Setup(3, "none", "none", d.micro_batch_size, checkpointing, 1)
+    buffers = BufferSettings(d.overlap_comm, d.reduce_bucket_size, d.allgather_bucket_size, d.prefetch_bucket_size,
+                             d.param_persistence_threshold, d.max_live_parameters, False)
+    return estimate(spec, hardware, training, setup, buffers=buffers).phases["forward"]
+
+
+@pytest.mark.parametrize("peft", ["lora", "qlora"])
+def test_zero3_releases_what_a_frozen_bases_backward_never_reaches(peft):
+    """Without checkpointing the embedding and layer 0's q, k, v are released after forward (a traced run: their
+    ZeroParamStatus NOT_AVAILABLE at the end of forward, the other 25 weights AVAILABLE); with checkpointing PEFT's
+    enable_input_require_grads puts them in backward again. The adapters on q, k, v train: they stay."""
+    without, with_ckpt = _zero3_forward(peft, False), _zero3_forward(peft, True)
+    stored = QKV if peft == "lora" else QKV // 4
+    assert with_ckpt.parameters - without.parameters == 2 * (EMBED + stored)
+
+
+def test_qlora_constants_stay_whole_on_every_rank_at_zero3():
+    """The absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 partitions the packed
+    weights and the 16-bit rest, not them."""
+    result, _ = _plan_and_estimate(3, "qlora")
+    _, est = _plan_and_estimate(3, "qlora")
+    p = result.peft
+    step = est.phases["optimizer_step"]  # nothing gathered then: the partition, persistent norms and the constants
+    whole = 2 * p.trainable + p.frozen_bytes_at(3) - p.quantization_constants
+    assert step.parameters == -(-whole // 2) + p.quantization_constants + 2 * 9 * 256

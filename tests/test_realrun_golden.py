@@ -43,6 +43,10 @@ def test_the_golden_file_covers_every_case_of_the_harness():
     assert {c["precision"] for c in harness.CASES} >= {"bf16", "fp32"}
     assert {c["gradient_accumulation"] for c in harness.CASES} >= {1, 4}
     assert {c["gradient_checkpointing"] for c in harness.CASES} == {False, True}
+    # LoRA and QLoRA (bitsandbytes NF4 base), at ZeRO-2 and ZeRO-3, with and without checkpointing
+    peft = {(c.get("peft"), c["zero_stage"], c["gradient_checkpointing"]) for c in harness.CASES}
+    assert {("lora", 2, False), ("lora", 3, False), ("lora", 2, True), ("qlora", 2, False), ("qlora", 3, False),
+            ("qlora", 2, True)} <= peft
 
 
 @pytest.mark.parametrize("name", CASES)

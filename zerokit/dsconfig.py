@@ -186,6 +186,10 @@ def _zero(plan: Plan) -> dict[str, Any]:
     zero.update(zero_buffer_keys(d, d.zero_stage))
     if d.zero_stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
+        if plan.peft is not None:
+            # DeepSpeed's default replaces F.linear with LinearFunctionForZeroStage3, which saves every linear's
+            # input for backward, a frozen base's too: plain F.linear keeps none of those (zerokit.planner.rules)
+            zero["memory_efficient_linear"] = False
     return zero
 
 

@@ -289,7 +289,7 @@ def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
-                gloo: bool, adapter_bytes: int | None) -> StepCosts:
+                gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -333,9 +333,9 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     # partitions are in the training dtype (a traced run shows the bf16 partition and its fp32 copy at the step);
     # the adapters are gathered with the base modules they belong to, a share `kept / parameters` of them at once
     ab = adapter_bytes if adapter_bytes is not None and trainable is not None else e
-    whole = ab * t + frozen_bytes
+    whole = ab * t + frozen_bytes - replicated
     adapters_gathered = 0
-    partition16 = _div(whole, n) if params_on_gpu else 0
+    partition16 = _div(whole, n) + replicated if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
     if not modules:
@@ -348,10 +348,14 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         kept = min(parameters, buffers.max_live_parameters)
     else:
         kept = _kept(modules, buffers.max_live_parameters)
-    kept = max(kept - persistent, largest_layer, 0)
+    # the first `front` parameters of the trace are released after forward: only a window reaching back into them
+    # keeps less; their adapters train, so backward reaches them and they stay
+    released = max(0, min(front, kept - (sum(modules) - front))) if front else 0
+    window = max(kept - persistent, largest_layer, 0)
+    kept = max(kept - released - persistent, largest_layer, 0)
     step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
-        adapters_gathered = ab * t * min(kept, parameters) // max(parameters, 1)
+        adapters_gathered = ab * t * min(window, parameters) // max(parameters, 1)
     gathered, persistent_bytes = e * min(kept, parameters) + adapters_gathered, e * persistent
     if n == 1 and params_on_gpu:
         # one rank gathers nothing: DeepSpeed's _no_gather_coalesced points each parameter at its partition, which
@@ -384,7 +388,7 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
     peft = plan_peft(model, training.peft, training.lora_rank, training.lora_targets, training.lora_dropout,
                      precision)
     peft_costs = {} if peft is None else peft.costs_at(setup.zero_stage, DTYPE_BYTES[precision])
-    costs = costs_for(model, hardware, setup, precision, buffers, overhead, **peft_costs)
+    costs = costs_for(model, hardware, setup, precision, buffers, overhead, **peft_costs)  # front: setup's ckpt
     if activations is None:
         act = estimate_activations(model.config, training.seq_len, setup.micro_batch_size,
                                    attention=training.attention, dtype=precision,
@@ -404,30 +408,50 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
 
 def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
               overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0,
-              adapter_bytes: int | None = None) -> StepCosts:
+              adapter_bytes: int | None = None, replicated_bytes: int = 0) -> StepCosts:
     """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting).
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
     mixed-precision states on a frozen base of `frozen_bytes` (None, 0: every parameter trains)."""
     return costs_of(model, hardware.world_size, hardware.accelerator, setup.zero_stage, setup.offload_optimizer,
                     setup.offload_param, setup.gradient_accumulation_steps, precision, buffers, overhead,
-                    trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes)
+                    trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes,
+                    replicated_bytes=replicated_bytes, front_released=not setup.gradient_checkpointing)
 
 
 def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
              offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
-             trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None) -> StepCosts:
+             trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None,
+             replicated_bytes: int = 0, front_released: bool = False) -> StepCosts:
     """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
     given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
-    when nothing fits), without a Setup or a Hardware to build."""
-    modules, persistent = module_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 else ((), 0)
-    return _step_costs(model.parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer,
-                       offload_param, precision, accumulation, buffers, overhead, modules, persistent,
-                       model.largest_layer_parameters, accelerator == "cpu", adapter_bytes)
+    when nothing fits), without a Setup or a Hardware to build.
+
+    `front_released` (LoRA/QLoRA without gradient checkpointing): backward never reaches the modules before the
+    first layer nor the first layer's projections of its input (their outputs need no gradient: the base is
+    frozen and nothing before them trains), so ZeRO-3's trace releases them after forward instead of keeping them
+    for reuse (`__params_to_release`); a traced run shows the embedding and layer 0's q, k, v released.
+
+    `replicated_bytes` (QLoRA): the frozen base's quantization constants, part of `frozen_bytes` and not parameters,
+    so whole on every rank at ZeRO-3; with them the ZeRO-3 trace counts each 4-bit weight by the elements it is
+    stored in (`bnb_4bit_quant_storage` = the compute dtype: four weights an element), as DeepSpeed partitions,
+    gathers and compares it with its thresholds."""
+    parameters, largest, front = model.parameters, model.largest_layer_parameters, 0
+    if zero_stage != 3:
+        modules, persistent = (), 0
+    elif replicated_bytes:
+        modules, persistent, front, parameters, largest = quantized_module_trace(
+            model, buffers.param_persistence_threshold)
+    else:
+        modules, persistent, front = module_trace(model, buffers.param_persistence_threshold)
+    return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
+                       precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
+                       adapter_bytes, replicated_bytes, front if front_released and trainable is not None else 0)
 
 
-def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int]:
-    """(parameters per module in forward order, parameters below the persistence threshold) for ZeRO-3.
+def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int]:
+    """(parameters per module in forward order, parameters below the persistence threshold, parameters of the
+    modules a frozen base's backward never reaches: `costs_of`'s front_released) for ZeRO-3.
 
     Remembered per config object (every ZeRO-3 candidate of every plan of a model asks); `_module_trace` keys on
     the content."""
@@ -438,6 +462,36 @@ def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...
         trace = _TRACES.put(key, config, _module_trace(_config_key(config), model.parameters, model.num_layers,
                                                        persistence_threshold))
     return trace
+
+
+def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:
+    """`module_trace` of a QLoRA base at ZeRO-3, in stored elements: each bitsandbytes 4-bit weight of n parameters
+    is (n + 1) // 4 elements of the compute dtype (`bnb_4bit_quant_storage`, as the plan sets it at ZeRO-3), its bias
+    and every other parameter one element each. Returns (modules, persistent, front, total elements, largest
+    module)."""
+    return _quantized_trace(_config_key(model.config), model.num_layers, persistence_threshold)
+
+
+@functools.lru_cache(maxsize=256)
+def _quantized_trace(config_key: Any, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:
+    from zerokit.models.params import model_parts
+    from zerokit.models.quant import quantized_parts
+
+    config = dict(config_key)
+    parts = model_parts(config)
+    quantized = {p.name for p in quantized_parts(parts, str(config.get("model_type")))}
+
+    def stored(p) -> int:
+        if p.name not in quantized:
+            return p.params
+        n = p.linear[0] * p.linear[1]
+        return (n + 1) // 4 + (p.params - n)
+
+    elements = [p._replace(params=stored(p)) for p in parts]
+    total = sum(p.params * p.copies for p in elements if not p.tied)
+    largest = max(p.params for p in elements if p.copies > 0)
+    modules, persistent, front = _trace_of(elements, layers, threshold)
+    return modules, persistent, front, total, largest
 
 
 _TRACES = IdentityMemo(512)
@@ -455,7 +509,7 @@ def _config_key(config: Mapping[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def _module_trace(config_key: Any, parameters: int, layers: int, threshold: int) -> tuple[tuple[int, ...], int]:
+def _module_trace(config_key: Any, parameters: int, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
     from zerokit.errors import BadInput
     from zerokit.models.params import model_parts
 
@@ -466,7 +520,19 @@ def _module_trace(config_key: Any, parameters: int, layers: int, threshold: int)
         parts = None
     if not parts:  # unknown family: uniform layers between an embedding and a head of the same size
         per_layer = parameters // max(layers, 1)
-        return (0,) + (per_layer,) * layers + (0,), 0
+        return (0,) + (per_layer,) * layers + (0,), 0, 0
+    return _trace_of(parts, layers, threshold)
+
+
+# the projections of a layer's input (what the first layer computes before anything that trains can touch it)
+_INPUT_PROJECTIONS = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "c_attn", "query_key_value", "Wqkv",
+                                "W_pack"})
+
+
+def _trace_of(parts: list, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
+    """(parameters per module in forward order, parameters below the persistence threshold, the front: what comes
+    before the first layer, less a tied embedding the head uses again, and the first layer's input projections,
+    above the threshold) of `parts`."""
     modules: list[int] = []
     persistent = 0
     per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
@@ -494,4 +560,8 @@ def _module_trace(config_key: Any, parameters: int, layers: int, threshold: int)
             continue
         modules.append(p.params if p.params >= threshold else 0)
         persistent += p.params if p.params < threshold else 0
-    return tuple(modules), persistent
+    tied = any(p.tied for p in last)
+    front = sum(p.params for p in first if p.params >= threshold and not (tied and p is first[0]))
+    front += sum(p.params * p.copies // layers for p in per_layer
+                 if p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS and p.params * p.copies / layers >= threshold)
+    return tuple(modules), persistent, front

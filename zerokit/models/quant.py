@@ -78,7 +78,7 @@ def frozen_base_bytes(config: Mapping[str, Any], method: str = "qlora", dtype: s
     if method == "lora":
         return FrozenBase(total_params * e, 0, 0, total_params * e, 0, 0)
     quantized = constants = q_params = q_modules = 0
-    for part in _quantized_parts(parts, str(config.get("model_type"))):
+    for part in quantized_parts(parts, str(config.get("model_type"))):
         n_in, n_out = part.linear
         n = n_in * n_out
         quantized += part.copies * ((n + 1) // (2 * s)) * s
@@ -89,7 +89,8 @@ def frozen_base_bytes(config: Mapping[str, Any], method: str = "qlora", dtype: s
     return FrozenBase(quantized + constants + unquantized, quantized, constants, unquantized, q_params, q_modules)
 
 
-def _quantized_parts(parts: list[Part], model_type: str) -> list[Part]:
+def quantized_parts(parts: list[Part], model_type: str) -> list[Part]:
+    """The parts bitsandbytes makes `Linear4bit` (see the module docstring)."""
     if model_type in _SUBCLASSED_LINEARS:
         return []
     head = parts[-1].name  # the output embedding is the last part of every family (and never quantized)

@@ -142,9 +142,9 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     Each adapted linear (in -> out) runs x -> dropout -> A (in x r) -> B (r x out) -> x scaling, added to the
     frozen output: two thin products, each three times (forward, input and weight gradients), at the rate the
     machine reaches for their shapes (far below the peak: r is 8-64), plus a dozen kernels and the dropout's
-    element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: at ZeRO-3 the adapters
-    stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built), so their products
-    run at the fp32 rate. Adapter parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
+    element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: LoRA's adapters at
+    ZeRO-3 stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built; QLoRA's base
+    loads without zero.Init, so the engine casts its adapters), so their products run at the fp32 rate. Adapter parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
     rank, dropout, linears = lora[:3] if lora is not None else (0, 0.0, ())
     dtype = "fp32" if fp32 and "fp32" in perf.matmul else dtype
     seconds = flops = forward = 0.0
@@ -351,7 +351,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     adapter_modules = 0
     if share < 1.0:
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable, tokens,
-                                                                                 precision, peak, zero_stage == 3)
+                                                                                 precision, peak,
+                                                                                 zero_stage == 3
+                                                                                 and (lora is None or len(lora) <= 3))
         recompute += adapter_forward
     dequant = 0.0
     if lora is not None and len(lora) > 3 and lora[3]:  # QLoRA: the 4-bit base, dequantized on every pass

@@ -240,5 +240,5 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
     mb = ctx.batch.micro_batches[0]
     costs = costs_of(model, world_size, hw.accelerator, stage, opt, param, ctx.accumulation_steps(mb), ctx.precision,
-                     frugal, ctx.overhead, **ctx.peft_costs(stage))
+                     frugal, ctx.overhead, front_released=not ck, **ctx.peft_costs(stage))
     return costs.need(ctx.activation(mb, ck, stage))

@@ -69,15 +69,23 @@ class PeftPlan:
         PEFT leaves adapters on a 16-bit base in fp32 (`autocast_adapter_dtype`). DeepSpeed's engine then casts
         every parameter to the training dtype (`_cast_module_mixed_precision`), except on a model that zero.Init
         built: at ZeRO-3 the base was partitioned as it loaded and the engine casts nothing, so the adapters, made
-        afterwards by `get_peft_model`, stay fp32 (runtime/engine.py, DeepSpeed 0.19)."""
-        adapter = 4 if zero_stage == 3 else dtype_bytes
+        afterwards by `get_peft_model`, stay fp32 (runtime/engine.py, DeepSpeed 0.19). QLoRA's base never loads
+        under zero.Init (transformers' `get_init_context` skips it for a quantized model): `deepspeed.initialize`
+        partitions it, and the engine casts the adapters as at ZeRO-0 to 2 (a traced QLoRA ZeRO-3 run: its
+        activations are ZeRO-2's)."""
+        adapter = 4 if zero_stage == 3 and self.method == "lora" else dtype_bytes
         return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora",
                          adapter_bytes=adapter)
 
     def costs_at(self, zero_stage: int, dtype_bytes: int) -> dict[str, int]:
         """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""
-        return {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
-                "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes}
+        costs = {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
+                 "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes}
+        if zero_stage == 3 and self.method == "qlora":
+            # the absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 leaves them
+            # whole on every rank, and counts the weights by their stored elements (`estimate.costs_of`)
+            costs["replicated_bytes"] = self.quantization_constants
+        return costs
 
     def frozen_bytes_at(self, zero_stage: int) -> int:
         return self.frozen_bytes_zero3 if zero_stage == 3 else self.frozen_bytes

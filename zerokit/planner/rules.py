@@ -174,11 +174,14 @@ class Context:
         est = self.activation(micro_batch, checkpointing)
         return int(est.activations), int(est.transient)
 
-    def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> StepCosts:
+    def costs(self, stage: int, opt: str, param: str, level: int, accumulation: int,
+              checkpointing: bool = True) -> StepCosts:
         """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
-        once for both without accumulation: `_costs_key`)."""
-        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
-        return (limit if limit is not None else self._limit(stage, opt, param, level, accumulation))[0]
+        once for both without accumulation: `_costs_key`). `checkpointing` matters only to LoRA/QLoRA at ZeRO-3
+        (`front`: what ZeRO-3 releases after forward when nothing recomputes)."""
+        front = not checkpointing and stage == 3 and self.peft is not None
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, front))
+        return (limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front))[0]
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
@@ -230,7 +233,7 @@ class Context:
 
     def need(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> int:
         """Per-GPU bytes at the largest phase for this setup and micro-batch."""
-        costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch))
+        costs = self.costs(stage, opt, param, level, self.accumulation_steps(micro_batch), checkpointing)
         return costs.need(self.activation(micro_batch, checkpointing, stage))
 
     def largest_fitting(self, stage: int, opt: str, param: str, level: int, accumulation: int, checkpointing: bool,
@@ -242,8 +245,9 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation))
-        return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation),
+        front = not checkpointing and stage == 3 and self.peft is not None
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, front))
+        return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front),
                             stage, checkpointing, micro_batches)
 
     def _search(self, limit: tuple[StepCosts, bool, Any], stage: int, checkpointing: bool,
@@ -284,10 +288,11 @@ class Context:
                 hi = mid - 1
         return best
 
-    def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple[StepCosts, bool, Any]:
+    def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int,
+               front: bool = False) -> tuple[StepCosts, bool, Any]:
         """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU),
-        computed once per plan."""
-        key = _costs_key(stage, opt, param, level, accumulation)
+        computed once per plan; `front`: LoRA/QLoRA at ZeRO-3 without checkpointing (`costs_of`'s front_released)."""
+        key = _costs_key(stage, opt, param, level, accumulation, front)
         limit = self._limits.get(key)
         if limit is None:
             hw = self.hardware
@@ -297,7 +302,8 @@ class Context:
                                  self.precision, buffers, self.overhead)
             else:
                 costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
-                                 self.precision, buffers, self.overhead, **self.peft_costs(stage))
+                                 self.precision, buffers, self.overhead, front_released=front,
+                                 **self.peft_costs(stage))
             exact = self.activation_model is None and costs.integral
             limit = self._limits[key] = (costs, exact, costs.headroom(hw.gpu_memory_bytes) if exact else None)
         return limit
@@ -308,11 +314,11 @@ class Context:
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
 
 
-def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int) -> tuple:
+def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int, front: bool = False) -> tuple:
     """A setup's key in a plan's cost caches. ZeRO-1 and ZeRO-2 allocate the same without accumulation
     (`zerokit.memory.estimate`), on the same buffer ladder: one entry serves both."""
     held = accumulation > 1
-    return (2 if stage == 1 and not held else stage, opt, param, level, held)
+    return (2 if stage == 1 and not held else stage, opt, param, level, held, front)
 
 
 @dataclass(frozen=True)
@@ -584,7 +590,8 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
     b, s = e.buffers, e.candidate.setup
     if s.zero_stage == 0:
         return b, None
-    costs = ctx.costs(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, s.gradient_accumulation_steps)
+    costs = ctx.costs(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, s.gradient_accumulation_steps,
+                      s.gradient_checkpointing)
     # the cost layer's IPG buckets during backward (ZeRO-3 keeps its reduce bucket with the gradient partitions)
     bucket = costs.buffers_backward or DTYPE_BYTES[ctx.precision] * b.reduce_bucket_size
     size = format_bytes(bucket) + (f" of buckets, up to {format_bytes(costs.gathered)} of gathered parameters"
@@ -635,6 +642,9 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
     why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs)." if n > 1 else
             " and the same at ZeRO-3 on 1 GPU (nothing to partition across).")
     if stage == 3:
+        why += (" memory_efficient_linear is off: DeepSpeed's default replaces F.linear with a function that saves "
+                "every linear's input for backward, the frozen base's too (plain F.linear keeps none of them), "
+                "which on a 7B llama adds 5 GB of activations per 4,096-token sequence without checkpointing.")
         if peft.method == "lora":
             ctx.warnings.append(
                 f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
@@ -695,18 +705,23 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     if batch.per_gpu_samples == largest and len(mbs) > 1:
         alone, mbs = mbs[-1:], mbs[:-1]
     accumulation = ctx.accumulation_steps(mbs[0])
+    lora3 = ctx.peft is not None and stage == 3
     for level in (0, last) if last else (0,):
         limit = limit_alone = None
         for ck in (False, True) if forced is None else (forced,):
+            if lora3:  # what ZeRO-3 releases after forward depends on checkpointing (`Context.costs`)
+                limit = limit_alone = None
             if ck and forced is None and at_auto.get(False) == largest:
                 continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
             if level and at_auto.get(ck) == largest:
                 continue  # nor can frugal buffers buy a larger one
-            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1)), stage, ck,
-                                alone) is not None:
+            front = lora3 and not ck
+            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1, front)), stage,
+                                ck, alone) is not None:
                 mb = largest
             else:
-                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation)), stage, ck, mbs)
+                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation, front)), stage, ck,
+                            mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
             if not level:
@@ -725,7 +740,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
                 break
     accumulation = ctx.accumulation_steps(mb)
-    costs = ctx.costs(stage, opt, param, pick, accumulation)
+    costs = ctx.costs(stage, opt, param, pick, accumulation, ck)
     if ctx.activation_model is None:  # the analytic figures as they are, no ActivationEstimate to build
         a, transient, forward, loss, head, layer, head_gradient = ctx._analytic_figures(mb, ck, ctx.peft is not None
                                                                                         and stage == 3)
