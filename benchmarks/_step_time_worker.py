@@ -48,7 +48,9 @@ def main() -> int:
     # a GPU-sized model initialises on the device (seconds instead of a minute of CPU init); zero.Init places
     # ZeRO-3's partitions itself
     if case.get("quantization_config"):
-        model = quantized_base(case, config, torch, rank, gpu)
+        from _qlora_base import quantized_base  # benchmarks/, this script's folder
+
+        model = quantized_base(case, config, ds_config, torch, rank, gpu)
     else:
         with deepspeed.zero.Init(config_dict_or_path=ds_config, enabled=zero3), \
                 torch.device(f"cuda:{torch.cuda.current_device()}" if gpu and not zero3 else "cpu"):
@@ -91,33 +93,6 @@ def main() -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def quantized_base(case: dict, config, torch, rank: int, gpu: bool):
-    """QLoRA's base as the HF Trainer's script loads it: the (random, seeded) bf16 checkpoint saved, then
-    `from_pretrained(..., quantization_config=BitsAndBytesConfig(**the plan's keywords))`: every linear but lm_head
-    a bitsandbytes NF4 Linear4bit (ZeRO-0 to 2; ZeRO-3 would load under HF's zero.Init integration). Rank 0 saves
-    (transformers saves on the main rank only), every rank loads."""
-    import shutil
-    import tempfile
-
-    import torch.distributed as dist
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    where = [tempfile.mkdtemp(prefix="zerokit-qlora-") if rank == 0 else None]
-    if rank == 0:
-        AutoModelForCausalLM.from_config(config, attn_implementation=case.get("attention", "sdpa")).save_pretrained(
-            where[0])
-    dist.broadcast_object_list(where, src=0)
-    try:
-        return AutoModelForCausalLM.from_pretrained(
-            where[0], dtype=torch.bfloat16, quantization_config=BitsAndBytesConfig(**case["quantization_config"]),
-            attn_implementation=case.get("attention", "sdpa"),
-            device_map={"": torch.cuda.current_device()} if gpu else "cpu")
-    finally:
-        dist.barrier()
-        if rank == 0:
-            shutil.rmtree(where[0], ignore_errors=True)
 
 
 def phase_memory(engine, torch, g, vocab: int, mb: int, seq: int, ga: int) -> dict:

@@ -7,6 +7,8 @@
         --data tests/data/step_time/2026-11-26-lora   # the LoRA measurement
     python benchmarks/step_time.py --measure --repeats 5 --cases zero1,lora_zero2,qlora_zero2,qlora_zero2_ckpt \
         --data tests/data/step_time/2026-11-26-qlora  # the QLoRA measurement (needs bitsandbytes)
+    python benchmarks/step_time.py --measure --repeats 5 --cases zero1,lora_zero3,qlora_zero2,qlora_zero3 \
+        --data tests/data/step_time/2026-11-27-amd-qlora-zero3  # QLoRA at ZeRO-3 (AMD EPYC: not met, README)
 
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
@@ -70,6 +72,9 @@ CASES = {
     # each 4-bit weight in every forward, backward and recomputation
     "qlora_zero2": {"stage": 2, "lora_rank": 8, "quantized": True},
     "qlora_zero2_ckpt": {"stage": 2, "lora_rank": 8, "quantized": True, "checkpointing": True},
+    # QLoRA at ZeRO-3 (tests/data/step_time/2026-11-27-amd-qlora-zero3): the 4-bit weights partitioned and gathered in
+    # their bf16 storage, loaded without zero.Init
+    "qlora_zero3": {"stage": 3, "lora_rank": 8, "quantized": True},
 }
 
 
@@ -122,6 +127,8 @@ def ds_config(case: dict) -> dict:
     for kind in ("offload_optimizer", "offload_param"):
         if case.get(kind):
             zero[kind] = {"device": case[kind], "pin_memory": True}
+    if case["stage"] == 3 and case.get("lora_rank"):
+        zero["memory_efficient_linear"] = False  # as a LoRA/QLoRA plan writes it at ZeRO-3 (zerokit.dsconfig)
     return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": case.get("accumulation", 1),
             "train_batch_size": MICRO_BATCH * case.get("accumulation", 1) * RANKS,
             "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,

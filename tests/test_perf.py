@@ -538,6 +538,18 @@ def test_lora_adapters_priced_by_their_shapes_by_hand():
         6 * 4 * 1e-6 + sum(6 * tokens * i * c for i, _, c in linears) / 1e9)
 
 
+def test_qlora_gathers_its_4bit_weights_in_their_bf16_storage_at_zero3():
+    """At ZeRO-3 QLoRA's 4-bit weights are partitioned and all-gathered as bf16 elements holding four weights each:
+    a quarter of the 16-bit bytes for those weights, the rest of the model as LoRA's."""
+    linears, elements = ((64, 64, 2), (64, 172, 2)), 50_000
+    kw = {"gpus_per_node": 2, "zero_stage": 3, "trainable_parameters": 1000, "persistence_threshold": 0}
+    lora = _t(lora=(4, 0.0, linears), **kw)
+    qlora = _t(lora=(4, 0.0, linears, elements, 8), **kw)
+    per = 0.5 * 2 / 1e9
+    assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)
+    assert lora.communication_s - qlora.communication_s == pytest.approx(2 * 0.75 * elements * per)
+
+
 def test_qlora_dequantization_priced_per_pass_by_hand():
     """QLoRA's `lora` adds (4-bit weights, 4-bit linears): bitsandbytes dequantizes each weight whole in the forward,
     the input gradient and a recomputation. Measured: a fixed cost per module and pass plus the elements at the

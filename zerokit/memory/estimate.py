@@ -42,6 +42,12 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   are offloaded: then every fetched one stays on the GPU until backward, up to the live limit (measured on an
   H100; the reuse window would free 40% of a 0.9B llama). The step flattens the partition's gradients (eP/N) and
   casts them to fp32 (4P/N).
+- LoRA/QLoRA at ZeRO-3 (traced): backward never reaches the modules before the first adapted computation (the
+  embedding, the first layer's q, k, v base weights), so without checkpointing the trace releases them after
+  forward. LoRA's adapters stay fp32 on a zero.Init model; QLoRA's base loads without zero.Init, so the engine
+  casts its adapters, and its 4-bit weights are partitioned, gathered and thresholded by their bf16 storage
+  elements (four weights each) while their quantization constants stay whole on every rank. A PEFT plan turns
+  `memory_efficient_linear` off: its `F.linear` replacement would keep every frozen linear's input.
 - Optimizer offload (ZeRO-Offload) keeps the master, the moments and the fp32 gradients on the host; parameter
   offload (ZeRO-3) keeps the 16-bit partition there too. What stays on the GPU is the working set: gathered
   parameters, the 16-bit gradients on their way out, buckets.

@@ -144,7 +144,8 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     machine reaches for their shapes (far below the peak: r is 8-64), plus a dozen kernels and the dropout's
     element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: LoRA's adapters at
     ZeRO-3 stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built; QLoRA's base
-    loads without zero.Init, so the engine casts its adapters), so their products run at the fp32 rate. Adapter parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
+    loads without zero.Init, so the engine casts its adapters), so their products run at the fp32 rate. Adapter
+    parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
     rank, dropout, linears = lora[:3] if lora is not None else (0, 0.0, ())
     dtype = "fp32" if fp32 and "fp32" in perf.matmul else dtype
     seconds = flops = forward = 0.0
@@ -380,6 +381,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
         elif zero_stage == 3:
             gathers, gathered = mf.gathered(persistence_threshold)
+            if lora is not None and len(lora) > 3 and lora[3]:
+                gathered -= 0.75 * lora[3]  # QLoRA: 4-bit weights travel in their bf16 storage, four an element
             ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
             micro_comm = ag + reduce
             if overlap and prefetch_bucket_size > 0:
