@@ -130,3 +130,15 @@ def test_qlora_constants_stay_whole_on_every_rank_at_zero3():
     step = est.phases["optimizer_step"]  # nothing gathered then: the partition, persistent norms and the constants
     whole = 2 * p.trainable + p.frozen_bytes_at(3) - p.quantization_constants
     assert step.parameters == -(-whole // 2) + p.quantization_constants + 2 * 9 * 256
+
+
+def test_a_family_the_trace_cannot_split_falls_back_to_the_16bit_trace():
+    """An overestimate, never an error: the 4-bit weights counted as 16-bit ones."""
+    from zerokit.memory.estimate import module_trace, quantized_module_trace
+    from zerokit.models.spec import ModelSpec
+
+    spec = ModelSpec(name="odd", parameters=1_000_000, largest_layer_parameters=100_000, hidden_size=64,
+                     num_layers=4, vocab_size=1000, source="config", config={"model_type": "no-such-family"})
+    modules, persistent, front, total, largest = quantized_module_trace(spec, 640)
+    assert (modules, persistent, front) == module_trace(spec, 640) and front == 0
+    assert (total, largest) == (1_000_000, 100_000)

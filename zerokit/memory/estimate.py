@@ -475,16 +475,23 @@ def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tupl
     is (n + 1) // 4 elements of the compute dtype (`bnb_4bit_quant_storage`, as the plan sets it at ZeRO-3), its bias
     and every other parameter one element each. Returns (modules, persistent, front, total elements, largest
     module)."""
-    return _quantized_trace(_config_key(model.config), model.num_layers, persistence_threshold)
+    trace = _quantized_trace(_config_key(model.config), model.num_layers, persistence_threshold)
+    if trace is None:  # a family zerokit cannot split into modules: the 16-bit trace, an overestimate
+        return (*module_trace(model, persistence_threshold), model.parameters, model.largest_layer_parameters)
+    return trace
 
 
 @functools.lru_cache(maxsize=256)
-def _quantized_trace(config_key: Any, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:
+def _quantized_trace(config_key: Any, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int, int, int] | None:
+    from zerokit.errors import BadInput
     from zerokit.models.params import model_parts
     from zerokit.models.quant import quantized_parts
 
     config = dict(config_key)
-    parts = model_parts(config)
+    try:
+        parts = model_parts(config)
+    except (BadInput, KeyError, TypeError):
+        return None
     quantized = {p.name for p in quantized_parts(parts, str(config.get("model_type")))}
 
     def stored(p) -> int:
