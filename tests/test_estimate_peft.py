@@ -124,8 +124,7 @@ def test_zero3_releases_what_a_frozen_bases_backward_never_reaches(peft):
 def test_qlora_constants_stay_whole_on_every_rank_at_zero3():
     """The absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 partitions the packed
     weights and the 16-bit rest, not them."""
-    result, _ = _plan_and_estimate(3, "qlora")
-    _, est = _plan_and_estimate(3, "qlora")
+    result, est = _plan_and_estimate(3, "qlora")
     p = result.peft
     step = est.phases["optimizer_step"]  # nothing gathered then: the partition, persistent norms and the constants
     whole = 2 * p.trainable + p.frozen_bytes_at(3) - p.quantization_constants

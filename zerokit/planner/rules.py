@@ -179,9 +179,14 @@ class Context:
         """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
         once for both without accumulation: `_costs_key`). `checkpointing` matters only to LoRA/QLoRA at ZeRO-3
         (`front`: what ZeRO-3 releases after forward when nothing recomputes)."""
+        return self._limit_at(stage, opt, param, level, accumulation, checkpointing)[0]
+
+    def _limit_at(self, stage: int, opt: str, param: str, level: int, accumulation: int,
+                  checkpointing: bool) -> tuple[StepCosts, bool, Any]:
+        """`_limit` looked up first, with `front` derived from the checkpointing choice."""
         front = not checkpointing and stage == 3 and self.peft is not None
         limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, front))
-        return (limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front))[0]
+        return limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front)
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
@@ -245,10 +250,8 @@ class Context:
         once per plan (`zerokit.memory.estimate.activation_figures`), so a probe is two comparisons. Whole bytes
         make the rearranged sums exact; a custom activation model (whose figures may not be) asks `need` itself.
         """
-        front = not checkpointing and stage == 3 and self.peft is not None
-        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, front))
-        return self._search(limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front),
-                            stage, checkpointing, micro_batches)
+        return self._search(self._limit_at(stage, opt, param, level, accumulation, checkpointing), stage,
+                            checkpointing, micro_batches)
 
     def _search(self, limit: tuple[StepCosts, bool, Any], stage: int, checkpointing: bool,
                 micro_batches: tuple[int, ...]) -> int | None:
