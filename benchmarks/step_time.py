@@ -9,6 +9,9 @@
         --data tests/data/step_time/2026-11-26-qlora  # the QLoRA measurement (needs bitsandbytes)
     python benchmarks/step_time.py --measure --repeats 5 --cases zero1,lora_zero3,qlora_zero2,qlora_zero3 \
         --data tests/data/step_time/2026-11-27-amd-qlora-zero3  # QLoRA at ZeRO-3 (AMD EPYC: not met, README)
+    python benchmarks/step_time.py --measure --repeats 5 \
+        --cases zero1,lora_zero2,lora_zero3,qlora_zero2,qlora_zero3 \
+        --data tests/data/step_time/2026-11-27-amd-input-grad  # the same, with the probe's input-gradient curve
 
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
@@ -211,7 +214,7 @@ def median_profile(profiles: list[dict]) -> dict:
             # a count (ranks_measured) stays a whole number with an even number of rounds
             pick = statistics.median_low if isinstance(value, int) else statistics.median
             out[key] = pick(p[key] for p in profiles if p.get(key) is not None)
-        elif key in ("matmul", "matmul_forward", "attention"):
+        elif key in ("matmul", "matmul_forward", "matmul_input_grad", "attention"):
             out[key] = {d: median_curve([p[key][d] for p in profiles if d in p.get(key, {})]) for d in value}
         elif key == "elementwise":
             out[key] = median_curve([p[key] for p in profiles if key in p])

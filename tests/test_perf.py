@@ -140,6 +140,10 @@ def test_profile_round_trip(tmp_path):
     forward = {"bf16": [[64.0, 2e10], [512.0, 4e11]]}
     assert load_profile(_profile(tmp_path, matmul_forward=forward)).matmul_forward == {
         "bf16": ((64.0, 2e10), (512.0, 4e11))}
+    assert perf.matmul_input_grad == {}
+    assert load_profile(_profile(tmp_path, matmul_input_grad=forward)).matmul_input_grad == {
+        "bf16": ((64.0, 2e10), (512.0, 4e11))}
+    assert load_profile(_profile(tmp_path, matmul_input_grad=None)).matmul_input_grad == {}  # a profile before it
     assert perf.name == "test box" and perf.ranks_measured == 2
     assert perf.matmul == base.matmul and perf.elementwise == base.elementwise
     assert perf.intra_node_bandwidth == base.intra_node_bandwidth and perf.sources["pcie"] == "preset:a100-80gb"
@@ -163,6 +167,8 @@ def test_profile_round_trip(tmp_path):
     ({"matmul": {"bf16": [[512, True]]}}, "is not"),
     ({"matmul_forward": {"bf16": [[512, 1e12], [64, 1e12]]}}, "matmul_forward.bf16: sizes must be strictly"),
     ({"matmul_forward": {"int4": [[1, 1e12]]}}, "matmul_forward has unknown dtype 'int4'"),
+    ({"matmul_input_grad": {"bf16": [[512, 0]]}}, r"matmul_input_grad.bf16: point \[512, 0\] is not"),
+    ({"matmul_input_grad": "slow"}, "matmul_input_grad must map dtypes"),
     ({"elementwise": "fast"}, "elementwise must be a list"),
     ({"h2d_pinned": -1}, "h2d_pinned must be a finite number >= 0"),
     ({"h2d_pinned": "1GB/s"}, "h2d_pinned must be a finite number"),
@@ -404,6 +410,52 @@ def test_no_forward_curve_is_the_same_step():
     empty = replace(FLAT, matmul_forward={"fp32": ((1.0, 3e12),)})  # another dtype's curve: bf16 reads the average
     for kw in ({}, {"gradient_checkpointing": True}, {"zero_stage": 3, "gpus_per_node": 2}):
         assert step_time(TINY_LLAMA, empty, parameters=P, seq_len=32, micro_batch=2, **kw) == _t(**kw)
+
+
+LAYERS_AND_HEAD = 64 * 246784  # forward FLOPs of every weight product, LM head included, 64 tokens
+LORA_TRAINABLE = 1564  # adapters: 1% of P, priced at the peak (no `lora` shapes given)
+
+
+@pytest.mark.parametrize("input_grad_rate, input_grad_s", [
+    (0.6e12, LAYERS_AND_HEAD / 0.6e12),  # a CPU's slow input-gradient product: 5/3 of the average product
+    (0.4e12, 1.95 * LAYERS_AND_HEAD / 1e12),  # held to what the forward (1 third) leaves less 1/60 of the whole
+    (4e12, 0.5 * LAYERS_AND_HEAD / 1e12),  # and to half the average product the other way
+])
+def test_a_measured_input_gradient_rate_prices_a_frozen_base(input_grad_rate, input_grad_s):
+    """With an input-gradient curve, a frozen (LoRA) base's backward runs at its rate, and the weight gradients at
+    what the forward and it leave of the forward and backward: full fine-tuning takes as long as before, a LoRA
+    step (whose base skips its weight gradients) longer where the input gradient is the slow product."""
+    split = replace(FLAT, matmul_input_grad={"bf16": ((1.0, input_grad_rate),)})
+    for kw in ({}, {"gradient_checkpointing": True}, {"zero_stage": 3, "gpus_per_node": 2}):
+        t = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2, **kw)
+        assert t.compute_s == pytest.approx(_t(**kw).compute_s, rel=1e-12)
+    share = LORA_TRAINABLE / P
+    lora = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2,
+                     trainable_parameters=LORA_TRAINABLE)
+    even = _t(trainable_parameters=LORA_TRAINABLE)  # no curve: the backward's two products split evenly
+    third = LAYERS_AND_HEAD / 1e12
+    assert lora.compute_s - even.compute_s == pytest.approx((input_grad_s - third) * (1 - share), rel=1e-9)
+
+
+def test_forward_and_input_gradient_curves_together():
+    """Both curves: forward at 1.5x the average rate, input gradient at 0.6x; the weight gradients take the rest,
+    so full fine-tuning is unchanged and a LoRA step runs the forward and the input gradient (plus its adapters)."""
+    both = replace(FLAT, matmul_forward={"bf16": ((1.0, 1.5e12),)}, matmul_input_grad={"bf16": ((1.0, 0.6e12),)})
+    assert step_time(TINY_LLAMA, both, parameters=P, seq_len=32, micro_batch=2).compute_s == pytest.approx(
+        _t().compute_s, rel=1e-12)
+    frozen = step_time(TINY_LLAMA, both, parameters=P, seq_len=32, micro_batch=2, trainable_parameters=0)
+    flat_frozen = _t(trainable_parameters=0)
+    third = LAYERS_AND_HEAD / 1e12
+    forward, input_grad = LAYERS_AND_HEAD / 1.5e12, LAYERS_AND_HEAD / 0.6e12
+    assert frozen.compute_s - flat_frozen.compute_s == pytest.approx(forward + input_grad - 2 * third, rel=1e-9)
+
+
+def test_no_input_gradient_curve_is_the_same_step():
+    """Presets and older profiles (every committed GPU and CPU measurement before 2026-11-27) have no input-gradient
+    curve, and another dtype's curve is not read: every figure of every setup is exactly as before."""
+    other = replace(FLAT, matmul_input_grad={"fp32": ((1.0, 1e11),)})
+    for kw in ({}, {"trainable_parameters": LORA_TRAINABLE}, {"zero_stage": 3, "gpus_per_node": 2}):
+        assert step_time(TINY_LLAMA, other, parameters=P, seq_len=32, micro_batch=2, **kw) == _t(**kw)
 
 
 def test_zero_communication_by_hand():

@@ -66,6 +66,10 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     assert set(perf.matmul) == {"bf16", "fp32"} and [s for s, _ in perf.matmul["bf16"]] == [32.0, 64.0]
     assert [s for s, _ in perf.matmul_forward["bf16"]] == [32.0, 64.0]  # the forward product alone, same sizes
     assert "forward's share, bf16" in captured.out and "the forward's share by size: bf16 32: " in captured.err
+    # the backward's input-gradient product alone (a frozen LoRA base's whole backward), same sizes
+    assert [s for s, _ in perf.matmul_input_grad["bf16"]] == [32.0, 64.0]
+    assert perf.sources["matmul_input_grad"] == "probe"
+    assert "input gradient's share, bf16" in captured.out and "the input gradient's: bf16 32: " in captured.err
     assert perf.intra_node_bandwidth > 0 and perf.collective_latency_s > 0
     assert perf.sources["nvme"] == "probe" and perf.nvme_read > 0 and perf.nvme_write > 0
     # LoRA's dropout: its random mask, compute-bound on a CPU (137-150 M elements/s on this Xeon's full probe)

@@ -33,6 +33,9 @@ def render_table(perf, raw: dict) -> str:
     for dtype, curve in perf.matmul_forward.items():
         rows.append((f"forward's share, {dtype}", forward_share(perf.matmul[dtype], curve),
                      perf.sources.get("matmul_forward", "probe")))
+    for dtype, curve in perf.matmul_input_grad.items():
+        rows.append((f"input gradient's share, {dtype}", forward_share(perf.matmul[dtype], curve),
+                     perf.sources.get("matmul_input_grad", "probe")))
     for dtype, curve in perf.attention.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
         rows.append((f"attention {dtype} GFLOP/s by size", pts, perf.sources.get("attention", "probe")))

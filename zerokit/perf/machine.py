@@ -98,6 +98,12 @@ class MachinePerf:
     `matmul` curve's (a GPU runs the three products of a linear layer at about one rate). On a CPU the backward's
     transposed products run slower: a bf16 linear's forward was 17-26% of its forward and backward on this
     project's VM, not a third, and recomputation under checkpointing is a forward."""
+    matmul_input_grad: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    """dtype -> ((size, FLOP/s), ...): the backward's input-gradient product alone (g W, as autograd runs it for a
+    frozen weight), at the sizes of `matmul`; empty = half of what the forward leaves of the linear's forward and
+    backward. What a LoRA/QLoRA base pays in its backward: on a CPU that emulates bf16 this product is the slow
+    one (1.1-2.4 GFLOP/s against 6-10 forward and 17-25 for the weight gradient, one thread of an AMD EPYC), so a
+    frozen linear's backward costs nearly a trained one's."""
     attention: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     """dtype -> ((size, FLOP/s), ...): the attention kernel's QK^T and PV throughput (SDPA, causal, forward and
     backward) by the cube root of (query-key pairs x head_dim); empty = the matmul curve's."""
@@ -201,6 +207,12 @@ class MachinePerf:
         """The forward product's FLOP/s at a size, read as `matmul_flops_at` reads its curve; the matmul curve's where
         no forward curve was measured."""
         curve = self.matmul_forward.get(dtype)
+        return throughput_at(curve, size) if curve else self.matmul_flops_at(dtype, size)
+
+    def matmul_input_grad_flops_at(self, dtype: str, size: float) -> float:
+        """The input-gradient product's FLOP/s at a size, read as `matmul_flops_at` reads its curve; the matmul
+        curve's where none was measured (`_compute_parts` then splits the backward evenly instead)."""
+        curve = self.matmul_input_grad.get(dtype)
         return throughput_at(curve, size) if curve else self.matmul_flops_at(dtype, size)
 
     def attention_flops_at(self, dtype: str, size: float) -> float:
@@ -402,7 +414,7 @@ def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -
     out: dict[str, Any] = {"zerokit_profile": PROFILE_VERSION}
     for f in fields(MachinePerf):
         value = getattr(perf, f.name)
-        if f.name in ("matmul", "matmul_forward", "attention"):
+        if f.name in ("matmul", "matmul_forward", "matmul_input_grad", "attention"):
             value = {k: [[s, fl] for s, fl in v] for k, v in value.items()}
         elif f.name == "elementwise":
             value = [[s, b] for s, b in value]
@@ -457,7 +469,7 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     if values["device"] not in ("gpu", "cpu"):
         raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
     values["matmul"] = _matmul_from_json(data["matmul"], where)
-    for key in ("matmul_forward", "attention"):
+    for key in ("matmul_forward", "matmul_input_grad", "attention"):
         if data.get(key) is not None and data[key] != {}:  # absent, null or {}: not measured
             values[key] = _matmul_from_json(data[key], where, key)
     values["elementwise"] = _curve_from_json(data["elementwise"], f"{where}: elementwise", 1e15)

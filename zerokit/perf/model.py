@@ -236,12 +236,19 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     # layer_t and head_t are a third of the layers' and the head's forward-and-backward matmul time; the forward
     # product's own share of it, where the machine measured one (else a third: forward = each backward product)
     layer_fwd = layer_t
-    forward = backward = layer_t + head_t  # each backward product: input gradients, weight gradients
+    forward = backward = weight_grad = layer_t + head_t  # each backward product: input gradients, weight gradients
     if perf.matmul_forward.get(dtype):
         fwd_rates = [perf.matmul_forward_flops_at(dtype, size) for size in sizes]
         layer_fwd = _forward_part(layer, fwd_rates, tokens, layer_t)
         forward = layer_fwd + _forward_part(head, fwd_rates, tokens, head_t)
-        backward = (3.0 * backward - forward) / 2.0
+        backward = weight_grad = (3.0 * backward - forward) / 2.0
+    if perf.matmul_input_grad.get(dtype):
+        # the input-gradient product's own share, where the machine measured one: what a frozen (LoRA) base runs;
+        # the weight gradients are the rest of the forward and backward
+        in_rates = [perf.matmul_input_grad_flops_at(dtype, size) for size in sizes]
+        total = 3.0 * (layer_t + head_t)
+        backward = _input_grad_part(layer + head, in_rates, tokens, layer_t + head_t, forward)
+        weight_grad = total - forward - backward
     score_t = score_flops = 0.0
     for g, pairs in mf.attention_pairs(seq_len, attention):
         f = 4.0 * g.heads * g.head_dim * g.layers * pairs * micro_batch
@@ -255,7 +262,7 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; 1 for presets)
     result = (k * (forward + score_t + elem + loss / 3.0 + ops),                         # forward
               k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
-              k * backward,                                                              # backward: weight gradients
+              k * weight_grad,                                                           # backward: weight gradients
               k * (layer_fwd + score_t + elem + ops),                                    # recomputing the layers
               weight_flops, score_flops, perf.peak_flops(dtype))
     if len(mf._cache) > 4096:
@@ -269,6 +276,14 @@ def _forward_part(matmuls: tuple, fwd_rates: list[float], tokens: int, third: fl
     1/6..1/2 of their forward and backward (3 x `third`): a forward measured beyond that is noise, not a kernel."""
     t = sum(flops_per_token * tokens / fwd_rates[shape] for flops_per_token, shape in matmuls)
     return min(1.5 * third, max(0.5 * third, t))
+
+
+def _input_grad_part(matmuls: tuple, in_rates: list[float], tokens: int, third: float, forward: float) -> float:
+    """The input-gradient products' time of `matmuls` at the measured rates, held to 1/6 of their forward and
+    backward (3 x `third`) at least, and to what the forward leaves less 1/60 for the weight gradients at most: a
+    product measured beyond that is noise. (On the AMD EPYC it is 60-80% of a linear's forward and backward.)"""
+    t = sum(flops_per_token * tokens / in_rates[shape] for flops_per_token, shape in matmuls)
+    return min(max(0.5 * third, 2.95 * third - forward), max(0.5 * third, t))
 
 
 def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, parameters: int, seq_len: int,

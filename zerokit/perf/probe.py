@@ -165,7 +165,8 @@ def _gpu_count() -> int:
 
 
 def forward_share(matmul: Sequence[Sequence[float]], forward: Sequence[Sequence[float]]) -> str:
-    """`64: 22%, 128: 19%, ...`: the forward product's time over a linear layer's forward and backward, by size."""
+    """`64: 22%, 128: 19%, ...`: one product's time (the forward's, or the input gradient's) over a linear layer's
+    forward and backward, by size."""
     return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, forward))
 
 
@@ -229,9 +230,9 @@ def _curves(measured: dict[str, list[list[float]]] | None) -> dict[str, tuple[tu
 def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     from zerokit.perf.machine import DEFAULT_NOTES
 
-    sources = {k: "probe" for k in ("matmul", "matmul_forward", "attention", "elementwise", "op_overhead_s",
-                                    "intra_node_bandwidth", "collective_latency_s", "pcie", "cpu_adam_params_per_s",
-                                    "device_adam_params_per_s")}
+    sources = {k: "probe" for k in ("matmul", "matmul_forward", "matmul_input_grad", "attention", "elementwise",
+                                    "op_overhead_s", "intra_node_bandwidth", "collective_latency_s", "pcie",
+                                    "cpu_adam_params_per_s", "device_adam_params_per_s")}
     sources["cpu_adam_params_per_s"] = m["cpu_adam"]["source"]
     sources["device_adam_params_per_s"] = m["device_adam"]["source"]
     sources["host_cast_params_per_s"] = ("probe" if m["cpu_adam"].get("cast_params_per_s_node")
@@ -272,6 +273,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
+        matmul_input_grad=_curves(m.get("matmul_input_grad")),
         attention=_curves(m.get("attention")),
         elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
         intra_node_bandwidth=intra, inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
@@ -385,31 +387,34 @@ class _Worker:
 
     # -- measurements ---------------------------------------------------------------------------------------------
 
-    def matmul(self) -> tuple[dict[str, list[list[float]]], dict[str, list[list[float]]]]:
+    def matmul(self) -> tuple[dict[str, list[list[float]]], ...]:
         """FLOP/s of a linear layer's forward and backward (x W^T, then g W and g^T x: 3 products of 2n^3 FLOPs), the
         pattern training runs: on some CPUs a transposed operand takes another kernel than a plain a @ b. Then the
-        forward product alone (what checkpointing recomputes), at each size: on this project's CPU it took 17-26%
-        of the forward and backward, not a third."""
+        forward product alone (what checkpointing recomputes), and the backward's input-gradient product alone (all
+        a frozen LoRA base runs in its backward), at each size: on this project's CPUs the forward took 17-26% of the
+        forward and backward, not a third, and the input gradient 60-80% of it on the AMD EPYC (emulated bf16)."""
         torch = self.torch
         sizes = QUICK_SIZES if self.quick else (GPU_SIZES if self.gpu else CPU_SIZES)
         out: dict[str, list[list[float]]] = {}
         forward: dict[str, list[list[float]]] = {}
+        input_grad: dict[str, list[list[float]]] = {}
         for name, ns in sizes.items():
             if self.gpu:
                 torch.backends.cuda.matmul.allow_tf32 = name == "tf32"
-            points, forward_points = [], []
+            points, forward_points, input_points = [], [], []
             for n in ns:
-                fwd_bwd, fwd = self._linear(n, n, n, name)
+                fwd_bwd, fwd, in_grad = self._linear(n, n, n, name)
                 points.append([float(n), self.mean(6.0 * n**3 / self.seconds(fwd_bwd))])
                 forward_points.append([float(n), self.mean(2.0 * n**3 / self.seconds(fwd))])
-            out[name], forward[name] = points, forward_points
+                input_points.append([float(n), self.mean(2.0 * n**3 / self.seconds(in_grad))])
+            out[name], forward[name], input_grad[name] = points, forward_points, input_points
             if self.gpu:
                 torch.backends.cuda.matmul.allow_tf32 = False
-        return out, forward
+        return out, forward, input_grad
 
-    def _linear(self, rows: int, n_in: int, n_out: int, dtype: str = "bf16") -> tuple[Callable[[], None],
-                                                                                        Callable[[], Any]]:
-        """(forward and backward, forward alone) of one linear layer: x [rows, in] by W [out, in]."""
+    def _linear(self, rows: int, n_in: int, n_out: int, dtype: str = "bf16") -> tuple[Callable[[], Any], ...]:
+        """(forward and backward, forward alone, the input gradient alone) of one linear layer: x [rows, in] by
+        W [out, in]; the input gradient as autograd runs it for a frozen W (the graph kept, the gradient dropped)."""
         torch = self.torch
         dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
         linear = torch.nn.functional.linear
@@ -420,8 +425,11 @@ class _Worker:
         def fwd_bwd() -> None:
             torch.autograd.backward(linear(x, w), g, inputs=[x, w])
             x.grad = w.grad = None
-        return fwd_bwd, lambda: linear(x, w)
 
+        def in_grad() -> Any:
+            return torch.autograd.grad(frozen, x, g, retain_graph=True)
+        frozen = linear(x, w.detach())
+        return fwd_bwd, lambda: linear(x, w), in_grad
     def linears(self, flops: ModelFlops, tokens: int) -> list[list[float]]:
         """A model's own weight matmuls at `tokens` tokens a micro-batch: [rows, in, out, how many, seconds of one
         bf16 forward and backward], each shape timed as the matmul curve's points are (once per probe)."""
@@ -922,11 +930,12 @@ class _Worker:
         out.update(self.describe())
         self.say(f"      {out['name']}, {out['device_memory_bytes'] / 1e9:.1f} GB ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("matmul throughput per dtype and size")
-        out["matmul"], out["matmul_forward"] = self.matmul()
+        out["matmul"], out["matmul_forward"], out["matmul_input_grad"] = self.matmul()
         best = ", ".join(f"{d} {max(f for _, f in pts) / 1e9:.1f}" for d, pts in out["matmul"].items())
         share = ", ".join(f"{d} {forward_share(out['matmul'][d], pts)}" for d, pts in out["matmul_forward"].items())
-        self.say(f"      best linear forward+backward GFLOP/s per rank: {best}; the forward's share by size: {share} "
-                 f"({time.perf_counter() - t0:.1f} s)")
+        grad = ", ".join(f"{d} {forward_share(out['matmul'][d], pts)}" for d, pts in out["matmul_input_grad"].items())
+        self.say(f"      best linear forward+backward GFLOP/s per rank: {best}; the forward's share by size: {share}; "
+                 f"the input gradient's: {grad} ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("attention kernel (causal sdpa, forward and backward, bf16)")
         out["attention"] = self.attention()
         best = max(f for _, f in out["attention"]["bf16"])
