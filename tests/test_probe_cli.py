@@ -78,6 +78,7 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     # QLoRA's 4-bit linears, timed against bf16 ones (bitsandbytes is in the test extra)
     assert perf.sources["quantized_linear"] == "probe" and perf.dequant_elements_per_s > 0
     assert perf.quantized_linear_overhead_s >= 0 and " us per module and pass + its weight at " in captured.err
+    assert json.loads(out.read_text())["measurements"]["quantized_linear"]["rows"] in (64, 128)
     raw = json.loads(out.read_text())["measurements"]
     assert raw["collectives"]["backend"] == "gloo" and raw["quick"] is True
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".zerokit-probe-")]  # the NVMe test file is gone
@@ -125,6 +126,18 @@ def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_th
     # the CPU reference engines on a CPU that emulates bf16: 9 s a step at 4 sequences, one sequence left
     assert halve_to_fit(4, 1, lambda mb: 2.25 * mb) == 1
     assert halve_to_fit(4, 1, lambda mb: 0.3 * mb / 4) == 4  # a CPU with AMX: 0.3 s, as it was
+
+
+@pytest.mark.parametrize("rate, rows", [
+    (3e9, 128),  # the AMD EPYC that emulates bf16 (~3 GFLOP/s): a pair at 512 rows took 4.3 s, 128 fit
+    (0.1e9, 64),  # slower still: the floor, even over the budget
+    (100e9, 512),  # bf16 in hardware (the Intel Xeon with AMX): 0.13 s, the full 512
+])
+def test_the_4bit_pairs_run_fewer_rows_where_their_matmuls_would_not_fit_the_budget(rate, rows):
+    from zerokit.perf.probe import quantized_rows
+
+    assert quantized_rows(512, (1024, 2048), [[64.0, rate], [512.0, rate]]) == rows
+    assert quantized_rows(128, (512, 512), [[64.0, 0.1e9]]) == 64  # --quick's 128 rows, halved once
 
 
 @pytest.mark.parametrize("points, rate, overhead", [

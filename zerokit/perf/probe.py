@@ -35,6 +35,7 @@ from zerokit.perf.machine import (
     MAX_BANDWIDTH,
     MIN_RATE,
     MachinePerf,
+    throughput_at,
     unmeasured_intra_node,
 )
 
@@ -193,6 +194,16 @@ def linear_shapes(flops: ModelFlops, tokens: int) -> dict[tuple[int, int, int], 
         key = (max(1, round(tokens * m.token_share)), m.in_features, m.out_features)
         shapes[key] = shapes.get(key, 0.0) + m.copies
     return shapes
+
+
+def quantized_rows(rows: int, shape: tuple[int, int], matmul: Sequence[Sequence[float]]) -> int:
+    """The rows the probe's 4-bit linear pairs run: `rows` halved (down to 64) until one pair at the largest weight
+    `shape` (in, out), two linears' forward and backward at the bf16 curve `matmul` ([[size, FLOP/s], ...]), fits
+    STEP_BUDGET_S."""
+    curve = tuple((float(n), float(f)) for n, f in matmul)
+    n_in, n_out = shape
+    return halve_to_fit(rows, min(rows, 64), lambda r: 2 * 6.0 * r * n_in * n_out
+                        / throughput_at(curve, (r * n_in * n_out) ** (1 / 3)))
 
 
 def fit_quantized(points: Sequence[Sequence[float]]) -> dict[str, Any]:
@@ -490,11 +501,16 @@ class _Worker:
         t = self.seconds(lambda: torch.nn.functional.dropout(x, 0.05, True))
         return self.mean(n / t)
 
-    def quantized_linears(self) -> dict[str, Any] | None:
+    def quantized_linears(self, matmul: Sequence[Sequence[float]] = ()) -> dict[str, Any] | None:
         """QLoRA's bitsandbytes 4-bit linears (NF4, double quantization, bf16 compute, frozen, LoRA-adapted) against
         the bf16 linears they replace, forward and backward at several weight shapes: the extra seconds a pass, fitted
         as a fixed cost per module plus the weight's elements at a rate (bitsandbytes dequantizes the whole weight on
-        every call). None where bitsandbytes is not installed or cannot run on this device."""
+        every call). None where bitsandbytes is not installed or cannot run on this device.
+
+        `matmul`: the bf16 linear curve just measured ([[size, FLOP/s], ...]). Where one pair of the largest shape
+        would take over STEP_BUDGET_S by it, fewer rows run (halved, down to 64): the dequantization is a cost per
+        weight, not per row, and on a CPU that emulates bf16 the pairs' matmuls took 84 s of a 155 s probe at 512
+        rows while the difference they were there to show drowned in their noise."""
         try:
             import bitsandbytes as bnb
         except Exception:  # noqa: BLE001 -- not installed, or no build for this platform: the default stands
@@ -503,6 +519,8 @@ class _Worker:
         shapes = (((128, 128), (128, 512), (512, 512)) if self.quick else
                   ((2048, 2048), (4096, 4096), (4096, 11008)) if self.gpu else
                   ((256, 256), (512, 1024), (1024, 2048)))
+        if matmul:
+            rows = quantized_rows(rows, shapes[-1], matmul)
         points = []
         try:
             for n_in, n_out in shapes:
@@ -510,7 +528,7 @@ class _Worker:
                 points.append([float(n_in * n_out), self.mean(extra / 2.0)])  # two passes: forward, input gradient
         except Exception:  # noqa: BLE001 -- bitsandbytes without a kernel for this device: the default stands
             return None
-        return fit_quantized(points)
+        return {**fit_quantized(points), "rows": rows}
 
     def _quantized_extra(self, bnb: Any, rows: int, n_in: int, n_out: int) -> float:
         """Seconds a frozen 4-bit linear's forward and backward take beyond a frozen bf16 linear's, each adapted by a
@@ -947,10 +965,11 @@ class _Worker:
         self.say(f"      up to {best / 1e9:.1f} GB/s, {out['op_overhead_s'] * 1e6:.1f} us per op, dropout "
                  f"{out['dropout_elements_per_s'] / 1e6:.0f} M elements/s ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("4-bit linears (bitsandbytes NF4, QLoRA's base) against bf16 ones")
-        out["quantized_linear"] = self.quantized_linears()
+        out["quantized_linear"] = self.quantized_linears(out["matmul"]["bf16"])
         q = out["quantized_linear"]
         self.say(f"      {q['overhead_s'] * 1e6:.0f} us per module and pass + its weight at "
-                 f"{q['elements_per_s'] / 1e6:.0f} M elements/s ({time.perf_counter() - t0:.1f} s)" if q else
+                 f"{q['elements_per_s'] / 1e6:.0f} M elements/s, {q['rows']} rows ({time.perf_counter() - t0:.1f} s)"
+                 if q else
                  "      bitsandbytes not installed or no kernel here: priced as a memory pass")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
         block = self.reference_block(out["matmul"], out["attention"], out["elementwise"], out["op_overhead_s"])
