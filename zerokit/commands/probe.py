@@ -17,7 +17,7 @@ from zerokit.fileio import check_target, write_atomic
 
 def render_table(perf, raw: dict) -> str:
     """The measured figures, one per line, with where each came from."""
-    from zerokit.perf.probe import forward_share
+    from zerokit.perf.probe import product_share
     from zerokit.units import format_bytes
 
     def rate(x: float) -> str:
@@ -30,12 +30,10 @@ def render_table(perf, raw: dict) -> str:
     for dtype, curve in perf.matmul.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
         rows.append((f"matmul {dtype} GFLOP/s by size", pts, perf.sources.get("matmul", "probe")))
-    for dtype, curve in perf.matmul_forward.items():
-        rows.append((f"forward's share, {dtype}", forward_share(perf.matmul[dtype], curve),
-                     perf.sources.get("matmul_forward", "probe")))
-    for dtype, curve in perf.matmul_input_grad.items():
-        rows.append((f"input gradient's share, {dtype}", forward_share(perf.matmul[dtype], curve),
-                     perf.sources.get("matmul_input_grad", "probe")))
+    for product, key in (("forward's", "matmul_forward"), ("input gradient's", "matmul_input_grad")):
+        for dtype, curve in getattr(perf, key).items():
+            rows.append((f"{product} share, {dtype}", product_share(perf.matmul[dtype], curve),
+                         perf.sources.get(key, "probe")))
     for dtype, curve in perf.attention.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
         rows.append((f"attention {dtype} GFLOP/s by size", pts, perf.sources.get("attention", "probe")))

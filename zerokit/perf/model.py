@@ -363,17 +363,18 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak = _compute_parts(mf, perf, micro_batch, seq_len,
                                                                                     precision, attention)
     tokens = micro_batch * seq_len
+    qlora = lora is not None and len(lora) > 3
+    quantized = lora[3] if qlora else 0  # QLoRA's 4-bit weights
     adapter_t = adapter_flops = 0.0
     adapter_modules = 0
     if share < 1.0:
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable, tokens,
                                                                                  precision, peak,
-                                                                                 zero_stage == 3
-                                                                                 and (lora is None or len(lora) <= 3))
+                                                                                 zero_stage == 3 and not qlora)
         recompute += adapter_forward
     dequant = 0.0
-    if lora is not None and len(lora) > 3 and lora[3]:  # QLoRA: the 4-bit base, dequantized on every pass
-        dequant = dequantization_s(perf, lora[3], lora[4])
+    if quantized:  # QLoRA: the 4-bit base, dequantized on every pass
+        dequant = dequantization_s(perf, quantized, lora[4])
         fwd += dequant
         recompute += dequant
     bwd = bwd_in + bwd_w * share + adapter_t + dequant
@@ -396,8 +397,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
         elif zero_stage == 3:
             gathers, gathered = mf.gathered(persistence_threshold)
-            if lora is not None and len(lora) > 3 and lora[3]:
-                gathered -= 0.75 * lora[3]  # QLoRA: 4-bit weights travel in their bf16 storage, four an element
+            if quantized:
+                gathered -= 0.75 * quantized  # QLoRA: 4-bit weights travel in their bf16 storage, four an element
             ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
             micro_comm = ag + reduce
             if overlap and prefetch_bucket_size > 0:

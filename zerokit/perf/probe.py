@@ -165,10 +165,10 @@ def _gpu_count() -> int:
         return 0
 
 
-def forward_share(matmul: Sequence[Sequence[float]], forward: Sequence[Sequence[float]]) -> str:
+def product_share(matmul: Sequence[Sequence[float]], product: Sequence[Sequence[float]]) -> str:
     """`64: 22%, 128: 19%, ...`: one product's time (the forward's, or the input gradient's) over a linear layer's
     forward and backward, by size."""
-    return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, forward))
+    return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, product))
 
 
 def halve_to_fit(value: int, floor: int, cost: Callable[[int], float], budget: float = STEP_BUDGET_S) -> int:
@@ -437,10 +437,14 @@ class _Worker:
             torch.autograd.backward(linear(x, w), g, inputs=[x, w])
             x.grad = w.grad = None
 
+        graph: list[Any] = []  # the frozen forward, built by the first (untimed warm-up) call: `linears` needs none
+
         def in_grad() -> Any:
-            return torch.autograd.grad(frozen, x, g, retain_graph=True)
-        frozen = linear(x, w.detach())
+            if not graph:
+                graph.append(linear(x, w.detach()))
+            return torch.autograd.grad(graph[0], x, g, retain_graph=True)
         return fwd_bwd, lambda: linear(x, w), in_grad
+
     def linears(self, flops: ModelFlops, tokens: int) -> list[list[float]]:
         """A model's own weight matmuls at `tokens` tokens a micro-batch: [rows, in, out, how many, seconds of one
         bf16 forward and backward], each shape timed as the matmul curve's points are (once per probe)."""
@@ -950,8 +954,8 @@ class _Worker:
         t0 = self.begin("matmul throughput per dtype and size")
         out["matmul"], out["matmul_forward"], out["matmul_input_grad"] = self.matmul()
         best = ", ".join(f"{d} {max(f for _, f in pts) / 1e9:.1f}" for d, pts in out["matmul"].items())
-        share = ", ".join(f"{d} {forward_share(out['matmul'][d], pts)}" for d, pts in out["matmul_forward"].items())
-        grad = ", ".join(f"{d} {forward_share(out['matmul'][d], pts)}" for d, pts in out["matmul_input_grad"].items())
+        share, grad = (", ".join(f"{d} {product_share(out['matmul'][d], pts)}" for d, pts in out[key].items())
+                       for key in ("matmul_forward", "matmul_input_grad"))
         self.say(f"      best linear forward+backward GFLOP/s per rank: {best}; the forward's share by size: {share}; "
                  f"the input gradient's: {grad} ({time.perf_counter() - t0:.1f} s)")
         t0 = self.begin("attention kernel (causal sdpa, forward and backward, bf16)")
