@@ -388,3 +388,51 @@ def test_stored_init_is_the_dataclass_init(name):
         if f.default_factory is not dataclasses.MISSING:
             assert getattr(again, f.name) == getattr(ours, f.name)
             assert getattr(again, f.name) is not getattr(ours, f.name)
+
+
+def test_global_batch_options_nearest_first_then_the_multiples_within_five_percent_that_allow_most_micro_batches():
+    from zerokit.planner.rules import global_batch_options
+
+    # 977 samples on 32 GPUs: multiples 960 (30 a GPU: 8 divisors), 992 (31: 2), 1024 (32: 6); 928 is -5.0%
+    assert global_batch_options(977, 32, True) == (992, 960, 1024)
+    assert global_batch_options(977, 32, False) == (992,)  # a forced micro-batch trains every multiple alike
+    assert global_batch_options(248, 8, True)[0] == 248  # divides evenly: itself first
+    assert global_batch_options(10, 8, True) == (8,)  # no other multiple within 5%
+    # one GPU, 1,000 samples (10 micro-batches): 1008 (20), 960 (19), then 990, 1020 and 1050 (15 each, nearest first)
+    assert global_batch_options(1000, 1, True) == (1000, 1008, 960, 990, 1020, 1050)
+    huge = global_batch_options(10**12, 1, True)  # a bounded scan, not 10^11 candidates
+    assert len(huge) == 6 and huge[0] == 10**12 and all(abs(g - 10**12) <= 512 for g in huge)
+
+
+def test_a_rounded_global_batch_is_the_multiple_within_five_percent_that_trains_fastest():
+    # 4M tokens of 4,096 = 977 samples on 32 H100s. The nearest multiple, 992, is 31 a GPU: micro-batch 1 or 31,
+    # and 70B at ZeRO-3 and micro-batch 1 gathers its parameters for every 4,096 tokens. 960 (30 a GPU) runs
+    # micro-batch 5; 1024 (32 a GPU) is within 2% of it but farther from 977.
+    hw = resolve_hardware("h100-80gb", gpus_per_node=8, nodes=4)
+    p = plan(LLAMA70, hw, Training(seq_len=4096, global_batch_tokens=4 * 10**6))
+    d = p.decision
+    assert d.micro_batch_size * d.gradient_accumulation_steps * 32 == 960 and d.micro_batch_size > 1
+    same = plan(LLAMA70, hw, Training(seq_len=4096, global_batch=960))  # the plan of that global batch itself
+    assert (same.decision, same.performance) == (d, p.performance)
+    nearest = plan(LLAMA70, hw, Training(seq_len=4096, global_batch=992))  # divides evenly: kept, and advised
+    assert nearest.decision.micro_batch_size * nearest.decision.gradient_accumulation_steps * 32 == 992
+    assert p.performance.tokens_per_s > 2 * nearest.performance.tokens_per_s
+    assert any("pass --global-batch 960" in w for w in nearest.warnings)
+    assert any(w.startswith("global batch 977 is not a multiple of 32 (GPUs x micro-batch); using 960 (-1.7%: "
+                            "the fastest of the multiples within 5%") and "the nearest, 992, trains at micro-batch 1"
+               in w for w in p.warnings)
+    assert any(r.startswith("Batch: 4.0M tokens per step at 4096 tokens per sample is 977 samples; rounded to 960 ")
+               for r in p.reasons)
+    # a forced micro-batch: every multiple trains alike, the nearest is kept
+    forced = plan(LLAMA70, hw, Training(seq_len=4096, global_batch_tokens=4 * 10**6, micro_batch=1))
+    assert forced.decision.gradient_accumulation_steps == 31
+
+
+def test_the_nearest_global_batch_is_kept_when_no_multiple_is_more_than_two_percent_faster():
+    # 7B on 8 H100s at micro-batch 1 (ZeRO-1, no checkpointing) trains 240, 248 and 256 within 0.1%: 248 stays
+    hw = resolve_hardware("h100-80gb", gpus_per_node=8)
+    p = plan(LLAMA7, hw, Training(seq_len=4096, global_batch_tokens=10**6))
+    d = p.decision
+    assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 248
+    assert "global batch 244 is not a multiple of 8 (GPUs x micro-batch); using 248" in p.warnings
+    assert not any("--global-batch" in w for w in p.warnings)

@@ -18,7 +18,7 @@ from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
 from zerokit.perf.machine import MachinePerf, machine_from_preset, unmeasured_links
-from zerokit.planner.rules import RULES, Context, setup_label
+from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
 from zerokit.units import format_bytes
 
@@ -50,6 +50,8 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
                                              activations=activations, machine=machine)
         if relaxed.chosen.candidate.fits:
             ctx, reasons = relaxed, relaxed_reasons
+    if len(ctx.batch.options) > 1:
+        ctx, reasons = batch_by_speed(ctx, reasons, activations)
     chosen = ctx.chosen.candidate
     setup, buffers = chosen.setup, ctx.chosen.buffers
     decision = Decision(
@@ -100,13 +102,14 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
 
 
 def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_micro_batch: bool = False,
-              activations: ActivationModel | None = None, machine: MachinePerf | None = None
-              ) -> tuple[Context, list[str]]:
-    """Run the rules table in order; each rule's decision lands on the context under its name."""
+              activations: ActivationModel | None = None, machine: MachinePerf | None = None,
+              global_batch: int | None = None) -> tuple[Context, list[str]]:
+    """Run the rules table in order; each rule's decision lands on the context under its name. `global_batch`: one
+    of the rounded global batches `BatchChoice.options` lists (None: the first, the nearest)."""
     if machine is None:
         machine = default_machine(hardware)[0]
     ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch, activation_model=activations,
-                  machine=machine)
+                  machine=machine, global_batch=global_batch)
     reasons = []
     for name, rule in RULES:
         value, reason = rule(ctx)
@@ -114,6 +117,60 @@ def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_mi
         if reason:
             reasons.append(reason)
     return ctx, reasons
+
+
+def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationModel | None
+                   ) -> tuple[Context, list[str]]:
+    """The global batch asked for, or a multiple of the GPUs near it that trains faster.
+
+    A global batch that must be rounded anyway (not a multiple of the GPUs, or given in tokens) becomes the fitting
+    option of `BatchChoice.options` with the most tokens/s; within TIE_TOLERANCE of it, the one nearest the samples
+    asked (the nearest multiple first). Its samples per GPU set the micro-batches: 4M tokens of 4,096 on 32 GPUs
+    rounds to 992, 31 a GPU, which allows micro-batch 1 or 31, and a 70B ZeRO-3 run at micro-batch 1 spends most of
+    each step gathering parameters: 960 trains at micro-batch 5, 2.9x the tokens/s. A global batch asked that divides
+    evenly is kept, and an option more than ADVICE_GAIN faster is named in a warning.
+    """
+    t, b = ctx.training, ctx.batch
+    runs = [(ctx, reasons)] + [run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine,
+                                         global_batch=g) for g in b.options[1:]]
+    timed = [(c.chosen.candidate.performance.tokens_per_s, g, c, r) for (c, r), g in zip(runs, b.options)
+             if c.chosen.candidate.fits]
+    if not timed:
+        return ctx, reasons
+    best = max(s for s, *_ in timed)
+    exact = b.options[0] == b.asked
+    if exact:
+        speed, g, alt, _ = max(timed, key=lambda x: x[0])
+        own = ctx.chosen.candidate.performance
+        if g != b.asked and (own is None or speed > (1 + ADVICE_GAIN) * own.tokens_per_s):
+            dp = ctx.hardware.world_size
+            ctx.warnings.append(
+                f"global batch {b.asked} is {b.asked // dp} samples per GPU, which "
+                + (f"trains at micro-batch {ctx.chosen.candidate.setup.micro_batch_size} ({own.tokens_per_s:,.0f} "
+                   "tokens/s)" if own is not None else "fits no setup")
+                + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
+                f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
+        return ctx, reasons
+    _, g, chosen, chosen_reasons = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * best),
+                                       key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
+    if g == b.options[0]:
+        return ctx, reasons
+    perf, mb = chosen.chosen.candidate.performance, chosen.chosen.candidate.setup.micro_batch_size
+    nearest = ctx.chosen.candidate
+    versus = (f"the nearest, {b.options[0]}, trains at micro-batch {nearest.setup.micro_batch_size}, "
+              f"{nearest.performance.tokens_per_s:,.0f} tokens/s" if nearest.fits else
+              f"the nearest, {b.options[0]}, fits no setup")
+    why = (f" ({_off(g, b.asked)}: the fastest of the multiples within {GLOBAL_BATCH_SLACK:.0%}, micro-batch {mb} at "
+           f"{perf.tokens_per_s:,.0f} tokens/s; {versus})")
+    chosen.warnings[:] = [w + why if w.startswith(f"global batch {b.asked} is not a multiple") else w
+                          for w in chosen.warnings]
+    return chosen, [r.replace(f"rounded to {g},", f"rounded to {g}{why},", 1) if r.startswith("Batch: ") else r
+                    for r in chosen_reasons]
+
+
+def _off(g: int, asked: int) -> str:
+    """'+4.8%': how far a global batch is from the one asked."""
+    return f"{100 * (g - asked) / asked:+.1f}%"
 
 
 @functools.cache

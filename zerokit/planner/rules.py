@@ -8,7 +8,8 @@ How the search works (the README's "How the planner decides" says the same in pr
 
 1. Precision: bf16 where the GPU has it, else fp16 with dynamic loss scaling; fp32 only when asked.
 2. Batch: the micro-batches to try. `auto` tries powers of two 1..64; a global batch (or global batch tokens)
-   fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried). A
+   fixes samples per GPU per step, and the micro-batch must divide it (every divisor up to 64 is tried). One that
+   must be rounded becomes the multiple of the GPUs within 5% that trains fastest (`plan` times each). A
    requested micro-batch is tried alone first; only if no setup fits it does a second pass try the smaller ones
    (the largest micro-batch up to the one requested).
 3. Candidates, in search order (no offload, then CPU offload, then NVMe): ZeRO-0, 1, 2, 3; ZeRO-2 + CPU
@@ -56,6 +57,17 @@ AUTO_MICRO_BATCHES = tuple(2**i for i in range(MAX_AUTO_MICRO_BATCH.bit_length()
 TOKENS_PER_STEP_NOTE = 1_000_000
 TIE_TOLERANCE = 0.02
 """Setups whose predicted tokens/s differ by less than this are a tie, which the earlier one in search order wins."""
+GLOBAL_BATCH_SLACK = 0.05
+"""How far from the samples asked a global batch that must be rounded anyway may go: the multiples of the GPUs
+within it are timed, and the fastest is used (`zerokit.planner.engine.plan`). A global batch asked that divides
+evenly is kept; a faster one within it is advised."""
+BATCH_OPTIONS = 6
+"""The most global batches a plan times: the nearest multiple, then the other multiples within the slack whose
+samples per GPU allow the most micro-batches (divisors up to MAX_AUTO_MICRO_BATCH)."""
+ADVICE_GAIN = 0.10
+"""A global batch asked that divides evenly is kept; a multiple within the slack this much faster is advised."""
+BATCH_SCAN = 1024
+"""The most multiples of the GPUs the slack is scanned for (nearest first): a huge global batch on few GPUs."""
 
 NO_OFFLOAD = ((0, "none", "none"), (1, "none", "none"), (2, "none", "none"), (3, "none", "none"))
 CPU_OFFLOAD = ((2, "cpu", "none"), (3, "cpu", "none"), (3, "cpu", "cpu"))
@@ -100,6 +112,8 @@ class Context:
     chosen: Evaluation | None = None
     relax_micro_batch: bool = False
     """Second pass when the requested micro-batch fits nowhere: try the smaller ones too."""
+    global_batch: int | None = None
+    """The rounded global batch to plan, one of `BatchChoice.options` (None: the nearest multiple)."""
     warnings: list = field(default_factory=list)
     activation_model: Any = None
     """(seq_len, micro_batch, checkpointing) -> ActivationEstimate; None: the analytic model."""
@@ -330,6 +344,10 @@ class BatchChoice:
     """Micro-batches allowed, ascending."""
     per_gpu_samples: int | None
     """Samples per GPU per optimizer step when a global batch is given; None = accumulation 1."""
+    asked: int | None = None
+    """The global batch asked for, in samples (--global-batch-tokens over the sequence length, rounded)."""
+    options: tuple[int, ...] = ()
+    """The global batches the plan may use for it (`global_batch_options`), the nearest multiple first."""
 
 
 Rule = Callable[[Context], tuple[Any, str | None]]
@@ -441,7 +459,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
                    "fit, no gradient accumulation (no global batch given).")
         return BatchChoice(mbs, None), "Batch: " + why
     unit = dp * (t.micro_batch or 1)
-    rounded = max(unit, _round_half_up(target / unit) * unit)
+    options = global_batch_options(target, unit, t.micro_batch is None)
+    rounded = ctx.global_batch or options[0]
     if rounded != target:
         ctx.warnings.append(f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch); "
                             f"using {rounded}")
@@ -456,7 +475,31 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         mbs = tuple(m for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
     why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the divisor of "
            f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
-    return BatchChoice(mbs, per_gpu), "Batch: " + reason_prefix + why
+    return BatchChoice(mbs, per_gpu, target, options), "Batch: " + reason_prefix + why
+
+
+def global_batch_options(target: int, unit: int, free: bool) -> tuple[int, ...]:
+    """The global batches a plan may use for `target` samples on `unit` (GPUs x a forced micro-batch): the nearest
+    multiple of `unit` first (`target` itself when it is one), then, with a `free` micro-batch, the other multiples
+    within GLOBAL_BATCH_SLACK of `target`, those whose samples per GPU have the most divisors up to
+    MAX_AUTO_MICRO_BATCH first (the micro-batches they allow: 31 per GPU allows 1 and 31, 30 eight of them), then
+    the nearest; BATCH_OPTIONS in all. A forced micro-batch trains every multiple alike: the nearest is the answer.
+    """
+    nearest = max(unit, _round_half_up(target / unit) * unit)
+    if not free:
+        return (nearest,)
+    centre = nearest // unit
+    lo = max(1, math.ceil(target * (1 - GLOBAL_BATCH_SLACK) / unit), centre - BATCH_SCAN // 2)
+    hi = min(math.floor(target * (1 + GLOBAL_BATCH_SLACK) / unit), centre + BATCH_SCAN // 2)
+    ks = range(lo, hi + 1)
+    others = sorted((k * unit for k in ks if k * unit != nearest),
+                    key=lambda g: (-_micro_batches_allowed(g // unit), abs(g - target), g))
+    return (nearest, *others[:BATCH_OPTIONS - 1])
+
+
+def _micro_batches_allowed(per_gpu: int) -> int:
+    """How many micro-batches (divisors up to MAX_AUTO_MICRO_BATCH) split `per_gpu` samples evenly."""
+    return sum(1 for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
 
 
 def rule_candidates(ctx: Context) -> tuple[tuple, str]:
