@@ -102,9 +102,11 @@ class Training:
     micro_batch: int | None = None
     """Samples per GPU per forward pass; None (`auto`) = the largest that fits, up to 64."""
     global_batch: int | None = None
-    """Samples per optimizer step; sets gradient accumulation."""
+    """Samples per optimizer step; sets gradient accumulation. One that is no multiple of the GPUs is rounded to the
+    multiple within 5% that trains fastest."""
     global_batch_tokens: int | None = None
-    """Tokens per optimizer step (e.g. 1M); sets gradient accumulation."""
+    """Tokens per optimizer step (e.g. 1M); sets gradient accumulation. Rounded to whole samples, a multiple of the
+    GPUs: the one within 5% that trains fastest."""
     zero_stage: int | None = None
     """Force a ZeRO stage 0-3; None = the fastest that fits."""
     offload_optimizer: str | None = None
