@@ -129,15 +129,18 @@ def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_th
 
 
 @pytest.mark.parametrize("rate, rows", [
-    (3e9, 128),  # the AMD EPYC that emulates bf16 (~3 GFLOP/s): a pair at 512 rows took 4.3 s, 128 fit
-    (0.1e9, 64),  # slower still: the floor, even over the budget
+    # 12 x rows x 1024 x 2048 FLOP a pair: 25.8 MFLOP a row
+    (3e9, 32),  # the AMD EPYC that emulates bf16 (~3 GFLOP/s): 4.3 s a pair at 512 rows, 0.27 s at 32
+    (0.1e9, 16),  # slower still: the floor, even over the budget
     (100e9, 512),  # bf16 in hardware (the Intel Xeon with AMX): 0.13 s, the full 512
 ])
 def test_the_4bit_pairs_run_fewer_rows_where_their_matmuls_would_not_fit_the_budget(rate, rows):
     from zerokit.perf.probe import quantized_rows
 
     assert quantized_rows(512, (1024, 2048), [[64.0, rate], [512.0, rate]]) == rows
-    assert quantized_rows(128, (512, 512), [[64.0, 0.1e9]]) == 64  # --quick's 128 rows, halved once
+    # --quick's 128 rows of 512 x 512 (3.1 MFLOP a row) at 0.1 GFLOP/s: 4.0 s, 2.0, 1.0, then the floor's 0.5
+    assert quantized_rows(128, (512, 512), [[64.0, 0.1e9]]) == 16
+    assert quantized_rows(128, (512, 512), [[64.0, 1e9]]) == 64  # 0.4 s at 128 rows, 0.2 at 64
 
 
 @pytest.mark.parametrize("points, rate, overhead", [

@@ -49,6 +49,12 @@ figures measured before it. A longer one runs fewer tokens (the blocks drop a wi
 machine still probes in about a minute: a CPU without AVX-512 BF16 emulates bf16 at 2-3 GFLOP/s, where the CPU
 reference's 512-token step took 9 s and the probe 11 minutes. A machine fast enough for the full sizes measures
 them as before."""
+QUANTIZED_PAIR_S = 0.3
+"""The longest one pair of the 4-bit linear measurement (a 4-bit and a bf16 linear's forward and backward at the
+largest shape) may take by the bf16 curve: fewer rows, down to 16, where it would take longer. What the pairs measure
+(bitsandbytes dequantizing each weight, PEFT's module overhead) is a cost per weight and module, not per row, so the
+rows' matmuls are noise around it: on the AMD EPYC that emulates bf16, three fits at 128 rows (1 s a pair, 21-27 s in
+all) put the 4-bit weight at 226-3,020 M elements/s, and three at 32 rows (5.6-6.2 s) at 345-464."""
 ENGINE_TIMED_S = 30.0
 """Seconds of timed engine steps (every engine's together) after which the alternated rounds stop, once
 ENGINE_ROUNDS[0] have run."""
@@ -197,13 +203,13 @@ def linear_shapes(flops: ModelFlops, tokens: int) -> dict[tuple[int, int, int], 
 
 
 def quantized_rows(rows: int, shape: tuple[int, int], matmul: Sequence[Sequence[float]]) -> int:
-    """The rows the probe's 4-bit linear pairs run: `rows` halved (down to 64) until one pair at the largest weight
+    """The rows the probe's 4-bit linear pairs run: `rows` halved (down to 16) until one pair at the largest weight
     `shape` (in, out), two linears' forward and backward at the bf16 curve `matmul` ([[size, FLOP/s], ...]), fits
-    STEP_BUDGET_S."""
+    QUANTIZED_PAIR_S."""
     curve = tuple((float(n), float(f)) for n, f in matmul)
     n_in, n_out = shape
-    return halve_to_fit(rows, min(rows, 64), lambda r: 2 * 6.0 * r * n_in * n_out
-                        / throughput_at(curve, (r * n_in * n_out) ** (1 / 3)))
+    return halve_to_fit(rows, min(rows, 16), lambda r: 2 * 6.0 * r * n_in * n_out
+                        / throughput_at(curve, (r * n_in * n_out) ** (1 / 3)), QUANTIZED_PAIR_S)
 
 
 def fit_quantized(points: Sequence[Sequence[float]]) -> dict[str, Any]:
@@ -512,9 +518,9 @@ class _Worker:
         every call). None where bitsandbytes is not installed or cannot run on this device.
 
         `matmul`: the bf16 linear curve just measured ([[size, FLOP/s], ...]). Where one pair of the largest shape
-        would take over STEP_BUDGET_S by it, fewer rows run (halved, down to 64): the dequantization is a cost per
+        would take over QUANTIZED_PAIR_S by it, fewer rows run (halved, down to 16): the dequantization is a cost per
         weight, not per row, and on a CPU that emulates bf16 the pairs' matmuls took 84 s of a 155 s probe at 512
-        rows while the difference they were there to show drowned in their noise."""
+        rows, and 21-27 s at 128, while the difference they were there to show drowned in their noise."""
         try:
             import bitsandbytes as bnb
         except Exception:  # noqa: BLE001 -- not installed, or no build for this platform: the default stands
