@@ -362,6 +362,12 @@ def test_requested_micro_batch_is_kept_when_any_setup_fits_it():
     d = p.decision
     assert d.fits and d.micro_batch_size < 64 and 192 % d.micro_batch_size == 0
     assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 1536
+    # 1,000 = 125 per GPU divides the GPUs but not 8 x 64: once 64 is relaxed, the global batch asked stands
+    # (it was rounded to 1,024, a multiple of the micro-batch that fit nowhere)
+    p = plan(LLAMA7, hw, Training(seq_len=4096, micro_batch=64, global_batch=1000))
+    d = p.decision
+    assert d.fits and 125 % d.micro_batch_size == 0 and d.micro_batch_size * d.gradient_accumulation_steps == 125
+    assert not any("not a multiple" in w for w in p.warnings)
 
 
 @pytest.mark.parametrize("name", ["Setup", "GpuMemory", "Candidate", "Decision", "Plan"])

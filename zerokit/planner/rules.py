@@ -458,7 +458,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
             why = (f"micro-batch: the power of two up to {MAX_AUTO_MICRO_BATCH} that trains fastest among those that "
                    "fit, no gradient accumulation (no global batch given).")
         return BatchChoice(mbs, None), "Batch: " + why
-    unit = dp * (t.micro_batch or 1)
+    # a micro-batch relaxed below the one asked (it fit nowhere) no longer sets the multiple: the GPUs do
+    unit = dp * (t.micro_batch if t.micro_batch is not None and not ctx.relax_micro_batch else 1)
     options = global_batch_options(target, unit, t.micro_batch is None)
     rounded = ctx.global_batch or options[0]
     if rounded != target:
