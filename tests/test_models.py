@@ -399,7 +399,12 @@ def test_an_unknown_family_plans_with_its_matmuls_priced_as_a_llama_of_its_shape
     assert model_flops(spec.config).layer_matmuls == model_flops({**OLMO, "model_type": "llama"}).layer_matmuls
     p = plan(spec, resolve_hardware("a100-80gb"), Training(seq_len=256))
     assert p.decision.fits and p.performance.step_time_s > 0
-    assert any(w.startswith("step times price olmo as a llama of its shape (hidden 64, 2 layers") for w in p.warnings)
+    assert any(w.startswith("step times price olmo as a llama of its shape (hidden 64, 2 layers) whose MLP, 96 wide, "
+                            "gives its own weight matrices' matmuls per token") for w in p.warnings)
+    # ZeRO-3 gathers and hooks its own modules: embeddings, head, 4 projections and 3 MLP linears a layer (olmo's
+    # LayerNorms own no parameters)
+    assert spec.module_sizes == ((64 * 64, 8), (64 * 96, 6), (100 * 64, 2))
+    assert any("gathering its 16 modules under ZeRO-3" in w for w in p.warnings)
 
 
 def test_config_values_transformers_refuses_are_one_line(tmp_path):

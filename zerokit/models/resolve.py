@@ -219,6 +219,46 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
         full["intermediate_size"] = 4 * hidden
     note = (f"counted by instantiating {type(model).__name__} on the meta device "
             f"(transformers {transformers.__version__})")
+    own = [sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()]
+    sizes: dict[int, int] = {}
+    for n in own:
+        if n:
+            sizes[int(n)] = sizes.get(int(n), 0) + 1
     return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
                      num_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
-                     vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta", config=full, notes=(note,))
+                     vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta", config=full, notes=(note,),
+                     module_sizes=tuple(sorted(sizes.items())),
+                     active_matmul_parameters=active_matmul_parameters(torch, model, full))
+
+
+EXPERT_PARAMETER = re.compile(r"(^|\.)experts(\.|$)")
+"""A routed MoE expert's parameter by its name: `mlp.experts.3.w1.weight`, `mlp.experts.gate_up_proj` (experts
+fused in one tensor); not a shared expert (`shared_expert.`, `shared_experts.`), which every token runs."""
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "num_selected_experts", "n_activated_experts", "top_k")
+EXPERTS_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+
+
+def active_matmul_parameters(torch: Any, model: Any, config: Mapping[str, Any]) -> int:
+    """The weight-matrix parameters one token passes through: every parameter of two or more dimensions but the
+    input embeddings and the LM head, routed experts' at the config's top-k of all of them. 0 when the model has
+    routed experts but the config names no top-k and expert count this reads (the step-time model then prices the
+    architecture by its config's shape alone)."""
+    skip = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        skip.add(id(head.weight))
+    dense = routed = 0
+    for name, p in model.named_parameters():
+        if p.dim() < 2 or id(p) in skip:
+            continue
+        if EXPERT_PARAMETER.search(name):
+            routed += p.numel()
+        else:
+            dense += p.numel()
+    if not routed:
+        return int(dense)
+    k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
+    e = next((config[key] for key in EXPERTS_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
+    if k is None or e is None or k > e:
+        return 0
+    return int(dense + routed * k / e)

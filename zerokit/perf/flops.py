@@ -309,3 +309,36 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         module_sizes=tuple((p.params, p.copies) for p in parts),
         elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder))
     return _CACHE.put(id(config), config, result)
+
+
+_META_CACHE = IdentityMemo(64)
+
+
+def meta_model_flops(spec: Any) -> ModelFlops:
+    """The ModelFlops of an architecture counted on the meta device (`ModelSpec.source == "meta"`): the llama of its
+    shape (`llama_like`), its MLP as wide as the model's own weight matrices make one token's matmuls
+    (`ModelSpec.active_matmul_parameters`: routed experts at top-k of all, MLA's or fused projections as they are),
+    and ZeRO-3's gathers and hooks over the instantiated model's own modules (`ModelSpec.module_sizes`). Without
+    those figures (a spec built by hand), the llama of its config's shape as `model_flops` prices it.
+
+    Gpt-oss-120b's config says intermediate_size 2,880, the width of one of its 128 experts: as the llama of that
+    shape its MLP was a quarter of the four experts a token runs (10.3 GFLOP a token now, 4.9 then), and ZeRO-3
+    gathered 3.0B parameters a pass where the model has 116.8B (DeepSeek-V3: 40B of 671B)."""
+    hit = _META_CACHE.get(id(spec.config), spec.config)
+    if hit is not None:
+        return hit
+    c = complete_config(llama_like(spec.config))
+    h, layers = c["hidden_size"], c["num_hidden_layers"]
+    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    attention = layers * (2 * h * q + 2 * h * kv)
+    if spec.active_matmul_parameters:
+        width = round((spec.active_matmul_parameters - attention) / (3 * h * layers))
+        if width >= 1:
+            c["intermediate_size"] = width
+    mf = model_flops(c)
+    if spec.module_sizes:
+        mf = ModelFlops(mf.model_type, mf.hidden_size, mf.num_layers, mf.vocab_size, mf.intermediate_size,
+                        mf.layer_matmuls, mf.head_matmuls, mf.attention,
+                        parameter_modules=sum(n for _, n in spec.module_sizes), module_sizes=spec.module_sizes,
+                        elementwise_per_token=mf.elementwise_per_token)
+    return _META_CACHE.put(id(spec.config), spec.config, mf)

@@ -44,7 +44,7 @@ from zerokit.memory.estimate import PHASES, StepCosts, costs_of
 from zerokit.memory.host import HostMemory, host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
-from zerokit.perf.flops import ModelFlops, model_flops
+from zerokit.perf.flops import ModelFlops, meta_model_flops, model_flops
 from zerokit.perf.model import StepTime, step_time_of
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count, format_seconds
@@ -224,10 +224,16 @@ class Context:
     def flops(self) -> ModelFlops:
         m = self.model
         if m.source == "meta":  # an architecture zerokit does not count: its matmuls as a llama of its shape
+            mf = meta_model_flops(m)
             self.warnings.append(
                 f"step times price {m.config.get('model_type')} as a llama of its shape (hidden {m.hidden_size}, "
-                f"{m.num_layers} layers, MLP width {m.config.get('intermediate_size')}): zerokit does not model its "
-                "FLOPs; memory and parameters are its own. Probe-free figures are rough: compare setups, not seconds")
+                f"{m.num_layers} layers) whose MLP, {mf.intermediate_size:,} wide, "
+                + ("gives its own weight matrices' matmuls per token (an MoE's routed experts at top-k)"
+                   if m.active_matmul_parameters else "is its config's intermediate_size (no top-k for its experts)")
+                + (f", gathering its {mf.parameter_modules:,} modules under ZeRO-3" if m.module_sizes else "")
+                + ": zerokit does not model its FLOPs kernel by kernel; memory and parameters are its own. Probe-free "
+                "figures are rough: compare setups, not seconds")
+            return mf
         return model_flops(m.config)
 
     def peft_costs(self, stage: int) -> dict[str, int]:

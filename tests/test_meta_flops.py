@@ -1,0 +1,87 @@
+"""An architecture zerokit does not count by arithmetic (instantiated on the meta device) is priced as the llama of its
+shape with its own matmuls per token and its own ZeRO-3 modules: held against the arithmetic families, whose counts
+are exact, by sending their configs down the meta path."""
+
+from __future__ import annotations
+
+import pytest
+
+from zerokit.models.resolve import _spec_from_meta
+from zerokit.perf.flops import meta_model_flops, model_flops
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+LLAMA = {"model_type": "llama", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": False}
+MIXTRAL = {"model_type": "mixtral", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "tie_word_embeddings": False}
+QWEN2_MOE = {"model_type": "qwen2_moe", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_experts": 8,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 256,
+             "decoder_sparse_step": 1, "tie_word_embeddings": False}
+
+
+def _by_size(sizes) -> dict[int, float]:
+    """(parameters, copies) entries summed per size: the arithmetic lists a size once per kind of module."""
+    out: dict[int, float] = {}
+    for n, copies in sizes:
+        out[n] = out.get(n, 0) + copies
+    return out
+
+
+@pytest.mark.parametrize("config", [LLAMA, MIXTRAL, QWEN2_MOE], ids=lambda c: c["model_type"])
+def test_the_meta_path_prices_a_known_family_as_its_arithmetic_does(config):
+    arithmetic = model_flops(config)
+    meta = meta_model_flops(_spec_from_meta(config, config["model_type"]))
+    # the same weight-matmul FLOPs a token (the MLP's width rounded to a whole number: under 0.5%)
+    assert meta.matmul_flops_per_token == pytest.approx(arithmetic.matmul_flops_per_token, rel=5e-3)
+    # and the same modules for ZeRO-3 to gather and hook
+    assert _by_size(meta.module_sizes) == _by_size(arithmetic.module_sizes)
+    assert meta.parameter_modules == arithmetic.parameter_modules
+    assert meta.gathered(1280) == arithmetic.gathered(1280)
+
+
+def test_a_dense_meta_model_keeps_its_mlp_width():
+    spec = _spec_from_meta(LLAMA, "llama")
+    # 2 layers x (q 128x128, k and v 128x64, o 128x128, gate/up/down 3 x 128x352): embeddings and head left out
+    assert spec.active_matmul_parameters == 2 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352)
+    assert meta_model_flops(spec).intermediate_size == 352
+
+
+def test_routed_experts_count_at_top_k_and_shared_ones_whole():
+    spec = _spec_from_meta(QWEN2_MOE, "qwen2_moe")
+    attention = 2 * 128 * 128 + 2 * 128 * 64
+    experts = 8 * 3 * 128 * 64  # routed: 2 of 8 a token
+    shared = 3 * 128 * 256 + 128  # the shared expert and its gate, every token
+    router = 128 * 8
+    assert spec.active_matmul_parameters == 2 * (attention + experts * 2 // 8 + shared + router)
+
+
+def test_experts_without_a_top_k_in_the_config_fall_back_to_the_config_shape():
+    spec = _spec_from_meta(MIXTRAL, "mixtral")
+    config = {k: v for k, v in spec.config.items() if k != "num_experts_per_tok"}
+    import torch
+    import transformers
+
+    from zerokit.models.resolve import active_matmul_parameters
+
+    hf = transformers.AutoConfig.for_model("mixtral", **{k: v for k, v in MIXTRAL.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf)
+    assert active_matmul_parameters(torch, model, config) == 0
+    assert active_matmul_parameters(torch, model, spec.config) == spec.active_matmul_parameters > 0
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"])
+def test_full_size_moe_presets_down_the_meta_path(name):
+    # measured: matmul FLOPs a token within 0.004% of the arithmetic (the MLP width rounded), gathers and modules equal
+    from zerokit.models.resolve import resolve_model
+
+    spec = resolve_model(name)
+    arithmetic, meta = model_flops(spec.config), meta_model_flops(_spec_from_meta(dict(spec.config), name))
+    assert meta.matmul_flops_per_token == pytest.approx(arithmetic.matmul_flops_per_token, rel=1e-4)
+    threshold = 10 * spec.hidden_size  # the HF Trainer's "auto" persistence threshold
+    assert meta.gathered(threshold) == arithmetic.gathered(threshold)
+    assert meta.parameter_modules == arithmetic.parameter_modules
