@@ -468,3 +468,24 @@ def test_auto_is_what_the_help_says_it_is_leaving_the_option_out(capsys, option)
     _, left_out, _ = run(capsys, *LLAMA_7B_8xH100, "--target", "deepspeed", "--format", "json")
     assert json.loads(out) == json.loads(left_out)
     assert f"{option} " in " ".join(run(capsys, "plan", "--help")[1].split())
+
+
+GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 32}
+
+
+def test_a_family_without_sdpa_is_planned_for_the_eager_attention_a_run_gets(capsys, tmp_path, monkeypatch):
+    # transformers builds gpt-oss without sdpa (attn_implementation="sdpa" raises): a run falls back to eager, and
+    # the plan is made for eager (the calibration and the scores) instead of a generic estimate for sdpa
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("ZEROKIT_CALIBRATION_DIR", str(tmp_path / "cache"))
+    (tmp_path / "config.json").write_text(json.dumps(GPT_OSS))
+    args = ["plan", "--model", str(tmp_path / "config.json"), "--gpu", "a100-80gb", "--seq-len", "256"]
+    code, doc = run_json(capsys, *args)
+    assert code == 0
+    assert any(w.startswith("gpt_oss has no sdpa attention in this transformers") for w in doc["warnings"])
+    assert not any("not calibrated" in w for w in doc["warnings"])
+    # the same plan as asking for eager outright
+    code, eager = run_json(capsys, *args, "--attention", "eager")
+    assert (eager["decision"], eager["performance"]) == (doc["decision"], doc["performance"])

@@ -191,7 +191,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
         hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
-    spec, activations, source = calibration(spec, hardware, settings, skip=no_calibrate)
+    spec, activations, source, settings = calibration(spec, hardware, settings, skip=no_calibrate)
     result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
                        machine=machine)
     from zerokit.dsconfig import build_ds_config
@@ -208,25 +208,45 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     return EXIT_OK if fits else EXIT_FINDINGS
 
 
-def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, skip: bool) -> tuple[Any, Any, Any]:
-    """(spec, activation model, source) for the planner: an architecture zerokit does not model is calibrated on a
-    CPU miniature (cached), unless skipped or impossible, which the plan then says in a warning."""
+def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, skip: bool
+                ) -> tuple[Any, Any, Any, types.Training]:
+    """(spec, activation model, source, training) for the planner: an architecture zerokit does not model is
+    calibrated on a CPU miniature (cached), unless skipped or impossible, which the plan then says in a warning.
+
+    A family transformers builds without sdpa (gpt-oss: `attn_implementation="sdpa"` raises) runs eager attention
+    when none is asked for, and a run that asks for sdpa fails at load: the plan is made for eager then (the
+    activations calibrated and the scores priced as eager computes them), and says so."""
     from zerokit.memory.activations import MODELLED_FAMILIES
 
     if spec.model_type in MODELLED_FAMILIES or spec.source == "count" or settings.peft != "none":
-        return spec, None, None  # --peft: only modelled families are counted, the planner refuses the rest
+        return spec, None, None, settings  # --peft: only modelled families are counted, the planner refuses the rest
     if skip:
-        return spec, None, "generic"
+        return spec, None, "generic", settings
     from zerokit.memory.calibrate import CalibrationUnavailable, calibrated_activations
 
     precision = settings.precision or ("bf16" if hardware.bf16 else "fp16")
     attention = "sdpa" if settings.attention == "flash" else settings.attention
+
+    def calibrated(kernel: str) -> Any:
+        return calibrated_activations(spec.config, attention=kernel, dtype=precision,
+                                      progress=lambda line: click.echo(f"zerokit plan: {line}", err=True))
+
     try:
-        cal = calibrated_activations(spec.config, attention=attention, dtype=precision,
-                                     progress=lambda line: click.echo(f"zerokit plan: {line}", err=True))
+        cal = calibrated(attention)
     except CalibrationUnavailable as e:
-        return replace(spec, notes=spec.notes + (f"activations not calibrated: {e}",)), None, "generic"
-    return spec, cal.estimate, "calibrated"
+        if not (e.kernel_refused and settings.attention == "sdpa"):
+            return replace(spec, notes=spec.notes + (f"activations not calibrated: {e}",)), None, "generic", settings
+        try:
+            cal = calibrated("eager")
+        except CalibrationUnavailable as eager_error:
+            return (replace(spec, notes=spec.notes + (f"activations not calibrated: {eager_error}",)), None,
+                    "generic", settings)
+        note = (f"{spec.model_type} has no sdpa attention in this transformers (attn_implementation='sdpa' raises), "
+                "so a run uses eager attention: planned with --attention eager (activations and scores as eager "
+                "computes them); a flash kernel, where the family has one, needs --attention flash")
+        return replace(spec, notes=spec.notes + (note,)), cal.estimate, "calibrated", replace(settings,
+                                                                                             attention="eager")
+    return spec, cal.estimate, "calibrated", settings
 
 
 def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: str | None, pcie: str | None

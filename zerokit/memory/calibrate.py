@@ -150,7 +150,12 @@ def _backward_peak(loss: Any) -> int:
 
 # ------------------------------------------------------------------------------------------ tracing on fake tensors
 class CalibrationUnavailable(Exception):
-    """Calibration cannot run here; the message is one sentence a plan can show as a warning."""
+    """Calibration cannot run here; the message is one sentence a plan can show as a warning. `kernel_refused`: the
+    family has no such attention kernel in transformers (`attn_implementation` raised), so no run can use it."""
+
+    def __init__(self, message: str, kernel_refused: bool = False) -> None:
+        super().__init__(message)
+        self.kernel_refused = kernel_refused
 
 
 def _with_layers(config: Mapping[str, Any], n: int, full: int) -> dict:
@@ -291,8 +296,8 @@ class _Tracer:
                                                          attn_implementation=self.kernel)
             except ValueError as exc:  # no causal-LM class for this config, or a kernel the family refuses
                 raise CalibrationUnavailable(f"transformers cannot build a causal LM for model_type "
-                                             f"{self.model_type!r} with {self.kernel} attention: {one_line(exc)}"
-                                             ) from None
+                                             f"{self.model_type!r} with {self.kernel} attention: {one_line(exc)}",
+                                             kernel_refused="does not support an attention implementation" in str(exc)) from None
             _cast(model, self.dtype)
             model.train()
             hit = (model, False)
