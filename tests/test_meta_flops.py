@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from zerokit.models.resolve import _spec_from_meta
+from zerokit.memory.estimate import module_trace
+from zerokit.models.resolve import _spec_from_meta, resolve_model, spec_from_config
 from zerokit.perf.flops import meta_model_flops, model_flops
 
 pytest.importorskip("torch")
@@ -77,11 +78,28 @@ def test_experts_without_a_top_k_in_the_config_fall_back_to_the_config_shape():
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b"])
 def test_full_size_moe_presets_down_the_meta_path(name):
     # measured: matmul FLOPs a token within 0.004% of the arithmetic (the MLP width rounded), gathers and modules equal
-    from zerokit.models.resolve import resolve_model
-
     spec = resolve_model(name)
     arithmetic, meta = model_flops(spec.config), meta_model_flops(_spec_from_meta(dict(spec.config), name))
     assert meta.matmul_flops_per_token == pytest.approx(arithmetic.matmul_flops_per_token, rel=1e-4)
     threshold = 10 * spec.hidden_size  # the HF Trainer's "auto" persistence threshold
     assert meta.gathered(threshold) == arithmetic.gathered(threshold)
     assert meta.parameter_modules == arithmetic.parameter_modules
+
+
+@pytest.mark.parametrize("config", [LLAMA, {**LLAMA, "tie_word_embeddings": True}, MIXTRAL, QWEN2_MOE],
+                         ids=["llama", "llama-tied", "mixtral", "qwen2_moe"])
+@pytest.mark.parametrize("threshold", [0, 1280, 10**5])
+def test_the_zero3_memory_trace_of_the_meta_model_is_the_arithmetic_one(config, threshold):
+    # (parameters per module in forward order, parameters below the persistence threshold): the embedding, each
+    # layer's modules above the threshold as one, the head (a tied one again); the arithmetic builds it from its
+    # part lists, the meta path from the instantiated model's own modules
+    arithmetic, meta = spec_from_config(config, "arithmetic"), _spec_from_meta(config, "meta")
+    assert module_trace(meta, threshold)[:2] == module_trace(arithmetic, threshold)[:2]
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "gemma-2-2b"])
+def test_full_size_presets_trace_alike_down_the_meta_path(name):
+    spec = resolve_model(name)
+    meta = _spec_from_meta(dict(spec.config), name)
+    threshold = 10 * spec.hidden_size
+    assert module_trace(meta, threshold)[:2] == module_trace(spec, threshold)[:2]

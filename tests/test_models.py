@@ -403,7 +403,8 @@ def test_an_unknown_family_plans_with_its_matmuls_priced_as_a_llama_of_its_shape
                             "gives its own weight matrices' matmuls per token") for w in p.warnings)
     # ZeRO-3 gathers and hooks its own modules: embeddings, head, 4 projections and 3 MLP linears a layer (olmo's
     # LayerNorms own no parameters)
-    assert spec.module_sizes == ((64 * 64, 8), (64 * 96, 6), (100 * 64, 2))
+    layer = [64 * 64] * 4 + [64 * 96] * 3  # q, k, v, o, gate, up, down
+    assert spec.module_trace == ((-1, 100 * 64), *((i, n) for i in (0, 1) for n in layer), (-1, 100 * 64))
     assert any("gathering its 16 modules under ZeRO-3" in w for w in p.warnings)
 
 

@@ -465,9 +465,39 @@ def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...
     key = (id(config), model.parameters, model.num_layers, persistence_threshold)
     trace = _TRACES.get(key, config)
     if trace is None:
-        trace = _TRACES.put(key, config, _module_trace(_config_key(config), model.parameters, model.num_layers,
-                                                       persistence_threshold))
+        meta = getattr(model, "module_trace", ())
+        trace = _TRACES.put(key, config, _meta_trace(meta, model.num_layers, persistence_threshold) if meta else
+                            _module_trace(_config_key(config), model.parameters, model.num_layers,
+                                          persistence_threshold))
     return trace
+
+
+def _meta_trace(trace: tuple[tuple[int, int], ...], layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
+    """`_trace_of` for a model instantiated on the meta device, from its own modules (`ModelSpec.module_trace`):
+    those before the decoder stack one by one, each layer's modules above the threshold as one (each layer its own
+    sum: a model's first layers may be dense and the rest MoE), those after above the threshold, a tied head
+    again. No front: LoRA is planned for the families zerokit counts only."""
+    modules: list[int] = []
+    persistent = 0
+    per_layer = [0] * layers
+    after: list[int] = []
+    in_stack = False
+    for layer, n in trace:
+        if layer == -2:  # a tied head: the embedding's weight, gathered again
+            after.append(n)
+        elif layer >= 0:
+            in_stack = True
+            if n >= threshold:
+                per_layer[layer] += n
+            else:
+                persistent += n
+        elif in_stack:
+            after.append(n if n >= threshold else 0)
+            persistent += n if n < threshold else 0
+        else:
+            modules.append(n)
+            persistent += n if n < threshold else 0
+    return (*modules, *per_layer, *after), persistent, 0
 
 
 def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:

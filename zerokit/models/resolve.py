@@ -219,16 +219,34 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
         full["intermediate_size"] = 4 * hidden
     note = (f"counted by instantiating {type(model).__name__} on the meta device "
             f"(transformers {transformers.__version__})")
-    own = [sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules()]
-    sizes: dict[int, int] = {}
-    for n in own:
-        if n:
-            sizes[int(n)] = sizes.get(int(n), 0) + 1
+    layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
-                     num_layers=int(getattr(text, "num_hidden_layers", 0) or 0),
-                     vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta", config=full, notes=(note,),
-                     module_sizes=tuple(sorted(sizes.items())),
+                     num_layers=layers, vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta",
+                     config=full, notes=(note,), module_trace=module_trace(torch, model, layers),
                      active_matmul_parameters=active_matmul_parameters(torch, model, full))
+
+
+def module_trace(torch: Any, model: Any, layers: int) -> tuple[tuple[int, int], ...]:
+    """(decoder layer, parameters of its own) of every module that owns parameters, in registration order (the
+    order a decoder's forward runs them): the layer -1 outside the decoder stack (the shallowest ModuleList of
+    `layers` entries: an MoE's expert list sits deeper), -2 for a module whose parameters an earlier one owns (a
+    tied LM head). Empty when the model has no such stack."""
+    stacks = [n for n, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == layers and n]
+    if not layers or not stacks:
+        return ()
+    stack = min(stacks, key=lambda n: n.count(".")) + "."
+    trace, seen = [], set()
+    for name, m in model.named_modules():
+        params = list(m.parameters(recurse=False))
+        own = sum(p.numel() for p in params)
+        if not own:
+            continue
+        if all(id(p) in seen for p in params):
+            trace.append((-2, int(own)))
+            continue
+        seen.update(id(p) for p in params)
+        trace.append((int(name[len(stack):].split(".", 1)[0]) if name.startswith(stack) else -1, int(own)))
+    return tuple(trace)
 
 
 EXPERT_PARAMETER = re.compile(r"(^|\.)experts(\.|$)")

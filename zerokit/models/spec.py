@@ -28,9 +28,10 @@ class ModelSpec:
     """The transformers config dict (with `model_type`) this spec came from; a synthetic one for `count`."""
     notes: tuple[str, ...] = ()
     """Warnings worth showing with the plan, e.g. that the shape of a bare count was inferred."""
-    module_sizes: tuple[tuple[int, int], ...] = ()
-    """`meta` only: (parameters of its own, copies) of every parameter-owning module of the instantiated model, what
-    ZeRO-3 gathers and hooks (a tied head counts twice, as DeepSpeed fetches it for both modules)."""
+    module_trace: tuple[tuple[int, int], ...] = ()
+    """`meta` only: (decoder layer, parameters of its own) of every parameter-owning module of the instantiated
+    model in registration order, the layer -1 outside the decoder stack: what ZeRO-3 gathers and hooks (a tied head
+    counts again, as DeepSpeed fetches it for both modules)."""
     active_matmul_parameters: int = 0
     """`meta` only: weight-matrix parameters one token passes through (embeddings and the LM head left out, MoE
     experts at top-k of all); 0 where the experts' top-k is not in the config."""

@@ -318,7 +318,7 @@ def meta_model_flops(spec: Any) -> ModelFlops:
     """The ModelFlops of an architecture counted on the meta device (`ModelSpec.source == "meta"`): the llama of its
     shape (`llama_like`), its MLP as wide as the model's own weight matrices make one token's matmuls
     (`ModelSpec.active_matmul_parameters`: routed experts at top-k of all, MLA's or fused projections as they are),
-    and ZeRO-3's gathers and hooks over the instantiated model's own modules (`ModelSpec.module_sizes`). Without
+    and ZeRO-3's gathers and hooks over the instantiated model's own modules (`ModelSpec.module_trace`). Without
     those figures (a spec built by hand), the llama of its config's shape as `model_flops` prices it.
 
     Gpt-oss-120b's config says intermediate_size 2,880, the width of one of its 128 experts: as the llama of that
@@ -336,9 +336,11 @@ def meta_model_flops(spec: Any) -> ModelFlops:
         if width >= 1:
             c["intermediate_size"] = width
     mf = model_flops(c)
-    if spec.module_sizes:
+    if spec.module_trace:
+        sizes: dict[int, int] = {}
+        for _, n in spec.module_trace:
+            sizes[n] = sizes.get(n, 0) + 1
         mf = ModelFlops(mf.model_type, mf.hidden_size, mf.num_layers, mf.vocab_size, mf.intermediate_size,
-                        mf.layer_matmuls, mf.head_matmuls, mf.attention,
-                        parameter_modules=sum(n for _, n in spec.module_sizes), module_sizes=spec.module_sizes,
-                        elementwise_per_token=mf.elementwise_per_token)
+                        mf.layer_matmuls, mf.head_matmuls, mf.attention, parameter_modules=len(spec.module_trace),
+                        module_sizes=tuple(sorted(sizes.items())), elementwise_per_token=mf.elementwise_per_token)
     return _META_CACHE.put(id(spec.config), spec.config, mf)

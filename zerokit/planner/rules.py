@@ -230,7 +230,7 @@ class Context:
                 f"{m.num_layers} layers) whose MLP, {mf.intermediate_size:,} wide, "
                 + ("gives its own weight matrices' matmuls per token (an MoE's routed experts at top-k)"
                    if m.active_matmul_parameters else "is its config's intermediate_size (no top-k for its experts)")
-                + (f", gathering its {mf.parameter_modules:,} modules under ZeRO-3" if m.module_sizes else "")
+                + (f", gathering its {mf.parameter_modules:,} modules under ZeRO-3" if m.module_trace else "")
                 + ": zerokit does not model its FLOPs kernel by kernel; memory and parameters are its own. Probe-free "
                 "figures are rough: compare setups, not seconds")
             return mf
