@@ -295,9 +295,10 @@ class _Tracer:
                 model = AutoModelForCausalLM.from_config(AutoConfig.for_model(self.model_type, **raw),
                                                          attn_implementation=self.kernel)
             except ValueError as exc:  # no causal-LM class for this config, or a kernel the family refuses
+                refused = "does not support an attention implementation" in str(exc)
                 raise CalibrationUnavailable(f"transformers cannot build a causal LM for model_type "
                                              f"{self.model_type!r} with {self.kernel} attention: {one_line(exc)}",
-                                             kernel_refused="does not support an attention implementation" in str(exc)) from None
+                                             kernel_refused=refused) from None
             _cast(model, self.dtype)
             model.train()
             hit = (model, False)
