@@ -103,3 +103,16 @@ def test_full_size_presets_trace_alike_down_the_meta_path(name):
     meta = _spec_from_meta(dict(spec.config), name)
     threshold = 10 * spec.hidden_size
     assert module_trace(meta, threshold)[:2] == module_trace(spec, threshold)[:2]
+
+
+def test_experts_stacked_under_another_name_count_at_top_k():
+    # JetMoE's MLP experts are one [experts, out, in] tensor named mlp.input_linear / mlp.output_linear, its
+    # attention experts self_attention.experts.*: both routed, 2 of 4 a token; routers and kv_proj every token
+    config = {"model_type": "jetmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_key_value_heads": 2,
+              "kv_channels": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 32,
+              "vocab_size": 100}
+    spec = _spec_from_meta(config, "jetmoe")
+    mlp = 4 * 64 * 64 + 4 * 64 * 32  # input_linear [4, 64, 64] (gated: 2 x 32), output_linear [4, 64, 32]
+    attention_experts = 4 * 32 * 64 + 4 * 64 * 32  # input_linear [4, 32, 64], output_linear [4, 64, 32]
+    every_token = 4 * 64 + 4 * 64 + 64 * 64  # the two routers, kv_proj
+    assert spec.active_matmul_parameters == 2 * ((mlp + attention_experts) * 2 // 4 + every_token)

@@ -265,18 +265,21 @@ def active_matmul_parameters(torch: Any, model: Any, config: Mapping[str, Any]) 
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         skip.add(id(head.weight))
+    k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
+    e = next((config[key] for key in EXPERTS_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
     dense = routed = 0
     for name, p in model.named_parameters():
         if p.dim() < 2 or id(p) in skip:
             continue
-        if EXPERT_PARAMETER.search(name):
+        # by name (not a router kept beside them: JetMoE's self_attention.experts.router), or stacked one slice an
+        # expert (JetMoE's mlp.input_linear is [experts, out, in])
+        if ((EXPERT_PARAMETER.search(name) and "router" not in name)
+                or (e is not None and p.dim() >= 3 and p.shape[0] == e)):
             routed += p.numel()
         else:
             dense += p.numel()
     if not routed:
         return int(dense)
-    k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
-    e = next((config[key] for key in EXPERTS_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
     if k is None or e is None or k > e:
         return 0
     return int(dense + routed * k / e)
