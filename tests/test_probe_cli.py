@@ -78,7 +78,9 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys):
     # QLoRA's 4-bit linears, timed against bf16 ones (bitsandbytes is in the test extra)
     assert perf.sources["quantized_linear"] == "probe" and perf.dequant_elements_per_s > 0
     assert perf.quantized_linear_overhead_s >= 0 and " us per module and pass + its weight at " in captured.err
-    assert json.loads(out.read_text())["measurements"]["quantized_linear"]["rows"] in (64, 128)
+    # --quick starts at 128 rows and halves them (to 16 at least) while a pair would take over QUANTIZED_PAIR_S by
+    # the curve just measured: 64 or 128 here when quiet, 16 under a full suite's load
+    assert json.loads(out.read_text())["measurements"]["quantized_linear"]["rows"] in (16, 32, 64, 128)
     raw = json.loads(out.read_text())["measurements"]
     assert raw["collectives"]["backend"] == "gloo" and raw["quick"] is True
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".zerokit-probe-")]  # the NVMe test file is gone
