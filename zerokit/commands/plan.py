@@ -232,21 +232,21 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
                                       progress=lambda line: click.echo(f"zerokit plan: {line}", err=True))
 
     try:
-        cal = calibrated(attention)
+        return spec, calibrated(attention).estimate, "calibrated", settings
     except CalibrationUnavailable as e:
-        if not (e.kernel_refused and settings.attention == "sdpa"):
-            return replace(spec, notes=spec.notes + (f"activations not calibrated: {e}",)), None, "generic", settings
+        error = e
+    if error.kernel_refused and settings.attention == "sdpa":
         try:
             cal = calibrated("eager")
-        except CalibrationUnavailable as eager_error:
-            return (replace(spec, notes=spec.notes + (f"activations not calibrated: {eager_error}",)), None,
-                    "generic", settings)
-        note = (f"{spec.model_type} has no sdpa attention in this transformers (attn_implementation='sdpa' raises), "
-                "so a run uses eager attention: planned with --attention eager (activations and scores as eager "
-                "computes them); a flash kernel, where the family has one, needs --attention flash")
-        return replace(spec, notes=spec.notes + (note,)), cal.estimate, "calibrated", replace(settings,
-                                                                                             attention="eager")
-    return spec, cal.estimate, "calibrated", settings
+        except CalibrationUnavailable as e:
+            error = e
+        else:
+            note = (f"{spec.model_type} has no sdpa attention in this transformers (attn_implementation='sdpa' "
+                    "raises), so a run uses eager attention: planned with --attention eager (activations and scores "
+                    "as eager computes them); a flash kernel, where the family has one, needs --attention flash")
+            return (replace(spec, notes=spec.notes + (note,)), cal.estimate, "calibrated",
+                    replace(settings, attention="eager"))
+    return replace(spec, notes=spec.notes + (f"activations not calibrated: {error}",)), None, "generic", settings
 
 
 def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: str | None, pcie: str | None

@@ -18,7 +18,7 @@ models (eager attention, where both count s^2).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from typing import Any, NamedTuple
 
 from zerokit._dataclass import dataclass
@@ -340,7 +340,7 @@ def meta_model_flops(spec: Any) -> ModelFlops:
         sizes: dict[int, int] = {}
         for _, n in spec.module_trace:
             sizes[n] = sizes.get(n, 0) + 1
-        mf = ModelFlops(mf.model_type, mf.hidden_size, mf.num_layers, mf.vocab_size, mf.intermediate_size,
-                        mf.layer_matmuls, mf.head_matmuls, mf.attention, parameter_modules=len(spec.module_trace),
-                        module_sizes=tuple(sorted(sizes.items())), elementwise_per_token=mf.elementwise_per_token)
+        # a memo of its own: `gathered` keys on the threshold alone, so the llama's answers must not carry over
+        mf = replace(mf, parameter_modules=len(spec.module_trace), module_sizes=tuple(sorted(sizes.items())),
+                     _cache={})
     return _META_CACHE.put(id(spec.config), spec.config, mf)

@@ -137,10 +137,8 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
              if c.chosen.candidate.fits]
     if not timed:
         return ctx, reasons
-    best = max(s for s, *_ in timed)
-    exact = b.options[0] == b.asked
-    if exact:
-        speed, g, alt, _ = max(timed, key=lambda x: x[0])
+    speed, g, alt, _ = max(timed, key=lambda x: x[0])
+    if b.options[0] == b.asked:  # divides evenly: kept, and a faster option advised
         own = ctx.chosen.candidate.performance
         if g != b.asked and (own is None or speed > (1 + ADVICE_GAIN) * own.tokens_per_s):
             dp = ctx.hardware.world_size
@@ -151,7 +149,7 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
                 + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
                 f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
         return ctx, reasons
-    _, g, chosen, chosen_reasons = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * best),
+    _, g, chosen, chosen_reasons = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
                                        key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
     if g == b.options[0]:
         return ctx, reasons

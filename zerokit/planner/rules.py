@@ -474,12 +474,12 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         reason_prefix += f"rounded to {rounded}, a multiple of {unit}; "
     per_gpu = rounded // dp
     if t.micro_batch is not None and ctx.relax_micro_batch:
-        mbs = tuple(m for m in range(1, t.micro_batch + 1) if per_gpu % m == 0)
+        mbs = _divisors(per_gpu, t.micro_batch)
         reason_prefix += f"micro-batch {t.micro_batch} fits no setup; "
     elif t.micro_batch is not None:
         mbs = (t.micro_batch,)
     else:
-        mbs = tuple(m for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
+        mbs = _divisors(per_gpu, MAX_AUTO_MICRO_BATCH)
     why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the divisor of "
            f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
     return BatchChoice(mbs, per_gpu, target, options), "Batch: " + reason_prefix + why
@@ -500,13 +500,13 @@ def global_batch_options(target: int, unit: int, free: bool) -> tuple[int, ...]:
     hi = min(math.floor(target * (1 + GLOBAL_BATCH_SLACK) / unit), centre + BATCH_SCAN // 2)
     ks = range(lo, hi + 1)
     others = sorted((k * unit for k in ks if k * unit != nearest),
-                    key=lambda g: (-_micro_batches_allowed(g // unit), abs(g - target), g))
+                    key=lambda g: (-len(_divisors(g // unit, MAX_AUTO_MICRO_BATCH)), abs(g - target), g))
     return (nearest, *others[:BATCH_OPTIONS - 1])
 
 
-def _micro_batches_allowed(per_gpu: int) -> int:
-    """How many micro-batches (divisors up to MAX_AUTO_MICRO_BATCH) split `per_gpu` samples evenly."""
-    return sum(1 for m in range(1, min(per_gpu, MAX_AUTO_MICRO_BATCH) + 1) if per_gpu % m == 0)
+def _divisors(per_gpu: int, largest: int) -> tuple[int, ...]:
+    """The micro-batches up to `largest` that split `per_gpu` samples evenly, ascending."""
+    return tuple(m for m in range(1, min(per_gpu, largest) + 1) if per_gpu % m == 0)
 
 
 def rule_candidates(ctx: Context) -> tuple[tuple, str]:
