@@ -103,13 +103,14 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
 
 def run_rules(model: ModelSpec, hardware: Hardware, training: Training, relax_micro_batch: bool = False,
               activations: ActivationModel | None = None, machine: MachinePerf | None = None,
-              global_batch: int | None = None) -> tuple[Context, list[str]]:
+              global_batch: int | None = None, batch_note: str = "") -> tuple[Context, list[str]]:
     """Run the rules table in order; each rule's decision lands on the context under its name. `global_batch`: one
-    of the rounded global batches `BatchChoice.options` lists (None: the first, the nearest)."""
+    of the rounded global batches `BatchChoice.options` lists (None: the first, the nearest), and `batch_note` why
+    (rule_batch says it where it says the rounding)."""
     if machine is None:
         machine = default_machine(hardware)[0]
     ctx = Context(model, hardware, training, relax_micro_batch=relax_micro_batch, activation_model=activations,
-                  machine=machine, global_batch=global_batch)
+                  machine=machine, global_batch=global_batch, batch_note=batch_note)
     reasons = []
     for name, rule in RULES:
         value, reason = rule(ctx)
@@ -149,8 +150,8 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
                 + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
                 f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
         return ctx, reasons
-    _, g, chosen, chosen_reasons = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
-                                       key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
+    _, g, chosen, _ = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
+                          key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
     if g == b.options[0]:
         return ctx, reasons
     perf, mb = chosen.chosen.candidate.performance, chosen.chosen.candidate.setup.micro_batch_size
@@ -160,10 +161,9 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
               f"the nearest, {b.options[0]}, fits no setup")
     why = (f" ({_off(g, b.asked)}: the fastest of the multiples within {GLOBAL_BATCH_SLACK:.0%}, micro-batch {mb} at "
            f"{perf.tokens_per_s:,.0f} tokens/s; {versus})")
-    chosen.warnings[:] = [w + why if w.startswith(f"global batch {b.asked} is not a multiple") else w
-                          for w in chosen.warnings]
-    return chosen, [r.replace(f"rounded to {g},", f"rounded to {g}{why},", 1) if r.startswith("Batch: ") else r
-                    for r in chosen_reasons]
+    # the chosen option's rules run again with the comparison, which rule_batch adds where it says the rounding
+    return run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine, global_batch=g,
+                     batch_note=why)
 
 
 def _off(g: int, asked: int) -> str:

@@ -114,6 +114,8 @@ class Context:
     """Second pass when the requested micro-batch fits nowhere: try the smaller ones too."""
     global_batch: int | None = None
     """The rounded global batch to plan, one of `BatchChoice.options` (None: the nearest multiple)."""
+    batch_note: str = ""
+    """Why `global_batch` is not the nearest multiple (engine.batch_by_speed): added where the rounding is said."""
     warnings: list = field(default_factory=list)
     activation_model: Any = None
     """(seq_len, micro_batch, checkpointing) -> ActivationEstimate; None: the analytic model."""
@@ -470,8 +472,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     rounded = ctx.global_batch or options[0]
     if rounded != target:
         ctx.warnings.append(f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch); "
-                            f"using {rounded}")
-        reason_prefix += f"rounded to {rounded}, a multiple of {unit}; "
+                            f"using {rounded}{ctx.batch_note}")
+        reason_prefix += f"rounded to {rounded}{ctx.batch_note}, a multiple of {unit}; "
     per_gpu = rounded // dp
     if t.micro_batch is not None and ctx.relax_micro_batch:
         mbs = _divisors(per_gpu, t.micro_batch)
