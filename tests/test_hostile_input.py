@@ -405,6 +405,10 @@ def test_a_fractional_global_batch_with_a_suffix_is_still_a_whole_count(capsys):
     ([*PLAN, "--global-batch", "9" * 400], "--global-batch '9999999999999999999"),
     ([*PLAN, "--cpu-memory", "9" * 5000 + "GB"], "--cpu-memory '9999999999999999999"),
     ([*PLAN, "--gpus-per-node", "²"], "--gpus-per-node must be a whole number >= 1, got '²'"),
+    ([*PLAN, "--gpus-per-node", "100000000", "--nodes", "100000000"], ("--gpus-per-node '100000000' is too large; "
+     "at most 4,096")),
+    ([*PLAN, "--gpus-per-node", "64", "--nodes", "65536"], ("--gpus-per-node 64 x --nodes 65536 is 4,194,304 GPUs, more "
+     "than any cluster has; zerokit plans up to 1,048,576: check both options")),
 ])
 def test_huge_numbers_are_bad_input(capsys, argv, message):
     code, _, err = zk(capsys, *argv)

@@ -198,6 +198,11 @@ def test_resolve_hardware_sizes_and_override():
     ({}, r"give --gpu .* or --gpu-memory"),
     ({"gpu": "h100-80gb", "gpus_per_node": 0}, r"--gpus-per-node must be at least 1"),
     ({"gpu": "h100-80gb", "nodes": "-2"}, r"--nodes must be at least 1"),
+    ({"gpu": "h100-80gb", "gpus_per_node": 4097}, r"--gpus-per-node 4097 is too large; at most 4,096"),
+    ({"gpu": "h100-80gb", "nodes": "65537"}, r"--nodes '65537' is too large; at most 65,536"),
+    ({"gpu": "h100-80gb", "gpus_per_node": 32, "nodes": 32769},
+     (r"--gpus-per-node 32 x --nodes 32769 is 1,048,608 GPUs, more than any cluster has; zerokit plans up to "
+     r"1,048,576: check both options")),
     ({"gpu_memory": "1MB"}, r"below 1 GiB"),
     ({"gpu_memory": "80G"}, r"did you mean 80GB"),
     ({"gpu_memory": "80GBB"}, r"did you mean 80GB\?"),

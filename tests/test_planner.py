@@ -442,3 +442,37 @@ def test_the_nearest_global_batch_is_kept_when_no_multiple_is_more_than_two_perc
     assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 248
     assert "global batch 244 is not a multiple of 8 (GPUs x micro-batch); using 248" in p.warnings
     assert not any("--global-batch" in w for w in p.warnings)
+
+
+def test_tokens_that_do_not_split_into_whole_samples_are_rounded_by_speed_and_exact_tokens_are_kept():
+    # 1.5M tokens of 4,096 on one H100 = 366.2 samples: a rounding like any other (the help says so), so the multiple
+    # within 5% that trains fastest; 366 = 2 x 3 x 61 trains at micro-batch 6, 360 at 20.
+    hw = resolve_hardware("h100-80gb")
+    p = plan(LLAMA7, hw, Training(seq_len=4096, global_batch_tokens=1_500_000))
+    d = p.decision
+    assert d.micro_batch_size * d.gradient_accumulation_steps == 360
+    assert any(w.startswith("global batch 366 (1.5M tokens rounded to whole samples); using 360 (-1.6%: the fastest "
+                            "of the multiples within 5%") for w in p.warnings)
+    # 366 x 4,096 tokens exactly: kept, and the faster multiple advised (as for --global-batch 366)
+    exact = plan(LLAMA7, hw, Training(seq_len=4096, global_batch_tokens=366 * 4096))
+    same = plan(LLAMA7, hw, Training(seq_len=4096, global_batch=366))
+    for q in (exact, same):
+        assert q.decision.micro_batch_size * q.decision.gradient_accumulation_steps == 366
+        assert any("pass --global-batch 352" in w for w in q.warnings)
+    assert p.performance.tokens_per_s > 1.1 * exact.performance.tokens_per_s
+
+
+@pytest.mark.parametrize("tokens, gpus, warning", [
+    (100, 1, ("--global-batch-tokens 100 trains 1 sample of 4096 tokens, 4,096 tokens per step (41.0x the tokens "
+             "asked): a step trains at least 1 sample (one per GPU)")),
+    (100, 8, ("--global-batch-tokens 100 trains 8 samples of 4096 tokens, 32,768 tokens per step (327.7x the tokens "
+             "asked): a step trains at least 8 samples (one per GPU)")),
+    (6000, 1, ("--global-batch-tokens 6.0K trains 1 sample of 4096 tokens, 4,096 tokens per step (-31.7%): whole "
+              "samples")),
+    (10**6, 8, None),  # 248 samples, 1,015,808 tokens: +1.6%, within 5%
+])
+def test_tokens_per_step_far_from_those_asked_are_said(tokens, gpus, warning):
+    p = plan(LLAMA7, resolve_hardware("h100-80gb", gpus_per_node=gpus), Training(seq_len=4096,
+                                                                                  global_batch_tokens=tokens))
+    said = [w for w in p.warnings if w.startswith("--global-batch-tokens")]
+    assert said == ([warning] if warning else [])

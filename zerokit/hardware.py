@@ -14,6 +14,12 @@ from zerokit.planner.types import Hardware
 from zerokit.units import closest, parse_gpu_memory, parse_positive_int, parse_size
 
 MIB = 2**20
+MAX_GPUS_PER_NODE = 4096
+"""The most GPUs one node may have: what a hostfile's slots allow (zerokit.launch.hostfile.MAX_SLOTS)."""
+MAX_NODES = 65536
+MAX_WORLD_SIZE = 1 << 20
+"""The most GPUs a plan may span, about ten times the largest training clusters built (100,000-200,000 GPUs):
+beyond it a typo, not a cluster."""
 
 
 
@@ -88,8 +94,11 @@ def resolve_hardware(
         raise BadInput("give --gpu (a preset such as a100-80gb, h100-80gb, v100-32gb) or --gpu-memory (e.g. 80GB)")
     preset = gpu_preset(gpu) if gpu is not None else None
     memory = parse_gpu_memory(gpu_memory) if gpu_memory is not None else preset.memory_bytes
-    gpn = parse_positive_int(gpus_per_node, "--gpus-per-node")
-    n_nodes = parse_positive_int(nodes, "--nodes")
+    gpn = parse_positive_int(gpus_per_node, "--gpus-per-node", maximum=MAX_GPUS_PER_NODE)
+    n_nodes = parse_positive_int(nodes, "--nodes", maximum=MAX_NODES)
+    if gpn * n_nodes > MAX_WORLD_SIZE:
+        raise BadInput(f"--gpus-per-node {gpn} x --nodes {n_nodes} is {gpn * n_nodes:,} GPUs, more than any cluster "
+                       f"has; zerokit plans up to {MAX_WORLD_SIZE:,}: check both options")
     cpu = parse_size(cpu_memory, "--cpu-memory") if cpu_memory is not None else None
     if nvme_size is not None and nvme_path is None:
         raise BadInput("--nvme-size needs --nvme-path (the NVMe mount to offload to)")

@@ -139,7 +139,7 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
     if not timed:
         return ctx, reasons
     speed, g, alt, _ = max(timed, key=lambda x: x[0])
-    if b.options[0] == b.asked:  # divides evenly: kept, and a faster option advised
+    if b.exact:  # divides evenly: kept, and a faster option advised
         own = ctx.chosen.candidate.performance
         if g != b.asked and (own is None or speed > (1 + ADVICE_GAIN) * own.tokens_per_s):
             dp = ctx.hardware.world_size

@@ -356,6 +356,8 @@ class BatchChoice:
     """The global batch asked for, in samples (--global-batch-tokens over the sequence length, rounded)."""
     options: tuple[int, ...] = ()
     """The global batches the plan may use for it (`global_batch_options`), the nearest multiple first."""
+    exact: bool = False
+    """What was asked splits evenly (samples a multiple of the GPUs, tokens whole samples of them): it is kept."""
 
 
 Rule = Callable[[Context], tuple[Any, str | None]]
@@ -452,7 +454,7 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     if t.global_batch_tokens is not None:
         target = max(1, _round_half_up(t.global_batch_tokens / t.seq_len))
         reason_prefix = f"{format_count(t.global_batch_tokens)} tokens per step at {t.seq_len} tokens per sample is " \
-                        f"{target} samples; "
+                        f"{target} sample{'s' if target > 1 else ''}; "
     if target is None:
         if t.micro_batch is not None and ctx.relax_micro_batch:
             mbs = tuple(m for m in AUTO_MICRO_BATCHES if m < t.micro_batch) + (t.micro_batch,)
@@ -470,10 +472,25 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     unit = dp * (t.micro_batch if t.micro_batch is not None and not ctx.relax_micro_batch else 1)
     options = global_batch_options(target, unit, t.micro_batch is None)
     rounded = ctx.global_batch or options[0]
+    tokens = t.global_batch_tokens
     if rounded != target:
-        ctx.warnings.append(f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch); "
-                            f"using {rounded}{ctx.batch_note}")
+        # a multiple already, it is another option timed (engine.batch_by_speed): of tokens rounded to samples, or
+        # of an exact global batch, for the advice alone
+        ctx.warnings.append((f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch)"
+                             if target % unit or tokens is None else
+                             f"global batch {target} ({format_count(tokens)} tokens rounded to whole samples)")
+                            + f"; using {rounded}{ctx.batch_note}")
         reason_prefix += f"rounded to {rounded}{ctx.batch_note}, a multiple of {unit}; "
+    if tokens is not None and abs(rounded * t.seq_len - tokens) > GLOBAL_BATCH_SLACK * tokens:
+        trained = rounded * t.seq_len
+        ctx.warnings.append(
+            f"--global-batch-tokens {format_count(tokens)} trains {rounded} sample{'s' if rounded > 1 else ''} of "
+            f"{t.seq_len} tokens, "
+            f"{trained:,} tokens per step ("
+            + (f"{trained / tokens:.1f}x the tokens asked): a step trains at least {unit} sample"
+               f"{'s' if unit > 1 else ''} ({'one per GPU' if unit == dp else 'GPUs x micro-batch'})"
+               if rounded == unit and trained > 2 * tokens else
+               f"{100 * (trained - tokens) / tokens:+.1f}%): whole samples" + (f", a multiple of {unit}" if unit > 1 else "")))
     per_gpu = rounded // dp
     if t.micro_batch is not None and ctx.relax_micro_batch:
         mbs = _divisors(per_gpu, t.micro_batch)
@@ -484,7 +501,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         mbs = _divisors(per_gpu, MAX_AUTO_MICRO_BATCH)
     why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the divisor of "
            f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
-    return BatchChoice(mbs, per_gpu, target, options), "Batch: " + reason_prefix + why
+    exact = options[0] == target and (tokens is None or target * t.seq_len == tokens)
+    return BatchChoice(mbs, per_gpu, target, options, exact), "Batch: " + reason_prefix + why
 
 
 def global_batch_options(target: int, unit: int, free: bool) -> tuple[int, ...]:
