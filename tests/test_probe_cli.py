@@ -15,7 +15,8 @@ from zerokit.perf import load_profile
 @pytest.mark.parametrize("args, message", [
     (["--ranks", "0"], "--ranks must be at least 1"),
     (["--ranks", "two"], "--ranks must be a whole number"),
-    (["--ranks", "65"], "--ranks must be 1..64"),
+    (["--ranks", "65"], "--ranks '65' is too large; at most 64"),
+    (["--ranks", "99999999999"], "--ranks '99999999999' is too large; at most 64"),
     (["--nvme-path", "/nonexistent/nvme"], "--nvme-path /nonexistent/nvme: not a directory"),
 ])
 def test_bad_options_exit_2(args, message, capsys):

@@ -125,9 +125,10 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
 
     if output is not None:
         check_target(output, "-o", force, example="profile.json")  # refused before a minute of measuring
-    n_ranks = parse_positive_int(ranks, "--ranks") if ranks is not None else None
     from zerokit.perf import profile_to_json
-    from zerokit.perf.probe import run_probe
+    from zerokit.perf.probe import MAX_RANKS, run_probe
+
+    n_ranks = parse_positive_int(ranks, "--ranks", maximum=MAX_RANKS) if ranks is not None else None
 
     perf, raw = run_probe(ranks=n_ranks, nvme_path=nvme_path, quick=quick,
                           progress=lambda line: click.echo(line, err=True))

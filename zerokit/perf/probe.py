@@ -42,6 +42,8 @@ from zerokit.perf.machine import (
 CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
+MAX_RANKS = 64
+"""The most local ranks one probe starts (`--ranks`)."""
 WORKER_TIMEOUT_S = 600
 STEP_BUDGET_S = 1.5
 """The longest one step of a reference workload (the llama blocks, the engines' training step) may take by the kernel
@@ -88,8 +90,8 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
             raise BadInput(f"--nvme-path {nvme_path}: not writable; choose a directory on the NVMe drive you can write")
     if ranks is None:
         ranks = _gpu_count() or 2
-    if not 1 <= ranks <= 64:
-        raise BadInput(f"--ranks must be 1..64, got {ranks}")
+    if not 1 <= ranks <= MAX_RANKS:
+        raise BadInput(f"--ranks must be 1..{MAX_RANKS}, got {ranks}")
     port = free_port()
     previous = _raise_on_sigterm()
     try:
