@@ -434,8 +434,28 @@ def test_train_tokens_give_the_time_to_train_as_whole_steps(capsys):
     assert code == 0 and perf["train_tokens"] == 10_000_000_000 and isinstance(perf["train_tokens"], int)
     steps = -(-10_000_000_000 // perf["tokens_per_step"])  # a partial step is a step
     assert perf["time_to_train_s"] == pytest.approx(steps * perf["step_time_s"])
+    # the steps, for the Trainer's max_steps (which fills the scheduler's "auto" total)
+    assert perf["train_steps"] == steps and plan["training_arguments"]["max_steps"] == steps
     code, plan = run_json(capsys, *LLAMA_7B_8xH100)
     assert plan["performance"]["train_tokens"] is None and plan["performance"]["time_to_train_s"] is None
+    assert plan["performance"]["train_steps"] is None and "max_steps" not in plan["training_arguments"]
+
+
+@pytest.mark.parametrize("total_steps, said", [("5", True), ("steps", False), ("steps-4%", False), ("steps+6%", True)])
+def test_total_steps_far_from_the_train_tokens_are_said(capsys, total_steps, said):
+    """--total-steps sets the Trainer's max_steps and the scheduler's decay: 5 steps of a plan asked for 10B tokens
+    train 0.05% of them, which the plan now says (with the steps that would); within 5% it is the user's choice."""
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B")
+    steps = plan["performance"]["train_steps"]
+    total = {"5": 5, "steps": steps, "steps-4%": int(steps * 0.96), "steps+6%": int(steps * 1.06)}[total_steps]
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B", "--total-steps", str(total))
+    warned = [w for w in plan["warnings"] if w.startswith("--total-steps")]
+    assert code == 0 and plan["training_arguments"]["max_steps"] == total
+    assert warned == ([(f"--total-steps {total:,} trains {total * plan['performance']['tokens_per_step']:,} tokens "
+                       f"({plan['performance']['tokens_per_step']:,} a step), "
+                       f"{100 * (total * plan['performance']['tokens_per_step'] - 10**10) / 10**10:+.1f}% from "
+                       f"--train-tokens 10.00B: {steps:,} steps train those; the scheduler decays over --total-steps "
+                       "and the Trainer stops there")] if said else [])
 
 
 def test_a_profile_of_one_rank_plans_several_gpus_at_its_host_link_rate_and_says_so(capsys):

@@ -123,6 +123,8 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
             args["warmup_steps"] = t.warmup_steps
         if t.total_steps is not None:
             args["max_steps"] = t.total_steps
+        elif plan.train_steps is not None:  # --train-tokens: the steps that train them (the scheduler's "auto" total)
+            args["max_steps"] = plan.train_steps
         return args
     if t.target == "accelerate":
         return {

@@ -118,6 +118,7 @@ def performance_json(plan: Plan) -> dict[str, Any] | None:
     out["time_to_train_s"] = plan.time_to_train_s
     tokens = plan.training.train_tokens
     out["train_tokens"] = None if tokens is None else round(tokens)  # a count: 10000000000, not 1e10
+    out["train_steps"] = plan.train_steps
     return out
 
 
@@ -284,7 +285,8 @@ def performance_line(plan: Plan) -> str:
     line = (f"Speed (predicted): {format_seconds(p.step_time_s)}/step, {p.tokens_per_s:,.0f} tokens/s"
             + (f" ({p.tokens_per_s / n:,.0f} per GPU)" if n > 1 else "") + f", MFU {100 * p.mfu:.0f}%")
     if plan.time_to_train_s is not None:
-        line += f"; {format_count(int(plan.training.train_tokens))} tokens in {format_seconds(plan.time_to_train_s)}"
+        line += (f"; {format_count(int(plan.training.train_tokens))} tokens in {plan.train_steps:,} steps, "
+                 f"{format_seconds(plan.time_to_train_s)}")
     parts = [("compute", p.compute_s), ("exposed communication", p.exposed_communication_s),
              ("offload", p.offload_s), ("optimizer", p.optimizer_s), ("overhead", p.overhead_s)]
     split = ", ".join(f"{name} {format_seconds(t)}" for name, t in parts if t > 0)

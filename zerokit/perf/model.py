@@ -74,15 +74,24 @@ class StepTime:
         """Seconds to train `tokens` tokens at this step time."""
         return time_to_train_s(self, tokens)
 
+    def train_steps(self, tokens: float) -> int:
+        """Optimizer steps that train `tokens` tokens."""
+        return train_steps(self, tokens)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def time_to_train_s(step: StepTime, tokens: float) -> float:
     """Seconds to process `tokens` tokens (whole optimizer steps: a partial last step still takes a step)."""
+    return train_steps(step, tokens) * step.step_time_s
+
+
+def train_steps(step: StepTime, tokens: float) -> int:
+    """Optimizer steps that process `tokens` tokens, a partial last step counted whole (the Trainer's max_steps)."""
     if tokens <= 0:
         raise BadInput(f"--train-tokens must be positive, got {tokens!r}")
-    return math.ceil(tokens / step.tokens_per_step) * step.step_time_s
+    return math.ceil(tokens / step.tokens_per_step)
 
 
 def forward_backward_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str = "bf16",

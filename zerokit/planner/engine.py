@@ -18,9 +18,10 @@ from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
 from zerokit.perf.machine import MachinePerf, machine_from_preset, unmeasured_links
+from zerokit.perf.model import StepTime
 from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
-from zerokit.units import format_bytes
+from zerokit.units import format_bytes, format_count
 
 ActivationModel = Callable[[int, int, bool], ActivationEstimate]
 FALLBACK_GPU = "a100-80gb"
@@ -78,6 +79,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
     time_to_train = None
     if performance is not None and training.train_tokens is not None:
         time_to_train = performance.time_to_train_s(training.train_tokens)
+        extra_warnings += steps_against_tokens(training, performance)
     return Plan(
         model=model,
         hardware=hardware,
@@ -297,3 +299,17 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     costs = costs_of(model, world_size, hw.accelerator, stage, opt, param, ctx.accumulation_steps(mb), ctx.precision,
                      frugal, ctx.overhead, front_released=not ck, **ctx.peft_costs(stage))
     return costs.need(ctx.activation(mb, ck, stage))
+
+
+def steps_against_tokens(training: Training, performance: StepTime) -> list[str]:
+    """A warning when --total-steps trains more than 5% more or fewer tokens than --train-tokens asks: the
+    scheduler decays over the steps, and the Trainer stops at them (max_steps)."""
+    total, tokens = training.total_steps, training.train_tokens
+    if total is None or tokens is None:
+        return []
+    per_step, steps = performance.tokens_per_step, performance.train_steps(tokens)
+    if abs(total * per_step - tokens) <= GLOBAL_BATCH_SLACK * tokens:
+        return []
+    return [(f"--total-steps {total:,} trains {total * per_step:,} tokens ({per_step:,} a step), "
+            f"{100 * (total * per_step - tokens) / tokens:+.1f}% from --train-tokens {format_count(round(tokens))}: "
+            f"{steps:,} steps train those; the scheduler decays over --total-steps and the Trainer stops there")]

@@ -261,3 +261,10 @@ class Plan:
     """The chosen setup's predicted step time (zerokit.perf.StepTime)."""
     time_to_train_s: float | None = None
     peft: Any = None
+
+    @property
+    def train_steps(self) -> int | None:
+        """Optimizer steps that train --train-tokens (None without them, or without a step time)."""
+        if self.performance is None or self.training.train_tokens is None:
+            return None
+        return self.performance.train_steps(self.training.train_tokens)
