@@ -300,3 +300,24 @@ def test_a_family_zerokit_does_not_count_is_refused_before_any_calibration(capsy
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--peft: zerokit counts LoRA adapters for these families: falcon, gemma" in err and "'starcoder2'" in err
     assert "calibrat" not in err
+
+
+@pytest.mark.parametrize("model, quantized, why", [
+    ("mixtral-8x7b", "1.34B of the 46.70B base parameters (3%)", ("transformers 5 stores this model's MoE experts as "
+                                                                 "3-D tensors")),
+    ("falcon-7b", "0 of the 6.92B base parameters (0%)", ("this model's linears are another type (falcon's "
+                                                          "FalconLinear subclasses it)")),
+    ("llama-3-8b", None, None),
+])
+def test_qlora_says_when_most_of_the_base_stays_16_bit(capsys, model, quantized, why):
+    """bitsandbytes makes Linear4bit of modules whose type is nn.Linear (tests/test_quant.py checks the bytes against
+    real 4-bit models, Mixtral's among them): a Mixtral's stacked experts and Falcon's FalconLinear stay bf16, so
+    the '4-bit' base is 91.4 GB, not 23 GB. The plan counted it right and said only '4-bit NF4'; now it says."""
+    doc = plan_json(capsys, "--model", model, "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "2048",
+                    "--peft", "qlora")
+    said = [w for w in doc["warnings"] if w.startswith("QLoRA quantizes")]
+    if quantized is None:
+        assert said == []
+        return
+    assert len(said) == 1 and said[0].startswith(f"QLoRA quantizes {quantized}: bitsandbytes replaces modules whose "
+                                                 f"type is nn.Linear, and {why}; the rest stay bf16")

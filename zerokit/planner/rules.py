@@ -425,6 +425,7 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     t = ctx.training
     if t.peft == "none":
         return None, None  # full fine-tuning: zerokit.planner.peft is not even imported
+    from zerokit.models.resolve import EXPERTS_KEYS
     from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, plan_peft
 
     if t.peft == "qlora" and t.offload_param not in (None, "none"):
@@ -433,9 +434,26 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
     share = peft.trainable / max(1, peft.frozen_parameters)
+    moe = any(ctx.model.config.get(k) for k in EXPERTS_KEYS)
+    if peft.method == "qlora" and 2 * peft.quantized_parameters < peft.frozen_parameters:
+        ctx.warnings.append(
+            f"QLoRA quantizes {format_count(peft.quantized_parameters)} of the {format_count(peft.frozen_parameters)} "
+            f"base parameters ({peft.quantized_parameters / max(1, peft.frozen_parameters):.0%}): bitsandbytes "
+            "replaces modules whose type is nn.Linear, and "
+            + ("transformers 5 stores this model's MoE experts as 3-D tensors" if moe else
+               "this model's linears are another type (falcon's FalconLinear subclasses it)"
+               if not peft.quantized_parameters else "most of this model's parameters lie outside them")
+            + f"; the rest stay {ctx.precision}, so the frozen base is {format_bytes(peft.frozen_bytes)} a copy, not "
+            f"the {format_bytes(peft.frozen_parameters // 2)} of 4 bits throughout")
     base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
-            f"in 4-bit NF4 with double quantization ({format_bytes(peft.frozen_bytes)}, of which "
-            f"{format_bytes(peft.quantization_constants)} quantization constants)")
+            f"({format_bytes(peft.frozen_bytes)}, of which {format_bytes(peft.quantization_constants)} quantization "
+            f"constants): {format_count(peft.quantized_parameters)} in 4-bit NF4 with double quantization, the "
+            f"{format_count(peft.frozen_parameters - peft.quantized_parameters)} bitsandbytes leaves in "
+            f"{ctx.precision} (" + ("its linears are a subclass of nn.Linear, which it leaves" if not
+                                    peft.quantized_parameters else
+                                    "embeddings, norms, routers and the experts, which transformers 5 stacks as 3-D "
+                                    "tensors: no nn.Linear; and the LM head, which it skips" if moe else
+                                    "embeddings and norms: no nn.Linear; and the LM head, which it skips") + ")")
     targets = peft.target_modules if isinstance(peft.target_modules, str) else ",".join(peft.target_modules)
     return peft, (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} rank {peft.rank} on {targets}: "
                   f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
