@@ -134,13 +134,13 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
     evenly is kept, and an option more than ADVICE_GAIN faster is named in a warning.
     """
     t, b = ctx.training, ctx.batch
-    runs = [(ctx, reasons)] + [run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine,
-                                         global_batch=g) for g in b.options[1:]]
-    timed = [(c.chosen.candidate.performance.tokens_per_s, g, c, r) for (c, r), g in zip(runs, b.options)
+    runs = [ctx] + [run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine,
+                              global_batch=g)[0] for g in b.options[1:]]
+    timed = [(c.chosen.candidate.performance.tokens_per_s, g, c) for c, g in zip(runs, b.options)
              if c.chosen.candidate.fits]
     if not timed:
         return ctx, reasons
-    speed, g, alt, _ = max(timed, key=lambda x: x[0])
+    speed, g, alt = max(timed, key=lambda x: x[0])
     if b.exact:  # divides evenly: kept, and a faster option advised
         own = ctx.chosen.candidate.performance
         if g != b.asked and (own is None or speed > (1 + ADVICE_GAIN) * own.tokens_per_s):
@@ -152,8 +152,8 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
                 + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
                 f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
         return ctx, reasons
-    _, g, chosen, _ = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
-                          key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
+    _, g, chosen = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
+                       key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
     if g == b.options[0]:
         return ctx, reasons
     perf, mb = chosen.chosen.candidate.performance, chosen.chosen.candidate.setup.micro_batch_size
