@@ -22,7 +22,7 @@ prepare)
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
   mkdir -p .whl
   # the tested stack's versions (constraints.txt) of what that machine's image lacks
-  pins=$(grep -iE '^(pydantic|pydantic_core|annotated-types|typing-inspection|hjson|jsonschema|jsonschema-specifications|referencing|rpds-py|typing_extensions)==' constraints.txt)
+  pins=$(grep -iE '^(pydantic|pydantic_core|annotated-types|typing-inspection|hjson|jsonschema|jsonschema-specifications|referencing|rpds-py|typing_extensions|peft|accelerate)==' constraints.txt)
   deepspeed=$(grep -i '^deepspeed==' constraints.txt) || exit 1
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \

@@ -75,6 +75,9 @@ CASES = {
     "zero3_offload_optimizer": {"stage": 3, "offload_optimizer": "cpu"},
     # nothing forced: the plan's own choice for 32 sequences per optimizer step
     "planned": {"global_batch": 32},
+    # LoRA (all-linear, rank 8, dropout 0.05, as the CPU benchmark's) on the frozen bf16 base
+    "lora_zero2": {"stage": 2, "peft": "lora", "lora_rank": 8},
+    "lora_zero3": {"stage": 3, "peft": "lora", "lora_rank": 8},
 }
 
 
@@ -95,17 +98,19 @@ def plan_case(case: dict, perf, device_memory: int, ranks: int, model: dict, seq
         zero_stage=case.get("stage"),
         offload_optimizer=case.get("offload_optimizer", "none") if forced else None,
         offload_param=case.get("offload_param", "none") if forced else None,
-        gradient_checkpointing=case.get("checkpointing", False) if forced else None)
+        gradient_checkpointing=case.get("checkpointing", False) if forced else None,
+        peft=case.get("peft", "none"), lora_rank=case.get("lora_rank", 16))
     return plan(spec, hardware, training, machine=perf)
 
 
 def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: dict, seq_len: int, warmup: int,
-          steps: int) -> dict:
+          steps: int, lora_config: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with tempfile.TemporaryDirectory(prefix="zerokit-gpu-") as tmp:
         spec = {"model": model, "seq_len": seq_len, "ds_config": ds_config, "warmup": warmup, "steps": steps,
-                "gradient_checkpointing": checkpointing, "attention": "sdpa"}
+                "gradient_checkpointing": checkpointing, "attention": "sdpa",
+                **({"lora_config": lora_config} if lora_config else {})}
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         port = free_port()
@@ -121,6 +126,16 @@ def train(name: str, ds_config: dict, checkpointing: bool, ranks: int, model: di
     times = data["step_times_s"][warmup:]
     return {"median_s": statistics.median(times), "steps_s": times, "loss": data["loss"],
             "memory": data.get("memory"), "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def _device_name() -> str | None:
+    """The GPU the runs train on, as nvidia-smi names it (None where there is none)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
 
 
 def _write(path: Path, data: dict) -> None:
@@ -150,8 +165,10 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
     ranks, device_memory = raw["ranks"], raw["device_memory_bytes"]
     kept = keep if keep is not None and keep.exists() else out_dir / MEASURED.name
     old = json.loads(kept.read_text()) if keep is not None and kept.exists() else {}
+    device = _device_name() or raw["name"]  # --reuse-profile may bring another machine's profile
     measured = {"command": "python benchmarks/gpu_runs.py --measure", "date": time.strftime("%Y-%m-%d %H:%M"),
-                "device": raw["name"], "ranks": ranks, "model": model, "seq_len": seq_len, "micro_batch": MICRO_BATCH,
+                "device": device, **({"profile_device": raw["name"]} if device != raw["name"] else {}),
+                "ranks": ranks, "model": model, "seq_len": seq_len, "micro_batch": MICRO_BATCH,
                 "warmup_steps": warmup, "timed_steps": steps, "versions": versions(),
                 "cases": dict(old.get("cases", {}))}
     from zerokit.dsconfig import build_ds_config
@@ -160,10 +177,13 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
         result = plan_case(CASES[name], perf, device_memory, ranks, model, seq_len)
         d = result.decision
         ds_config = result.ds_config or build_ds_config(result)
-        run = train(name, ds_config, d.gradient_checkpointing, ranks, model, seq_len, warmup, steps)
+        lora = result.peft.lora_config() if result.peft is not None else None
+        run = train(name, ds_config, d.gradient_checkpointing, ranks, model, seq_len, warmup, steps, lora)
         run["setup"] = CASES[name]
         run["warmup_steps"], run["timed_steps"] = warmup, steps
         run["ds_config"] = ds_config
+        if lora is not None:
+            run["lora_config"] = lora
         measured["cases"][name] = run
         _write(out_dir / MEASURED.name, measured)
         print(f"{name}: " + (f"median {run['median_s']:.3f} s/step, planned {result.performance.step_time_s:.3f} s "
@@ -189,7 +209,10 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
     print(f"Real DeepSpeed trainings on {measured['device']} x {ranks} ({measured['date']}; llama "
           f"{model['hidden_size']} x {model['num_hidden_layers']} layers, seq {seq_len}, bf16; "
           f"{', '.join(f'{k} {v}' for k, v in measured['versions'].items())}), each the plan's own ds_config, "
-          f"against the plan with this GPU's probe profile (compute scale {perf.compute_scale:.2f}"
+          + (f"against the plan with this GPU's probe profile (compute scale {perf.compute_scale:.2f}"
+             if "profile_device" not in measured else
+             f"against the plan with the probe profile of another machine, an {measured['profile_device']} "
+             f"(compute scale {perf.compute_scale:.2f}")
           + (", set by --compute-scale)" if compute_scale is not None else ")"))
     print(f"\n{'case':24} {'setup':34} {'measured':>9} {'predicted':>9} {'error':>7}  {'compute':>8} {'comm':>7} "
           f"{'offload':>8} {'optim':>7} {'overhead':>8}")
@@ -203,7 +226,8 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
         setup = (f"Z{d.zero_stage} mb{d.micro_batch_size} ga{d.gradient_accumulation_steps}"
                  + (" ckpt" if d.gradient_checkpointing else "")
                  + (f" off-opt:{d.offload_optimizer}" if d.offload_optimizer != "none" else "")
-                 + (f" off-par:{d.offload_param}" if d.offload_param != "none" else ""))
+                 + (f" off-par:{d.offload_param}" if d.offload_param != "none" else "")
+                 + (f" lora r{result.peft.rank}" if result.peft is not None else ""))
         got = run["median_s"]
         err = (t.step_time_s - got) / got
         worst = max(worst, abs(err))

@@ -590,6 +590,28 @@ def test_lora_adapters_priced_by_their_shapes_by_hand():
         6 * 4 * 1e-6 + sum(6 * tokens * i * c for i, _, c in linears) / 1e9)
 
 
+def test_a_thin_adapter_product_is_its_memory_pass_where_the_curve_measures_launches():
+    """A LoRA product (2048 -> 8 over 8,192 tokens) has the volume of a 512^3 square one, where a GPU's curve
+    measures kernel launches (the H100's probe: 2.2 TFLOP/s at 512, 665 at 4096); priced there it took 10x its
+    memory pass and the H200's LoRA ZeRO-2 run came out 45% slow. It moves its wide operand (tokens x 2048 in 16
+    bits) in each of its three passes: that bounds it. Where the curve is compute-bound at that volume (FLAT: one
+    rate) the curve's time is the smaller and stays."""
+    from zerokit.perf.model import _lora_parts
+
+    tokens, lora = 8192, (8, 0.0, ((2048, 2048, 1),))
+    flops = 2 * 6 * tokens * 2048 * 8  # A and B, three passes each
+    gpu = replace(FLAT, matmul={"bf16": ((256.0, 1e12), (1024.0, 2e12), (8192.0, 1e15))}, elementwise=((1.0, 1e12),))
+    seconds, f, modules, forward = _lora_parts(gpu, lora, 2 * 2048 * 8, tokens, "bf16", 1e15, False)
+    memory_pass = tokens * 2048 * 2 / 1e12
+    assert (f, modules) == (flops, 2)
+    assert seconds == pytest.approx(2 * 3 * memory_pass) and forward == pytest.approx(2 * memory_pass)
+    by_curve = flops / 1.5e12  # 512 lies halfway from 256 to 1024 in log: 1.5 TFLOP/s
+    assert by_curve > 5 * seconds
+    seconds, *_ = _lora_parts(replace(FLAT, elementwise=((1.0, 1e12),)), lora, 2 * 2048 * 8, tokens, "bf16", 1e12,
+                              False)
+    assert seconds == pytest.approx(flops / 1e12)  # compute-bound at the curve's rate: the curve's time
+
+
 def test_qlora_gathers_its_4bit_weights_in_their_bf16_storage_at_zero3():
     """At ZeRO-3 QLoRA's 4-bit weights are partitioned and all-gathered as bf16 elements holding four weights each:
     a quarter of the 16-bit bytes for those weights, the rest of the model as LoRA's."""

@@ -160,10 +160,18 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     seconds = flops = forward = 0.0
     modules = 0
     rest = trainable
+    e, top = _BYTES.get(dtype, 2), perf.peak_flops(dtype)
     for n_in, n_out, copies in linears:
         for k, n in ((n_in, rank), (rank, n_out)):
             f = 6.0 * tokens * k * n * copies
-            t = f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3))
+            # The curve reads a product by its volume, as a square one; a thin one (r is 8-64) moves its wide
+            # operand, tokens x k or tokens x n, in each of its three passes, and where the curve's small squares
+            # measure kernel launches (a GPU: 2 TFLOP/s at 512^3) that volume prices it ten times too slow: the
+            # memory pass at full rate bounds it there (its launches are among the kernels below). Where the
+            # curve is compute-bound at that volume (a CPU), it is the smaller of the two and stays.
+            wide = tokens * max(k, n) * e
+            roofline = 3.0 * copies * max(f / (3.0 * copies) / top, wide / perf.elementwise_at(wide))
+            t = min(f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3)), roofline)
             seconds += t
             forward += t / 3.0
             flops += f
