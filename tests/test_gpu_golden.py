@@ -110,22 +110,21 @@ def test_the_planned_step_time_is_within_20_percent_of_the_measured_one(gpu, nam
 
 
 # The GPU preset each machine is planned with when no probe profile is given, and how far from its runs the preset
-# alone may plan them: the presets' host figures are what the first two H200s and the H100 measured; the third H200
-# ran slower than they did at every depth (the preset planned its runs 6.9-33.8% fast), which only its own probe
-# can see, so its runs are held at 35%.
+# alone may plan them: the presets' host figures are what the first two H200s and the H100 measured, and their
+# engine factor (1.2x the kernel figures, PRESET_COMPUTE_SCALE) centres the 38 full fine-tuning runs (-9.6% on
+# average at 1x, +1.0% at 1.2x); the third H200 ran slower than the others at every depth (the preset plans its runs
+# 23.6% fast to 7.1% slow), which only its own probe can see, so its runs are held at 25%.
 PRESETS = {"h100": "h100-80gb", "h200": "h200", "h200-offload": "h200",
            **{f"h200-depth{layers}": "h200" for layers in (4, 8, 16)}, "h100-1127": "h100-80gb", "h200-lora": "h200"}
-PRESET_TOLERANCE = {"h200-depth4": 0.35, "h200-depth8": 0.35, "h200-depth16": 0.35, "h200-lora": 0.35}
-# (the LoRA runs: the preset alone plans LoRA ZeRO-2 31% fast, -16% at ZeRO-3, where the probe's profile is within
-# 3.1%: without a probe the backward splits evenly, so a frozen base skips a third of its matmul time, where the
-# H100's probe measured a weight-gradient share of 23-28% at these sizes, and the dropout is priced as bytes alone)
+PRESET_TOLERANCE = {"h200-depth4": 0.25, "h200-depth8": 0.25, "h200-depth16": 0.25}
 
 
 @pytest.mark.parametrize("gpu,name", RUNS)
 def test_the_presets_alone_plan_every_run_within_20_percent(gpu, name):
     """No probe: the step time `zerokit plan --gpu h100-80gb/h200` predicts for each run of the first three machines
-    (21 runs; the H100's too: its times are real, only its profile's ZeRO-3 reference was mis-shaped), and of the
-    second H100 (9 runs, 1-11% fast: set after the presets, a fresh check of them). The presets'
+    (21 runs, worst +13.7%; the H100's too: its times are real, only its profile's ZeRO-3 reference was mis-shaped),
+    the second H100 (9 runs, worst +14.7%) and the H200's LoRA runs (4, worst -17.2%: LoRA ZeRO-2 was 31% fast at
+    the 1x engine factor). The presets'
     pageable copy rates and ZeRO-3 hook cost are what these hosts' probes and runs measured (zerokit/perf/machine.py,
     DEFAULT_NOTES); with the earlier defaults (pageable at 40% of PCIe, 0.1 ms a hook) ZeRO-3 ran 36-44% and ZeRO-3
     with optimizer offload 42% slower than predicted."""

@@ -134,7 +134,9 @@ def _profile(tmp_path, **changes) -> str:
 def test_profile_round_trip(tmp_path):
     perf = load_profile(_profile(tmp_path))
     base = machine_from_preset("a100-80gb")
-    assert perf.compute_scale == 1.0 and base.sources["compute_scale"] == "default"  # a profile before it existed
+    assert base.compute_scale == 1.2 and base.sources["compute_scale"].startswith("default: forward and backward")
+    assert perf.compute_scale == 1.2  # the preset's, written to the profile
+    assert load_profile(_profile(tmp_path, compute_scale=None)).compute_scale == 1.0  # a profile before it existed
     assert load_profile(_profile(tmp_path, compute_scale=1.25)).compute_scale == 1.25
     assert perf.matmul_forward == {}  # a preset's, and a profile's from before the probe measured it
     forward = {"bf16": [[64.0, 2e10], [512.0, 4e11]]}

@@ -276,7 +276,7 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     logits = tokens * mf.vocab_size * 4.0
     loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
     ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
-    k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; 1 for presets)
+    k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; PRESET_COMPUTE_SCALE for presets)
     result = (k * (forward + score_t + elem + loss / 3.0 + ops),                         # forward
               k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
               k * weight_grad,                                                           # backward: weight gradients

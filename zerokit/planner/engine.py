@@ -130,7 +130,7 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
     option of `BatchChoice.options` with the most tokens/s; within TIE_TOLERANCE of it, the one nearest the samples
     asked (the nearest multiple first). Its samples per GPU set the micro-batches: 4M tokens of 4,096 on 32 GPUs
     rounds to 992, 31 a GPU, which allows micro-batch 1 or 31, and a 70B ZeRO-3 run at micro-batch 1 spends most of
-    each step gathering parameters: 960 trains at micro-batch 5, 2.9x the tokens/s. A global batch asked that divides
+    each step gathering parameters: 960 trains at micro-batch 5, 2.4x the tokens/s. A global batch asked that divides
     evenly is kept, and an option more than ADVICE_GAIN faster is named in a warning.
     """
     t, b = ctx.training, ctx.batch
