@@ -500,15 +500,7 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
                             + f"; using {rounded}{ctx.batch_note}")
         reason_prefix += f"rounded to {rounded}{ctx.batch_note}, a multiple of {unit}; "
     if tokens is not None and abs(rounded * t.seq_len - tokens) > GLOBAL_BATCH_SLACK * tokens:
-        trained = rounded * t.seq_len
-        ctx.warnings.append(
-            f"--global-batch-tokens {format_count(tokens)} trains {rounded} sample{'s' if rounded > 1 else ''} of "
-            f"{t.seq_len} tokens, "
-            f"{trained:,} tokens per step ("
-            + (f"{trained / tokens:.1f}x the tokens asked): a step trains at least {unit} sample"
-               f"{'s' if unit > 1 else ''} ({'one per GPU' if unit == dp else 'GPUs x micro-batch'})"
-               if rounded == unit and trained > 2 * tokens else
-               f"{100 * (trained - tokens) / tokens:+.1f}%): whole samples" + (f", a multiple of {unit}" if unit > 1 else "")))
+        ctx.warnings.append(_tokens_trained(tokens, rounded, t.seq_len, unit, dp))
     per_gpu = rounded // dp
     if t.micro_batch is not None and ctx.relax_micro_batch:
         mbs = _divisors(per_gpu, t.micro_batch)
@@ -521,6 +513,19 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
            f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
     exact = options[0] == target and (tokens is None or target * t.seq_len == tokens)
     return BatchChoice(mbs, per_gpu, target, options, exact), "Batch: " + reason_prefix + why
+
+
+def _tokens_trained(tokens: int, samples: int, seq_len: int, unit: int, dp: int) -> str:
+    """The warning for --global-batch-tokens that train more than GLOBAL_BATCH_SLACK more or fewer tokens a step:
+    whole samples of `seq_len`, a multiple of `unit` (GPUs x a forced micro-batch)."""
+    trained = samples * seq_len
+    head = (f"--global-batch-tokens {format_count(tokens)} trains {samples} sample{'s' if samples > 1 else ''} of "
+            f"{seq_len} tokens, {trained:,} tokens per step")
+    if samples == unit and trained > 2 * tokens:  # fewer tokens than the smallest step trains
+        return (f"{head} ({trained / tokens:.1f}x the tokens asked): a step trains at least {unit} "
+                f"sample{'s' if unit > 1 else ''} ({'one per GPU' if unit == dp else 'GPUs x micro-batch'})")
+    return (f"{head} ({100 * (trained - tokens) / tokens:+.1f}%): whole samples"
+            + (f", a multiple of {unit}" if unit > 1 else ""))
 
 
 def global_batch_options(target: int, unit: int, free: bool) -> tuple[int, ...]:
