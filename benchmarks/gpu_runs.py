@@ -209,10 +209,10 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
     print(f"Real DeepSpeed trainings on {measured['device']} x {ranks} ({measured['date']}; llama "
           f"{model['hidden_size']} x {model['num_hidden_layers']} layers, seq {seq_len}, bf16; "
           f"{', '.join(f'{k} {v}' for k, v in measured['versions'].items())}), each the plan's own ds_config, "
-          + (f"against the plan with this GPU's probe profile (compute scale {perf.compute_scale:.2f}"
-             if "profile_device" not in measured else
-             f"against the plan with the probe profile of another machine, an {measured['profile_device']} "
-             f"(compute scale {perf.compute_scale:.2f}")
+          "against the plan with "
+          + ("this GPU's probe profile" if "profile_device" not in measured else
+             f"the probe profile of another machine, an {measured['profile_device']}")
+          + f" (compute scale {perf.compute_scale:.2f}"
           + (", set by --compute-scale)" if compute_scale is not None else ")"))
     print(f"\n{'case':24} {'setup':34} {'measured':>9} {'predicted':>9} {'error':>7}  {'compute':>8} {'comm':>7} "
           f"{'offload':>8} {'optim':>7} {'overhead':>8}")

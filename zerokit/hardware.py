@@ -11,11 +11,9 @@ from typing import NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.planner.types import Hardware
-from zerokit.units import closest, parse_gpu_memory, parse_positive_int, parse_size
+from zerokit.units import MAX_GPUS_PER_NODE, closest, parse_gpu_memory, parse_positive_int, parse_size
 
 MIB = 2**20
-MAX_GPUS_PER_NODE = 4096
-"""The most GPUs one node may have: what a hostfile's slots allow (zerokit.launch.hostfile.MAX_SLOTS)."""
 MAX_NODES = 65536
 MAX_WORLD_SIZE = 1 << 20
 """The most GPUs a plan may span, about ten times the largest training clusters built (100,000-200,000 GPUs):

@@ -27,6 +27,9 @@ MAX_COUNT = 10**18
 """Above any token, sample or parameter count anyone trains with."""
 MAX_INT = 2**31 - 1
 """Default ceiling of a plain integer option (GPUs, nodes, sequence length, micro-batch)."""
+MAX_GPUS_PER_NODE = 4096
+"""Ranks on one node, for `plan --gpus-per-node` and a hostfile's slots alike (DeepSpeed lists every slot,
+range(slots), so an absurd count is refused)."""
 
 
 def _show(text: object) -> str:

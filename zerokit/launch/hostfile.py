@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from zerokit.errors import BadInput
+from zerokit.units import MAX_GPUS_PER_NODE
 
 # RFC 1123 labels (letters, digits, hyphen; no leading/trailing hyphen), dot-separated; IPv4 literals match too.
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -17,7 +18,7 @@ HOSTNAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 # DeepSpeed's runner matches r'^(\S+)\s+slots=(\d+)': no spaces around '='. ASCII digits only here (\d also takes
 # '²', on which DeepSpeed's int() then fails).
 _HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots=(?P<slots>\S+)")
-MAX_SLOTS = 4096
+MAX_SLOTS = MAX_GPUS_PER_NODE
 """Ranks on one node; DeepSpeed lists every slot (range(slots)), so an absurd count is refused here."""
 MAX_HOSTS = 4096
 """Nodes of one job (32,768 GPUs at 8 a node): past it a host list is a mistake, and the preflight would ssh to every

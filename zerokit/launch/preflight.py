@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from zerokit._dataclass import dataclass
+from zerokit.launch.hostfile import MAX_SLOTS
 from zerokit.units import format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20
@@ -704,7 +705,7 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
     if plan_data is not None and gpus_per_node is None:
         gpus_per_node = _dict(plan_data.get("hardware")).get("gpus_per_node")
         if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
-                                          or not 1 <= gpus_per_node <= 4096):
+                                          or not 1 <= gpus_per_node <= MAX_SLOTS):
             from zerokit.errors import BadInput
 
             raise BadInput(f"--plan {plan}: hardware.gpus_per_node must be a whole number >= 1, got "

@@ -170,7 +170,7 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
             # memory pass at full rate bounds it there (its launches are among the kernels below). Where the
             # curve is compute-bound at that volume (a CPU), it is the smaller of the two and stays.
             wide = tokens * max(k, n) * e
-            roofline = 3.0 * copies * max(f / (3.0 * copies) / top, wide / perf.elementwise_at(wide))
+            roofline = max(f / top, 3.0 * copies * wide / perf.elementwise_at(wide))
             t = min(f / perf.matmul_flops_at(dtype, (tokens * k * n) ** (1 / 3)), roofline)
             seconds += t
             forward += t / 3.0
@@ -276,7 +276,7 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
     logits = tokens * mf.vocab_size * 4.0
     loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
     ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
-    k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured; PRESET_COMPUTE_SCALE for presets)
+    k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured, or the preset's)
     result = (k * (forward + score_t + elem + loss / 3.0 + ops),                         # forward
               k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
               k * weight_grad,                                                           # backward: weight gradients
