@@ -509,3 +509,12 @@ def test_a_family_without_sdpa_is_planned_for_the_eager_attention_a_run_gets(cap
     # the same plan as asking for eager outright
     code, eager = run_json(capsys, *args, "--attention", "eager")
     assert (eager["decision"], eager["performance"]) == (doc["decision"], doc["performance"])
+
+
+@pytest.mark.parametrize("tokens, total, said", [("1", "1", False), ("70000", "2", False), ("70000", "3", True)])
+def test_total_steps_that_are_the_steps_a_small_budget_takes_are_not_said(capsys, tokens, total, said):
+    """65,536 tokens a step: one token, or 70,000, take one and two steps (a partial last step is a step), however
+    far those steps' tokens are from the budget; a third step is one too many."""
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", tokens, "--total-steps", total)
+    assert code == 0 and plan["performance"]["tokens_per_step"] == 65_536
+    assert any(w.startswith("--total-steps") for w in plan["warnings"]) == said

@@ -302,14 +302,16 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
 
 
 def steps_against_tokens(training: Training, performance: StepTime) -> list[str]:
-    """A warning when --total-steps trains more than 5% more or fewer tokens than --train-tokens asks: the
-    scheduler decays over the steps, and the Trainer stops at them (max_steps)."""
+    """A warning when --total-steps trains more than 5% more or fewer tokens than --train-tokens asks, unless they
+    are the steps those tokens take (a partial last step is a step): the scheduler decays over the steps, and the
+    Trainer stops at them (max_steps)."""
     total, tokens = training.total_steps, training.train_tokens
     if total is None or tokens is None:
         return []
     per_step, steps = performance.tokens_per_step, performance.train_steps(tokens)
-    if abs(total * per_step - tokens) <= GLOBAL_BATCH_SLACK * tokens:
+    if total == steps or abs(total * per_step - tokens) <= GLOBAL_BATCH_SLACK * tokens:
         return []
     return [(f"--total-steps {total:,} trains {total * per_step:,} tokens ({per_step:,} a step), "
             f"{100 * (total * per_step - tokens) / tokens:+.1f}% from --train-tokens {format_count(round(tokens))}: "
-            f"{steps:,} steps train those; the scheduler decays over --total-steps and the Trainer stops there")]
+            f"{steps:,} step{'s' if steps > 1 else ''} train{'' if steps > 1 else 's'} those; the scheduler decays over "
+            "--total-steps and the Trainer stops there")]
