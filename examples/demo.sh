@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 OUT=demo-out
 mkdir -p "$OUT"
 MODEL=examples/models/tiny-llama
+# The 2 ranks share the cores: DeepSpeed's runner leaves each one torch's default thread per core, which
+# oversubscribes them (the preflight's advice); `deepspeed --bind_cores_to_rank` would set the same.
+CORES="$(nproc)"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( CORES >= 4 ? CORES / 2 : 1 ))}"
 # A free port for the rendezvous, so that a job already holding 29500 does not fail the demo's preflight.
 PORT="${ZEROKIT_DEMO_PORT:-$(python -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}"
 

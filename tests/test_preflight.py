@@ -364,3 +364,70 @@ def test_the_ssh_check_names_five_failed_hosts_and_counts_the_rest():
     check = preflight.check_ssh(preflight.make_target(hosts=hosts, launcher="pdsh", master_port=free_port()))
     assert not check.ok and check.detail.count(".invalid (") == 5
     assert check.detail.endswith("and 3 more of the 8 hosts")
+
+
+# ---------------------------------------------------------------- the CPU accelerator's threads
+
+@pytest.mark.parametrize("ranks, threads, cores, per_rank", [
+    (2, 2, 2, 1),      # this VM under the runner: torch's default, a thread per core in each of 2 ranks
+    (2, 1, 2, None),   # OMP_NUM_THREADS=1, what --bind_cores_to_rank sets here
+    (4, 56, 56, 14),   # a 56-core Xeon, 4 ranks at torch's default: 14 cores each
+    (3, 2, 2, 1),      # more ranks than cores: one thread each still
+    (1, 8, 8, None),   # one rank owns the machine
+])
+def test_the_advice_shares_the_cores_out_among_the_ranks(ranks, threads, cores, per_rank):
+    check = preflight.threads_verdict(ranks, threads, cores, asked=False)
+    assert check.ok  # an oversubscribed job still trains: advice, not a failure
+    assert preflight.oversubscribed(ranks, threads, cores) == per_rank
+    if per_rank is None:
+        assert check.fix == ""
+    else:
+        assert check.fix.startswith(f"export OMP_NUM_THREADS={per_rank}, ")
+        assert "more threads than cores" in check.detail
+
+
+def test_the_threads_line_reads_as_written():
+    assert preflight.threads_verdict(2, 2, 2, asked=False) == Check(
+        "cpu threads", True, "2 ranks x 2 OpenMP threads (torch's default) on 2 cores: more threads than cores: small "
+        "ops stall, steps slow down, and a `zerokit probe` profile holds for its own thread count only",
+        "export OMP_NUM_THREADS=1, or give zerokit launch --env OMP_NUM_THREADS=1 (what `deepspeed "
+        "--bind_cores_to_rank` sets); probe with the same")
+    assert preflight.threads_verdict(1, 1, 1, asked=True).detail == "1 rank x 1 OpenMP thread (OMP_NUM_THREADS) on 1 core"
+    text = format_text([preflight.threads_verdict(2, 2, 2, asked=False), Check("x", False, "bad", "do y")])
+    assert "\n     advice: export OMP_NUM_THREADS=1, " in text and "\n     fix: do y" in text
+    assert text.endswith("preflight: 1/2 passed, 1 failed")
+
+
+def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
+    """The real check on this host (no GPU: DeepSpeed's CPU accelerator): more ranks than cores are oversubscribed
+    at any thread count; --env's OMP_NUM_THREADS counts over the environment's; a value OpenMP cannot read fails."""
+    if preflight.probe_gpus():
+        pytest.skip("a GPU host: the ranks run on the GPUs")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    default, cores = preflight.probe_threads()
+    many = preflight.check_cpu_threads(Target(gpus_per_node=cores + 1))
+    assert many.ok and many.fix.startswith("export OMP_NUM_THREADS=1, ")
+    assert many.detail.startswith(f"{cores + 1} ranks x {default} OpenMP thread")
+    one = preflight.check_cpu_threads(Target(gpus_per_node=1, env={"OMP_NUM_THREADS": str(cores)}))
+    assert one == Check("cpu threads", True, f"1 rank x {cores} OpenMP thread{'s' * (cores != 1)} (OMP_NUM_THREADS) "
+                                             f"on {cores} core{'s' * (cores != 1)}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert preflight.check_cpu_threads(Target(gpus_per_node=1)).detail.startswith("1 rank x 1 OpenMP thread ")
+    bad = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": "many"}))
+    assert bad == Check("cpu threads", False, "OMP_NUM_THREADS='many' is not a thread count",
+                        "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
+    assert preflight.check_cpu_threads(Target()) is None  # no ranks asked for: nothing to count
+
+
+def test_launch_hands_its_env_to_the_threads_check(tmp_path, capsys):
+    """`zerokit launch --env OMP_NUM_THREADS=...` is what the ranks get, so it is what the preflight counts: a value
+    OpenMP cannot read stops the launch before any rank starts (exit 3)."""
+    if preflight.probe_gpus():
+        pytest.skip("a GPU host: the ranks run on the GPUs")
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit('the preflight should have stopped the launch')\n")
+    rc = main(["launch", "--gpus-per-node", "2", "--master-port", str(free_port()), "--env", "OMP_NUM_THREADS=0",
+               str(script)])
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert "✗ cpu threads: OMP_NUM_THREADS='0' is not a thread count" in err and "preflight failed" in err

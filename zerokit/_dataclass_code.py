@@ -585,8 +585,8 @@ def __create_fn__():
  return __hash__
 _65 = __create_fn__
 
-def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _return_type):
- def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr)->_return_type:
+def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _return_type):
+ def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)
   __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
   __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
@@ -596,26 +596,27 @@ def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts,
   __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)
   __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)
   __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)
+  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)
  return __init__
 _66 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r})"
+  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r})"
  return __repr__
 _67 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,)
+   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,)
   return NotImplemented
  return __eq__
 _68 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr',):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -623,7 +624,7 @@ _69 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr',):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -631,7 +632,7 @@ _70 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,))
+  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,))
  return __hash__
 _71 = __create_fn__
 
@@ -1619,12 +1620,12 @@ SOURCES = {
     'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'cpu_adam\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _63,
     'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'cpu_adam\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _64,
     'def __create_fn__():\n def __hash__(self):\n  return hash((self.cpu_adam,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))\n return __hash__': _65,
-    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n return __init__": _66,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r})"\n return __repr__': _67,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,)\n  return NotImplemented\n return __eq__': _68,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _69,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _70,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,))\n return __hash__': _71,
+    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)\n return __init__": _66,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r})"\n return __repr__': _67,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,)\n  return NotImplemented\n return __eq__': _68,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _69,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _70,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,))\n return __hash__': _71,
     "def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):\n def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'path',path)\n  __dataclass_builtins_object__.__setattr__(self,'line',line)\n  __dataclass_builtins_object__.__setattr__(self,'column',column)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n return __init__": _72,
     'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"\n return __repr__': _73,
     'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)\n  return NotImplemented\n return __eq__': _74,

@@ -193,7 +193,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     if not no_preflight:
         target = preflight.make_target(config=config, plan=plan_file, hosts=job_hosts, hostfile=hostfile,
                                        gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
-                                       no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr)
+                                       no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr,
+                                       env=dict(spec.env))
         checks = preflight.run_checks(target)
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

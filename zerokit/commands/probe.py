@@ -93,10 +93,14 @@ def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:
 def thread_note(raw: dict) -> str | None:
     """On DeepSpeed's CPU accelerator, a warning when the ranks' OpenMP threads outnumber the cores (torch's default
     with the runner's environment: one thread per core in every rank), else None."""
+    from zerokit.launch.preflight import oversubscribed
+
     ranks, threads, cores = raw.get("ranks"), raw.get("threads_per_rank"), raw.get("cores")
-    if raw.get("device") != "cpu" or not (ranks and threads and cores) or ranks * threads <= cores:
+    if raw.get("device") != "cpu" or not (ranks and threads and cores):
         return None
-    per_rank = max(1, cores // ranks)
+    per_rank = oversubscribed(ranks, threads, cores)
+    if per_rank is None:
+        return None
     return (f"note: {ranks} ranks x {threads} threads on {cores} cores: OpenMP's threads outnumber the cores, and "
             f"small ops stall under any other load (a 64^3 bf16 matmul took 82 ms instead of 0.2 ms on a 2-core "
             f"VM). Probe and train with OMP_NUM_THREADS={per_rank} (what `deepspeed --bind_cores_to_rank` sets).")

@@ -91,6 +91,8 @@ class Target:
     """Each node starts its own ranks (launch --no-ssh): no launcher binary, no ssh between nodes."""
     node_rank: int | None = None
     master_addr: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables the ranks get on top of this environment (launch --env)."""
 
     @property
     def multi_node(self) -> bool:
@@ -166,6 +168,14 @@ def probe_accelerator() -> str:
     from deepspeed.accelerator import get_accelerator
 
     return get_accelerator().device_name()
+
+
+def probe_threads() -> tuple[int, int]:
+    """(OpenMP threads torch runs in a process with this environment, CPU cores this process may use)."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads(), cores
 
 
 def probe_gpus() -> list[tuple[str, int]] | None:
@@ -407,6 +417,46 @@ def gpu_verdict(gpus: list[tuple[str, int]], gpus_per_node: int | None, gpu_byte
     return Check("accelerator", True, detail + need)
 
 
+def check_cpu_threads(t: Target) -> Check | None:
+    """On DeepSpeed's CPU accelerator, the OpenMP threads the local ranks run against the cores: the runner leaves
+    each rank torch's default (a thread per core) unless OMP_NUM_THREADS is set (`deepspeed --bind_cores_to_rank`
+    sets it), so N ranks run N threads a core."""
+    ranks = t.gpus_per_node or (max(t.hosts.values()) if t.hosts else None)
+    if not ranks or probe_gpus() or probe_accelerator() != "cpu":
+        return None
+    default, cores = probe_threads()
+    asked = t.env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
+    threads = default
+    if asked is not None:
+        first = asked.split(",", 1)[0].strip()
+        if not first.isdigit() or int(first) < 1:
+            return Check("cpu threads", False, f"OMP_NUM_THREADS={asked!r} is not a thread count",
+                         "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
+        threads = int(first)
+    return threads_verdict(ranks, threads, cores, asked is not None)
+
+
+def threads_verdict(ranks: int, threads: int, cores: int, asked: bool) -> Check:
+    """The cpu-threads check's verdict: a pass either way (an oversubscribed job still trains), with the
+    OMP_NUM_THREADS to set when the ranks' threads outnumber the cores."""
+    source = "OMP_NUM_THREADS" if asked else "torch's default"
+    detail = (f"{ranks} rank{'s' * (ranks != 1)} x {threads} OpenMP thread{'s' * (threads != 1)} ({source}) on "
+              f"{cores} core{'s' * (cores != 1)}")
+    per_rank = oversubscribed(ranks, threads, cores)
+    if per_rank is None:
+        return Check("cpu threads", True, detail)
+    return Check("cpu threads", True, f"{detail}: more threads than cores: small ops stall, steps slow "
+                 "down, and a `zerokit probe` profile holds for its own thread count only",
+                 f"export OMP_NUM_THREADS={per_rank}, or give zerokit launch --env OMP_NUM_THREADS={per_rank} (what "
+                 "`deepspeed --bind_cores_to_rank` sets); probe with the same")
+
+
+def oversubscribed(ranks: int, threads: int, cores: int) -> int | None:
+    """The OMP_NUM_THREADS a rank should run where `ranks` x `threads` outnumber `cores` (the cores shared out,
+    one at least), else None."""
+    return max(1, cores // ranks) if ranks * threads > cores else None
+
+
 def _op_check(label: str, builder: str, why: str, fix: str) -> Check:
     installed, compatible, cached = probe_op(builder)
     if installed:
@@ -594,6 +644,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_imports,
     check_cuda_toolkit,
     check_accelerator,
+    check_cpu_threads,
     check_cpu_adam,
     check_async_io,
     check_ninja,
@@ -607,7 +658,8 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_master_addr,
     check_master_port,
 )
-NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_adam, check_async_io, check_ninja}
+NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_threads, check_cpu_adam, check_async_io,
+                   check_ninja}
 
 
 @contextlib.contextmanager
@@ -647,13 +699,13 @@ def as_json(checks: list[Check]) -> dict[str, Any]:
 
 
 def format_text(checks: list[Check]) -> str:
-    """Numbered lines, ✓ or ✗, with the fix under each failure."""
+    """Numbered lines, ✓ or ✗, with the fix under each failure (advice, under a pass that has one)."""
     width = len(str(len(checks)))
     lines = []
     for i, c in enumerate(checks, 1):
         lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {c.detail}")
-        if not c.ok and c.fix:
-            lines.append(f"{' ' * (width + 4)}fix: {c.fix}")
+        if c.fix:
+            lines.append(f"{' ' * (width + 4)}{'fix' if not c.ok else 'advice'}: {c.fix}")
     failed = sum(not c.ok for c in checks)
     lines.append(f"preflight: {len(checks) - failed}/{len(checks)} passed" + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)
@@ -698,7 +750,7 @@ def read_plan(path: str) -> dict[str, Any]:
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
-                master_addr: str | None = None) -> Target:
+                master_addr: str | None = None, env: dict[str, str] | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against."""
     ds_config = read_json(config, "--config") if config else {}
     plan_data = read_plan(plan) if plan else None
@@ -718,4 +770,4 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
             hosts = read_hostfile(hostfile)
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
-                  node_rank=node_rank, master_addr=master_addr)
+                  node_rank=node_rank, master_addr=master_addr, env=dict(env or {}))
