@@ -327,6 +327,12 @@ GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_layer": 96, "n_head": 96,
              "n_positions": 2048}
 """GPT-3 175B as the Megatron-LM paper trains it (Table 1: 96 layers, hidden 12288, 96 heads, vocabulary 51,200,
 sequence 2048; 174.6B parameters, as zerokit counts it too)."""
+QWEN_7B = {"model_type": "qwen2", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 151936, "tie_word_embeddings": False,
+           "max_position_embeddings": 8192}
+"""Qwen-7B (v1: its own modeling code, fused qkv with a bias, untied head), as the qwen2 architecture of its shape."""
+QWEN_72B = {**QWEN_7B, "hidden_size": 8192, "intermediate_size": 24576, "num_hidden_layers": 80,
+            "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 152064}
 PUBLISHED = [
     {"what": "ZeRO-Offload, 10B GPT-2 on one V100-32GB (ZeRO-2 + CPU optimizer offload, fp16)",
      "source": "Ren et al., ZeRO-Offload: Democratizing Billion-Scale Model Training, arXiv:2101.06840, abstract: "
@@ -357,6 +363,29 @@ PUBLISHED = [
        "gpu": "a100-80gb", "gpus": gpus, "nodes": gpus // 8, "inter": "200GB/s", "seq": 2048, "mb": mb, "ga": 1,
        "stage": 3, "ckpt": True, "precision": "fp16", "metric": "tflops_per_gpu", "value": value}
       for gpus, mb, value in ((384, 4, 144.0), (1536, 1, 44.0))),
+    # The Qwen team's LoRA profile (Qwen (v1) README, "Profiling of Memory and Speed"): one A100-SXM4-80G, CUDA
+    # 11.8, PyTorch 2.0, flash attention 2, batch 1 and gradient accumulation 8, their finetune.py (HF Trainer,
+    # bf16, gradient checkpointing; LoRA r 64, dropout 0.05 on c_attn, c_proj, w1, w2: every linear but the head),
+    # seconds per optimizer step; the 72B row with DeepSpeed ZeRO-3 on 4 GPUs. Planned through `plan()` with each
+    # option forced, so the adapters are priced as any LoRA plan prices them.
+    *({"what": f"Qwen-7B LoRA r64 on one A100-80GB, seq {seq}, 1 x 8 accumulation",
+       "source": "QwenLM/Qwen README, 'Profiling of Memory and Speed', Qwen-7B 'LoRA' (no trainable embedding and "
+                 f"output layer), 1 node, 1 GPU, sequence {seq}: {value} s/it",
+       "model": QWEN_7B, "assumed": "Qwen (v1) as the qwen2 architecture of its shape (4096 x 32 layers, MLP 11008, "
+                                   "vocabulary 151,936); no DeepSpeed in the single-GPU script (planned as ZeRO-0)",
+       "gpu": "a100-80gb", "gpus": 1, "seq": seq, "mb": 1, "ga": 8, "stage": 0, "ckpt": True, "precision": "bf16",
+       "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
+      for seq, value in ((512, 1.5), (2048, 5.2), (8192, 21.3))),
+    *({"what": f"Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, seq {seq}, 1 x 8 accumulation",
+       "source": "QwenLM/Qwen README, 'Profiling of Memory and Speed', Qwen-72B 'LoRA + Deepspeed Zero3', 1 node, "
+                 f"4 GPUs, sequence {seq}: {value} s/it",
+       "model": QWEN_72B, "assumed": "the qwen2 architecture of its shape (8192 x 80 layers, MLP 24576, vocabulary "
+                                    "152,064); no parameter offload: the table's 57.2 and 72.3 GB per GPU hold the "
+                                    "bf16 shards (the plan: 54.5 and 73.9 GB; a forked copy of its "
+                                    "ds_config_zero3.json offloads parameters, which would leave 17.5 and 36.9)",
+       "gpu": "a100-80gb", "gpus": 4, "seq": seq, "mb": 1, "ga": 8, "stage": 3, "ckpt": True, "precision": "bf16",
+       "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
+      for seq, value in ((2048, 45.7), (8192, 161.5))),
     {"what": "Offload copies on an H100 host: 28 GB GPU->CPU",
      "source": "zerokit issue 9 seed fact: '28 GB moves GPU->CPU in about 2 s and CPU->GPU in under 1 s over "
                "pinned memory'",
@@ -381,6 +410,8 @@ def published_table() -> None:
             predicted, unit = 28e9 / perf.d2h_pageable, "s"
         elif row["metric"] == "h2d_28gb_s":
             predicted, unit = 28e9 / perf.h2d_pinned, "s"
+        elif row.get("peft"):
+            predicted, unit = _planned(row, perf).performance.step_time_s, "s"
         else:
             model = row["model"]
             spec = resolve_model(model) if isinstance(model, str) else None
@@ -406,6 +437,28 @@ def published_table() -> None:
         print(f"    source: {row['source']}")
         if row.get("assumed"):
             print(f"    assumed: {row['assumed']}")
+
+
+def _planned(row: dict, perf: object) -> object:
+    """The plan of a published run with every option it names forced (ZeRO stage, offload none, micro-batch, global
+    batch, checkpointing, attention, precision, adapters), on the preset's machine: what `zerokit plan` prints."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner.engine import plan
+    from zerokit.planner.types import Training
+
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "config.json").write_text(json.dumps(row["model"]))
+        model = resolve_model(folder)
+    method, rank, dropout = row["peft"]
+    training = Training(seq_len=row["seq"], micro_batch=row["mb"], global_batch=row["mb"] * row["ga"] * row["gpus"],
+                        zero_stage=row["stage"], offload_optimizer="none", offload_param="none",
+                        gradient_checkpointing=row["ckpt"], attention=row["attention"], precision=row["precision"],
+                        peft=method, lora_rank=rank, lora_dropout=dropout)
+    result = plan(model, resolve_hardware(row["gpu"], gpus_per_node=row["gpus"]), training, machine=perf)
+    if result.performance is None:
+        raise SystemExit(f"{row['what']}: the plan does not fit")
+    return result
 
 
 def speed(repeat: int = 5, number: int = 20000) -> None:
