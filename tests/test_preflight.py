@@ -416,6 +416,8 @@ def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
     bad = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": "many"}))
     assert bad == Check("cpu threads", False, "OMP_NUM_THREADS='many' is not a thread count",
                         "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
+    huge = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": "x" * 100_000}))
+    assert huge.detail == f"OMP_NUM_THREADS={'x' * 40 + '...'!r} is not a thread count"  # one short line
     assert preflight.check_cpu_threads(Target()) is None  # no ranks asked for: nothing to count
 
 

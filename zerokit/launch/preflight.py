@@ -430,7 +430,8 @@ def check_cpu_threads(t: Target) -> Check | None:
     if asked is not None:
         first = asked.split(",", 1)[0].strip()
         if not first.isdigit() or int(first) < 1:
-            return Check("cpu threads", False, f"OMP_NUM_THREADS={asked!r} is not a thread count",
+            shown = asked if len(asked) <= 40 else asked[:40] + "..."
+            return Check("cpu threads", False, f"OMP_NUM_THREADS={shown!r} is not a thread count",
                          "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
         threads = int(first)
     return threads_verdict(ranks, threads, cores, asked is not None)
