@@ -416,6 +416,11 @@ def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
     bad = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": "many"}))
     assert bad == Check("cpu threads", False, "OMP_NUM_THREADS='many' is not a thread count",
                         "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
+    for odd in ("²", "9" * 5000, "-1", "0", "1.5", ""):  # a superscript digit, past int()'s 4,300 digits, ...
+        check = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": odd}))
+        assert not check.ok and check.detail.endswith("is not a thread count"), odd
+    assert preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": " 4,2 "})).detail.startswith(
+        "2 ranks x 4 OpenMP threads (OMP_NUM_THREADS)")  # OpenMP's nested list: the outer level's count
     huge = preflight.check_cpu_threads(Target(gpus_per_node=2, env={"OMP_NUM_THREADS": "x" * 100_000}))
     assert huge.detail == f"OMP_NUM_THREADS={'x' * 40 + '...'!r} is not a thread count"  # one short line
     assert preflight.check_cpu_threads(Target()) is None  # no ranks asked for: nothing to count

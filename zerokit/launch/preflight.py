@@ -429,7 +429,7 @@ def check_cpu_threads(t: Target) -> Check | None:
     threads = default
     if asked is not None:
         first = asked.split(",", 1)[0].strip()
-        if not first.isdigit() or int(first) < 1:
+        if not (first.isascii() and first.isdigit() and len(first) <= 6) or int(first) < 1:
             shown = asked if len(asked) <= 40 else asked[:40] + "..."
             return Check("cpu threads", False, f"OMP_NUM_THREADS={shown!r} is not a thread count",
                          "set OMP_NUM_THREADS to a whole number >= 1, or unset it")
