@@ -726,3 +726,31 @@ def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
     assert flushed.bucket_flush_s == 900e-6 and flushed.sources["bucket_flush_s"] == "probe"
 
 
+
+
+def test_a_plan_from_a_profile_probed_oversubscribed_says_so(tmp_path, capsys):
+    """A CPU profile whose ranks ran more OpenMP threads than cores (torch's default under the runner: this VM's
+    2 ranks x 2 threads on 2 cores, where today's probes held the compute scale at its 0.25 bound) describes only
+    a run as oversubscribed: the plan warns, with the OMP_NUM_THREADS to probe and train with. One thread a rank,
+    a GPU profile, or measurements that are not counts: no warning, and no error."""
+    from zerokit.cli import main
+
+    cpu = json.loads((Path(__file__).parent / "data" / "step_time" / "profile.json").read_text())
+    note = ("the profile was probed with 2 ranks x 2 OpenMP threads on 2 cores, more threads than cores, where small "
+            "ops stall: its step times describe only a run as oversubscribed. Probe again with OMP_NUM_THREADS=1 and "
+            "train with the same (`zerokit launch --env OMP_NUM_THREADS=1`)")
+    cases = ((cpu, {"ranks": 2, "threads_per_rank": 2, "cores": 2}, [note]),
+             (cpu, {"ranks": 2, "threads_per_rank": 1, "cores": 2}, []),
+             (cpu, {"ranks": 4, "threads_per_rank": 56, "cores": 56}, [note.replace("2 ranks x 2 OpenMP threads on 2",
+              "4 ranks x 56 OpenMP threads on 56").replace("=1", "=14")]),
+             (cpu, {"ranks": "2", "threads_per_rank": True, "cores": None}, []),
+             (json.loads((Path(__file__).parent / "data" / "gpu" / "2026-11-27-h100" / "profile.json").read_text()),
+              {"ranks": 1, "threads_per_rank": 16, "cores": 4}, []))
+    for profile, measured, expected in cases:
+        path = tmp_path / "profile.json"
+        path.write_text(json.dumps({**profile, "measurements": {**profile.get("measurements", {}), **measured}}))
+        code = main(["plan", "--model", "llama-2-7b", "--hardware", str(path), "--gpu-memory", "80GB",
+                     "--seq-len", "512", "--format", "json"])
+        warnings = json.loads(capsys.readouterr().out)["warnings"]
+        assert code in (0, 1)
+        assert [w for w in warnings if w.startswith("the profile was probed")] == expected, measured

@@ -177,8 +177,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     from zerokit.models.resolve import resolve_model
     from zerokit.planner.engine import plan as make_plan
 
-    machine, profile_memory = build_perf(gpu, hardware_profile, intra_node_bandwidth, inter_node_bandwidth,
-                                         pcie_bandwidth)
+    machine, profile_memory, profile_notes = build_perf(gpu, hardware_profile, intra_node_bandwidth,
+                                                        inter_node_bandwidth, pcie_bandwidth)
     if gpu is None and gpu_memory is None and profile_memory is not None:
         gpu_memory = profile_memory
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
@@ -195,7 +195,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
                        machine=machine)
     from zerokit.dsconfig import build_ds_config
-    result = replace(result, ds_config=build_ds_config(result))
+    result = replace(result, ds_config=build_ds_config(result), warnings=(*result.warnings, *profile_notes))
 
     fits = result.decision.fits
     written = None
@@ -250,23 +250,23 @@ def calibration(spec: Any, hardware: types.Hardware, settings: types.Training, s
 
 
 def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: str | None, pcie: str | None
-               ) -> tuple[Any, int | None]:
-    """(the step-time model's machine, the profile's device memory) from the options; (None, None) when the GPU
-    preset's published figures will do (the planner builds those itself)."""
+               ) -> tuple[Any, int | None, list[str]]:
+    """(the step-time model's machine, the profile's device memory, the profile's warnings) from the options;
+    (None, None, []) when the GPU preset's published figures will do (the planner builds those itself)."""
     if profile is None and intra is None and inter is None and pcie is None:
-        return None, None
-    from zerokit.perf.machine import build_machine, load_profile_and_memory, with_overrides
+        return None, None, []
+    from zerokit.perf.machine import build_machine, load_profile_for_plan, with_overrides
 
     if profile is None and gpu is None:
         raise BadInput("--intra-node-bandwidth, --inter-node-bandwidth and --pcie-bandwidth adjust a GPU preset's "
                        "figures: give --gpu PRESET too (or --hardware profile.json from `zerokit probe`)")
     if profile is None:
         return build_machine(gpu, None, intra_node_bandwidth=intra, inter_node_bandwidth=inter,
-                             pcie_bandwidth=pcie), None
+                             pcie_bandwidth=pcie), None, []
     # the profile wins over the preset (it was measured), the options over both (as build_machine does)
-    machine, memory = load_profile_and_memory(profile)
+    machine, memory, notes = load_profile_for_plan(profile)
     machine = with_overrides(machine, intra_node_bandwidth=intra, inter_node_bandwidth=inter, pcie_bandwidth=pcie)
-    return machine, memory
+    return machine, memory, notes
 
 
 def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:

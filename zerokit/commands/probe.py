@@ -93,7 +93,7 @@ def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:
 def thread_note(raw: dict) -> str | None:
     """On DeepSpeed's CPU accelerator, a warning when the ranks' OpenMP threads outnumber the cores (torch's default
     with the runner's environment: one thread per core in every rank), else None."""
-    from zerokit.launch.preflight import oversubscribed
+    from zerokit.perf.machine import oversubscribed
 
     ranks, threads, cores = raw.get("ranks"), raw.get("threads_per_rank"), raw.get("cores")
     if raw.get("device") != "cpu" or not (ranks and threads and cores):

@@ -25,6 +25,7 @@ from typing import Any
 
 from zerokit._dataclass import dataclass
 from zerokit.launch.hostfile import MAX_SLOTS
+from zerokit.perf.machine import oversubscribed
 from zerokit.units import format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20
@@ -450,12 +451,6 @@ def threads_verdict(ranks: int, threads: int, cores: int, asked: bool) -> Check:
                  "down, and a `zerokit probe` profile holds for its own thread count only",
                  f"export OMP_NUM_THREADS={per_rank}, or give zerokit launch --env OMP_NUM_THREADS={per_rank} (what "
                  "`deepspeed --bind_cores_to_rank` sets); probe with the same")
-
-
-def oversubscribed(ranks: int, threads: int, cores: int) -> int | None:
-    """The OMP_NUM_THREADS a rank should run where `ranks` x `threads` outnumber `cores` (the cores shared out,
-    one at least), else None."""
-    return max(1, cores // ranks) if ranks * threads > cores else None
 
 
 def _op_check(label: str, builder: str, why: str, fix: str) -> Check:

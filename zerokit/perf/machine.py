@@ -443,16 +443,47 @@ def load_profile(path: str) -> MachinePerf:
 def load_profile_and_memory(path: str) -> tuple[MachinePerf, int | None]:
     """`load_profile`, and the device memory the probe measured (None when the profile does not say), from one
     read of the file: `zerokit plan --hardware` takes the GPU memory from it when none is given."""
+    return load_profile_for_plan(path)[:2]
+
+
+def load_profile_for_plan(path: str) -> tuple[MachinePerf, int | None, list[str]]:
+    """`load_profile_and_memory`, and the warnings a plan from this profile carries (`profile_warnings`)."""
     data = _read_profile(path)
     perf = profile_from_json(data, path)
     measured = data.get("measurements")
-    memory = measured.get("device_memory_bytes") if isinstance(measured, dict) else None
+    measured = measured if isinstance(measured, dict) else {}
+    notes = profile_warnings(perf, measured)
+    memory = measured.get("device_memory_bytes")
     if memory is None:
-        return perf, None
+        return perf, None, notes
     if isinstance(memory, bool) or not isinstance(memory, int) or not MIN_GPU_MEMORY <= memory <= MAX_SIZE:
         raise BadInput(f"--hardware {path}: measurements.device_memory_bytes must be a whole number of bytes from 1 GiB "
                        f"to 1 EB, got {str(memory)[:40]}; re-run `zerokit probe`, or give --gpu-memory")
-    return perf, memory
+    return perf, memory, notes
+
+
+def profile_warnings(perf: MachinePerf, measured: Mapping[str, Any]) -> list[str]:
+    """What a plan should say about a profile's own measurement: on DeepSpeed's CPU accelerator, ranks whose OpenMP
+    threads outnumbered the cores (torch's default under the runner), where small ops stall and the kernel
+    figures, and the step times built on them, describe only another run as oversubscribed."""
+    ranks, threads, cores = (measured.get(k) for k in ("ranks", "threads_per_rank", "cores"))
+    if perf.device != "cpu" or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                       for v in (ranks, threads, cores)):
+        return []
+    per_rank = oversubscribed(ranks, threads, cores)
+    if per_rank is None:
+        return []
+    note = (f"the profile was probed with {ranks} ranks x {threads} OpenMP threads on {cores} cores, more threads "
+            "than cores, where small ops stall: its step times describe only a run as oversubscribed. Probe again "
+            f"with OMP_NUM_THREADS={per_rank} and train with the same (`zerokit launch --env OMP_NUM_THREADS="
+            f"{per_rank}`)")
+    return [note]
+
+
+def oversubscribed(ranks: int, threads: int, cores: int) -> int | None:
+    """The OMP_NUM_THREADS a rank should run where `ranks` x `threads` outnumber `cores` (the cores shared out,
+    one at least), else None: the probe's thread note, the preflight's cpu-threads check and a profile's plans."""
+    return max(1, cores // ranks) if ranks * threads > cores else None
 
 
 def profile_from_json(data: Any, path: str) -> MachinePerf:
