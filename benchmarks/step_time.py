@@ -443,13 +443,11 @@ def _planned(row: dict, perf: object) -> object:
     """The plan of a published run with every option it names forced (ZeRO stage, offload none, micro-batch, global
     batch, checkpointing, attention, precision, adapters), on the preset's machine: what `zerokit plan` prints."""
     from zerokit.hardware import resolve_hardware
-    from zerokit.models.resolve import resolve_model
+    from zerokit.models.resolve import spec_from_config
     from zerokit.planner.engine import plan
     from zerokit.planner.types import Training
 
-    with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "config.json").write_text(json.dumps(row["model"]))
-        model = resolve_model(folder)
+    model = spec_from_config(row["model"], row["what"])
     method, rank, dropout = row["peft"]
     training = Training(seq_len=row["seq"], micro_batch=row["mb"], global_batch=row["mb"] * row["ga"] * row["gpus"],
                         zero_stage=row["stage"], offload_optimizer="none", offload_param="none",

@@ -401,8 +401,8 @@ def test_the_threads_line_reads_as_written():
 def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
     """The real check on this host (no GPU: DeepSpeed's CPU accelerator): more ranks than cores are oversubscribed
     at any thread count; --env's OMP_NUM_THREADS counts over the environment's; a value OpenMP cannot read fails."""
-    if preflight.probe_gpus():
-        pytest.skip("a GPU host: the ranks run on the GPUs")
+    if preflight.probe_accelerator() != "cpu":
+        pytest.skip("DeepSpeed's accelerator is not the CPU: the ranks run on the GPUs")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     default, cores = preflight.probe_threads()
     many = preflight.check_cpu_threads(Target(gpus_per_node=cores + 1))
@@ -429,8 +429,8 @@ def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
 def test_launch_hands_its_env_to_the_threads_check(tmp_path, capsys):
     """`zerokit launch --env OMP_NUM_THREADS=...` is what the ranks get, so it is what the preflight counts: a value
     OpenMP cannot read stops the launch before any rank starts (exit 3)."""
-    if preflight.probe_gpus():
-        pytest.skip("a GPU host: the ranks run on the GPUs")
+    if preflight.probe_accelerator() != "cpu":
+        pytest.skip("DeepSpeed's accelerator is not the CPU: the ranks run on the GPUs")
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('the preflight should have stopped the launch')\n")
     rc = main(["launch", "--gpus-per-node", "2", "--master-port", str(free_port()), "--env", "OMP_NUM_THREADS=0",

@@ -421,9 +421,10 @@ def gpu_verdict(gpus: list[tuple[str, int]], gpus_per_node: int | None, gpu_byte
 def check_cpu_threads(t: Target) -> Check | None:
     """On DeepSpeed's CPU accelerator, the OpenMP threads the local ranks run against the cores: the runner leaves
     each rank torch's default (a thread per core) unless OMP_NUM_THREADS is set (`deepspeed --bind_cores_to_rank`
-    sets it), so N ranks run N threads a core."""
+    sets it), so N ranks run N threads a core. DeepSpeed's accelerator decides where the ranks run (a CPU build of
+    torch runs them on the CPU beside GPUs too), and asking it runs no nvidia-smi a second time."""
     ranks = t.gpus_per_node or (max(t.hosts.values()) if t.hosts else None)
-    if not ranks or probe_gpus() or probe_accelerator() != "cpu":
+    if not ranks or probe_accelerator() != "cpu":
         return None
     default, cores = probe_threads()
     asked = t.env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
