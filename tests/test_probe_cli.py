@@ -113,22 +113,26 @@ def test_full_probe(tmp_path, capsys, monkeypatch):
     assert 3 <= raw["rounds"] <= 10 and raw["micro_batch"] in (1, 2, 4) and raw["seq_len"] in (64, 128)
     # the reference's five linear shapes, timed, price its matmuls in the compute the scale divides by
     assert [row[:4] for row in raw["linears"]] == [[raw["seq_len"] * raw["micro_batch"], k, n, c] for k, n, c in (
-        (384, 384, 12), (384, 192, 12), (384, 1024, 12), (1024, 384, 6), (384, 512, 1))]
+        (256, 256, 12), (256, 128, 12), (256, 682, 12), (682, 256, 6), (256, 512, 1))]
     assert all(row[4] > 0 for row in raw["linears"]) and raw["curve_compute_s"] > 0
     shapes = measurements["reference_block_shapes"]
     assert shapes[0] == [128, 512] and len(shapes) == len(perf.elementwise)
 
 
 def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_the_budget():
-    from zerokit.perf.probe import STEP_BUDGET_S, halve_to_fit
+    from zerokit.perf.probe import ENGINE_STEP_BUDGET_S, STEP_BUDGET_S, halve_to_fit
 
     per_token = STEP_BUDGET_S / 100  # 100 tokens take the whole budget
     assert halve_to_fit(512, 1, lambda n: n * per_token) == 64
     assert halve_to_fit(64, 1, lambda n: n * per_token) == 64  # fits as it is: the full size runs
     assert halve_to_fit(1024, 256, lambda n: n * per_token) == 256  # the floor, even when it does not fit
-    # the CPU reference engines on a CPU that emulates bf16: 9 s a step at 4 sequences, one sequence left
-    assert halve_to_fit(4, 1, lambda mb: 2.25 * mb) == 1
-    assert halve_to_fit(4, 1, lambda mb: 0.3 * mb / 4) == 4  # a CPU with AMX: 0.3 s, as it was
+    # the CPU reference engines on a CPU that emulates bf16: 4 s a step at 4 sequences of 128 tokens, one sequence
+    # of 64 left within their own, shorter budget (where the blocks' budget would keep 128)
+    assert ENGINE_STEP_BUDGET_S < STEP_BUDGET_S
+    assert halve_to_fit(4, 1, lambda mb: 1.0 * mb, ENGINE_STEP_BUDGET_S) == 1
+    assert halve_to_fit(128, 64, lambda s: 1.0 * s / 128, ENGINE_STEP_BUDGET_S) == 64
+    assert halve_to_fit(128, 64, lambda s: 1.0 * s / 128) == 128
+    assert halve_to_fit(4, 1, lambda mb: 0.3 * mb / 4, ENGINE_STEP_BUDGET_S) == 4  # a CPU with AMX: 0.3 s
 
 
 @pytest.mark.parametrize("rate, rows", [

@@ -57,9 +57,15 @@ largest shape) may take by the bf16 curve: fewer rows, down to 16, where it woul
 (bitsandbytes dequantizing each weight, PEFT's module overhead) is a cost per weight and module, not per row, so the
 rows' matmuls are noise around it: on the AMD EPYC that emulates bf16, three fits at 128 rows (1 s a pair, 21-27 s in
 all) put the 4-bit weight at 226-3,020 M elements/s, and three at 32 rows (5.6-6.2 s) at 345-464."""
-ENGINE_TIMED_S = 30.0
+ENGINE_TIMED_S = 15.0
 """Seconds of timed engine steps (every engine's together) after which the alternated rounds stop, once
-ENGINE_ROUNDS[0] have run."""
+ENGINE_ROUNDS[0] have run (a GPU's ten rounds take a few seconds)."""
+ENGINE_STEP_BUDGET_S = 0.6
+"""STEP_BUDGET_S of the reference engines' steps on a CPU. The flush and hook figures are differences between
+engines, and what blurs them is the machine's speed shifting under the compute: the shorter the step, the smaller
+that blur against the same hooks and flushes, and the more rounds ENGINE_TIMED_S holds. On the AMD EPYC that emulates
+bf16, 1.3-1.7 s steps of a 384-wide reference (4 rounds in 30 s) put ZeRO-3's hooks at 823, 907 and 1,443 us in three
+probes, and the engines took 45 s of an 85 s probe."""
 ENGINE_ROUNDS = (3, 10)
 """The fewest and the most alternated rounds of the reference engines (two timed steps each per round)."""
 
@@ -759,7 +765,7 @@ class _Worker:
         - ZeRO-3 with a plan's buckets (prefetch 0.9 hidden^2, persistence 10 hidden): its extra time over the
           second (the same flushes), less the extra communication, per parameter-owning module and pass (forward,
           backward), is `zero3_module_overhead_s` (the fetch and release hooks and the coordinator's bookkeeping).
-        On a CPU whose kernel figures put the reference's ZeRO-2 step beyond STEP_BUDGET_S, it trains fewer
+        On a CPU whose kernel figures put the reference's ZeRO-2 step beyond ENGINE_STEP_BUDGET_S, it trains fewer
         tokens a step (4, 2, 1 sequences of 128 tokens, then one of 64), and the rounds stop after ENGINE_TIMED_S of
         timed steps (three at least), so that the probe stays near a minute where bf16 is emulated.
         None with --quick, on one CPU rank (the quick probes the tests run), or without DeepSpeed or transformers.
@@ -782,7 +788,7 @@ class _Worker:
         # H100 a 1024-wide 4,096-token reference ran at 1.9x its kernel figures and this one at 2,048-wide, 4,096
         # tokens at 1.45x and at 16,384 tokens 1.86x, while a 0.9B llama at 8,192 tokens ran at 0.9-1.0x: most of
         # that was the MLP width 5461 (see ffn), which real models do not use.
-        hidden, layers, seq, micro_batch, vocab = (2048, 8, 2048, 2, 32000) if self.gpu else (384, 6, 128, 4, 512)
+        hidden, layers, seq, micro_batch, vocab = (2048, 8, 2048, 2, 32000) if self.gpu else (256, 6, 128, 4, 512)
         if self.gpu:
             memory = self.torch.cuda.get_device_properties(self.device).total_memory
             micro_batch = 4 if memory >= 60e9 else (2 if memory >= 30e9 else 1)
@@ -796,8 +802,8 @@ class _Worker:
             def kernels(mb: int, s: int) -> float:
                 return step_time(config, partial, parameters=parameters, seq_len=s, micro_batch=mb,
                                  gpus_per_node=self.ranks, zero_stage=2).compute_s
-            micro_batch = halve_to_fit(micro_batch, 1, lambda mb: kernels(mb, seq))
-            seq = halve_to_fit(seq, 64, lambda s: kernels(micro_batch, s))
+            micro_batch = halve_to_fit(micro_batch, 1, lambda mb: kernels(mb, seq), ENGINE_STEP_BUDGET_S)
+            seq = halve_to_fit(seq, 64, lambda s: kernels(micro_batch, s), ENGINE_STEP_BUDGET_S)
         # DeepSpeed's "AdamW" would JIT-build fused_adam for minutes where it is not built: the engines then run the
         # torch AdamW that the optimizer figure measured, so the model's "rest" prices the optimizer that ran
         torch_adam = self.gpu or not self._op_built("FusedAdamBuilder")[0]
