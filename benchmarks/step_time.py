@@ -12,6 +12,8 @@
     python benchmarks/step_time.py --measure --repeats 5 \
         --cases zero1,lora_zero2,lora_zero3,qlora_zero2,qlora_zero3 \
         --data tests/data/step_time/2026-11-27-amd-input-grad  # the same, with the probe's input-gradient curve
+    python benchmarks/step_time.py --measure \
+        --data tests/data/step_time/2026-11-27-amd-engine256  # all eleven cases, with the shorter CPU reference engines
 
 --measure runs `--repeats` rounds; each round runs `zerokit probe` (2 ranks, as the deepspeed runner starts them)
 and then each case once with `deepspeed --num_gpus 2 benchmarks/_step_time_worker.py`, keeping the median of the
