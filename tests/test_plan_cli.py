@@ -428,6 +428,38 @@ def test_a_probe_profile_plans_for_the_machine_it_measured(capsys):
     assert code == 2 and "zerokit probe" in err
 
 
+def test_a_cpu_profile_does_not_plan_gpus(capsys):
+    """A profile probed where no GPU is (a login node) with --gpu PRESET planned the GPUs at the CPU's speed: a 7B step
+    at 2.6 days on 8 A100s, with no word. The two contradict each other: exit 2, one line, the three ways out."""
+    code, out, err = run(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpu", "a100-80gb",
+                         "--gpus-per-node", "8", "--seq-len", "4096")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "probed on DeepSpeed's CPU accelerator" in err and "--gpu a100-80gb plans for GPUs" in err
+    assert "Run `zerokit probe` where the GPUs are" in err and "leave out --hardware" in err
+    assert "leave out --gpu" in err
+    # the CPU's own memory budget, by size, is still the CPU's: planned for it, as before
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", TINY, "--gpu-memory", "16GB",
+                          "--seq-len", "128")
+    assert code == 0 and plan["hardware"]["gpu_name"] == "cpu" and plan["hardware"]["gpu_memory_bytes"] == 16 * 10**9
+
+
+def test_a_plan_slower_than_a_token_a_second_prints_its_rate(capsys):
+    """A 7B on a CPU's profile trains a few tokens a second (9 on the Intel Xeon's, 0.08 on the AMD EPYC's): the text
+    printed `9` and `0 tokens/s`; now three significant figures below 100."""
+    from zerokit.units import format_rate
+
+    assert [format_rate(x) for x in (34_499.6, 100.0, 99.94, 12.345, 0.29307, 0.0)] == [
+        "34,500", "100", "99.9", "12.3", "0.293", "0"]
+    code, out, _ = run(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpu-memory", "80GB",
+                       "--gpus-per-node", "2", "--seq-len", "512")
+    speed = next(line for line in out.splitlines() if line.startswith("Speed (predicted)"))
+    printed = speed.split(", ")[1].split(" tokens/s")[0]
+    assert code == 0 and "." in printed and 0 < float(printed) < 100, speed
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpu-memory", "80GB",
+                          "--gpus-per-node", "2", "--seq-len", "512")
+    assert f"{plan['performance']['tokens_per_s']:.3g}" == printed
+
+
 def test_train_tokens_give_the_time_to_train_as_whole_steps(capsys):
     code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B")
     perf = plan["performance"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from zerokit.dsconfig import training_arguments, training_arguments_hint
 from zerokit.planner.types import Candidate, GpuMemory, Plan
-from zerokit.units import format_bytes, format_count, format_seconds
+from zerokit.units import format_bytes, format_count, format_rate, format_seconds
 
 # Stacked-bar segments, in the order memory is drawn: (GpuMemory field, bar character, legend label).
 SEGMENTS = (
@@ -269,7 +269,7 @@ def candidate_rows(plan: Plan) -> list[dict[str, str]]:
             "peak": PHASE_LABELS.get(c.peak_phase, c.peak_phase).replace("optimizer step", "step"),
             "fits": "yes" if c.fits else "no",
             "step_time": format_seconds(c.performance.step_time_s) if c.performance is not None else "-",
-            "tokens_per_s": f"{c.performance.tokens_per_s:,.0f}" if c.performance is not None else "-",
+            "tokens_per_s": format_rate(c.performance.tokens_per_s) if c.performance is not None else "-",
             "bar": stacked_bar(c.memory, cap, scale),
             "why_not": c.why_not or "",
         })
@@ -282,8 +282,8 @@ def performance_line(plan: Plan) -> str:
     if p is None:
         return ""
     n = plan.hardware.world_size
-    line = (f"Speed (predicted): {format_seconds(p.step_time_s)}/step, {p.tokens_per_s:,.0f} tokens/s"
-            + (f" ({p.tokens_per_s / n:,.0f} per GPU)" if n > 1 else "") + f", MFU {100 * p.mfu:.0f}%")
+    line = (f"Speed (predicted): {format_seconds(p.step_time_s)}/step, {format_rate(p.tokens_per_s)} tokens/s"
+            + (f" ({format_rate(p.tokens_per_s / n)} per GPU)" if n > 1 else "") + f", MFU {100 * p.mfu:.0f}%")
     if plan.time_to_train_s is not None:
         line += (f"; {format_count(int(plan.training.train_tokens))} tokens in {plan.train_steps:,} steps, "
                  f"{format_seconds(plan.time_to_train_s)}")

@@ -178,6 +178,12 @@ def format_count(n: float) -> str:
     return str(int(n))
 
 
+def format_rate(x: float) -> str:
+    """Tokens per second in text: `34,500`, `12.3`, `0.293` (whole numbers from 100 up, else three significant
+    figures: a 7B model planned on a CPU trains a fraction of a token a second, which printed as `0`)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
 def format_seconds(t: float) -> str:
     """A step or a run: `850 ms`, `1.90 s`, `3.2 h`, `12.4 days`."""
     if t < 1:

@@ -185,8 +185,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
                                 cpu_memory=unless_auto(cpu_memory), nvme_path=nvme_path,
                                 nvme_size=unless_auto(nvme_size))
     if machine is not None and machine.device == "cpu":
-        hardware = replace(hardware, gpu_name="cpu" if gpu is None else hardware.gpu_name, accelerator="cpu",
-                           bf16="bf16" in machine.matmul)
+        hardware = replace(hardware, gpu_name="cpu", accelerator="cpu", bf16="bf16" in machine.matmul)
     elif hardware_profile is not None and gpu is None:  # the GPU the probe measured: its name, its bf16 kernels
         hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
@@ -265,6 +264,11 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
                              pcie_bandwidth=pcie), None, []
     # the profile wins over the preset (it was measured), the options over both (as build_machine does)
     machine, memory, notes = load_profile_for_plan(profile)
+    if machine.device == "cpu" and gpu is not None:  # a profile of a login node, planned for the GPU nodes
+        raise BadInput(f"--hardware {profile} was probed on DeepSpeed's CPU accelerator (no GPU there), and --gpu "
+                       f"{gpu} plans for GPUs: its step times would be the CPU's. Run `zerokit probe` where the GPUs "
+                       f"are and pass that profile, leave out --hardware to use the {gpu} preset's figures, or leave "
+                       "out --gpu to plan for this CPU")
     machine = with_overrides(machine, intra_node_bandwidth=intra, inter_node_bandwidth=inter, pcie_bandwidth=pcie)
     return machine, memory, notes
 

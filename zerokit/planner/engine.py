@@ -21,7 +21,7 @@ from zerokit.perf.machine import MachinePerf, machine_from_preset, unmeasured_li
 from zerokit.perf.model import StepTime
 from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
-from zerokit.units import format_bytes, format_count
+from zerokit.units import format_bytes, format_count, format_rate
 
 ActivationModel = Callable[[int, int, bool], ActivationEstimate]
 FALLBACK_GPU = "a100-80gb"
@@ -147,7 +147,7 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
             dp = ctx.hardware.world_size
             ctx.warnings.append(
                 f"global batch {b.asked} is {b.asked // dp} samples per GPU, which "
-                + (f"trains at micro-batch {ctx.chosen.candidate.setup.micro_batch_size} ({own.tokens_per_s:,.0f} "
+                + (f"trains at micro-batch {ctx.chosen.candidate.setup.micro_batch_size} ({format_rate(own.tokens_per_s)} "
                    "tokens/s)" if own is not None else "fits no setup")
                 + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
                 f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
@@ -159,10 +159,10 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
     perf, mb = chosen.chosen.candidate.performance, chosen.chosen.candidate.setup.micro_batch_size
     nearest = ctx.chosen.candidate
     versus = (f"the nearest, {b.options[0]}, trains at micro-batch {nearest.setup.micro_batch_size}, "
-              f"{nearest.performance.tokens_per_s:,.0f} tokens/s" if nearest.fits else
+              f"{format_rate(nearest.performance.tokens_per_s)} tokens/s" if nearest.fits else
               f"the nearest, {b.options[0]}, fits no setup")
     why = (f" ({_off(g, b.asked)}: the fastest of the multiples within {GLOBAL_BATCH_SLACK:.0%}, micro-batch {mb} at "
-           f"{perf.tokens_per_s:,.0f} tokens/s; {versus})")
+           f"{format_rate(perf.tokens_per_s)} tokens/s; {versus})")
     # the chosen option's rules run again with the comparison, which rule_batch adds where it says the rounding
     return run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine, global_batch=g,
                      batch_note=why)

@@ -47,7 +47,7 @@ from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, meta_model_flops, model_flops
 from zerokit.perf.model import StepTime, step_time_of
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
-from zerokit.units import format_bytes, format_count, format_seconds
+from zerokit.units import format_bytes, format_count, format_rate, format_seconds
 
 if TYPE_CHECKING:
     from zerokit.planner.peft import PeftPlan
@@ -612,7 +612,7 @@ def _described(ctx: Context, e: Evaluation) -> str:
     s, perf = e.candidate.setup, e.candidate.performance
     text = _label_of(e) + (" + checkpointing" if s.gradient_checkpointing else "")
     return f"{text} at micro-batch {s.micro_batch_size}, {_seconds(perf.step_time_s)}/step " \
-           f"({perf.tokens_per_s:,.0f} tokens/s)"
+           f"({format_rate(perf.tokens_per_s)} tokens/s)"
 
 
 def _seconds(t: float) -> str:
@@ -649,7 +649,7 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
         else:
             alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, plain, False)
             ck = (f"gradient checkpointing on: without it only micro-batch {plain} fits, "
-                  f"{alt.tokens_per_s:,.0f} tokens/s against {e.candidate.performance.tokens_per_s:,.0f} with "
+                  f"{format_rate(alt.tokens_per_s)} tokens/s against {format_rate(e.candidate.performance.tokens_per_s)} with "
                   f"recomputation at micro-batch {mb}")
     else:
         ck = "no gradient checkpointing: recomputation would only add compute"
@@ -658,7 +658,7 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
         if recomputed is not None and recomputed > mb:
             alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, recomputed, True)
             ck = (f"no gradient checkpointing: with it micro-batch {recomputed} would fit but train "
-                  f"{alt.tokens_per_s:,.0f} tokens/s against {e.candidate.performance.tokens_per_s:,.0f} without")
+                  f"{format_rate(alt.tokens_per_s)} tokens/s against {format_rate(e.candidate.performance.tokens_per_s)} without")
     if mem.total > ctx.hardware.gpu_memory_bytes:
         cap = "the smallest, and even it does not fit"
     elif mb == largest:
