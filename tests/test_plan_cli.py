@@ -443,6 +443,28 @@ def test_a_cpu_profile_does_not_plan_gpus(capsys):
     assert code == 0 and plan["hardware"]["gpu_name"] == "cpu" and plan["hardware"]["gpu_memory_bytes"] == 16 * 10**9
 
 
+def test_a_gpu_profile_beside_another_gpu_preset_is_said(capsys):
+    """An H100's profile with --gpu a100-80gb plans A100 memory at H100 speed: allowed (the figures may be the best at
+    hand), but said. The preset that names the GPU measured, in any case or form, says nothing."""
+    from zerokit.commands.plan import same_gpu
+
+    assert same_gpu("a100-80gb", "NVIDIA A100-SXM4-80GB") and same_gpu("rtx4090", "NVIDIA GeForce RTX 4090")
+    assert same_gpu("H100-PCIE", "NVIDIA H100 80GB HBM3") and same_gpu("mi300x", "AMD Instinct MI300X")
+    assert not same_gpu("a100-80gb", "NVIDIA H100 80GB HBM3") and not same_gpu("h200", "NVIDIA H100 80GB HBM3")
+    h100 = os.path.join(os.path.dirname(__file__), "data", "gpu", "2026-11-27-h100", "profile.json")
+    args = ("plan", "--hardware", h100, "--model", "llama-2-7b", "--gpus-per-node", "8", "--seq-len", "4096")
+    code, plan = run_json(capsys, *args, "--gpu", "a100-80gb")
+    said = [w for w in plan["warnings"] if w.startswith("--hardware")]
+    assert code == 0 and said == [(f"--hardware {h100} measured the NVIDIA H100 80GB HBM3, and --gpu a100-80gb names "
+                                  "another GPU: the step times are the NVIDIA H100 80GB HBM3's, the memory the "
+                                  "a100-80gb's. Probe the GPU you plan for, or leave out --hardware to use the "
+                                  "preset's figures")]
+    assert plan["hardware"]["gpu_memory_bytes"] == 80 * 2**30 and plan["hardware"]["gpu_name"] == "a100-80gb"
+    for gpu in ("h100-80gb", "H100-80GB"):
+        code, plan = run_json(capsys, *args, "--gpu", gpu)
+        assert code == 0 and not [w for w in plan["warnings"] if w.startswith("--hardware")]
+
+
 def test_a_plan_slower_than_a_token_a_second_prints_its_rate(capsys):
     """A 7B on a CPU's profile trains a few tokens a second (9 on the Intel Xeon's, 0.08 on the AMD EPYC's): the text
     printed `9` and `0 tokens/s`; now three significant figures below 100."""
