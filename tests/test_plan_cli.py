@@ -482,6 +482,23 @@ def test_a_plan_slower_than_a_token_a_second_prints_its_rate(capsys):
     assert f"{plan['performance']['tokens_per_s']:.3g}" == printed
 
 
+@pytest.mark.parametrize("ranks, said", [(2, False), (8, True), (1, True)])
+def test_a_cpu_profile_planned_for_other_ranks_a_node_is_said(capsys, ranks, said):
+    """A CPU profile's kernel figures are per rank, as the probe's ranks shared the cores (2 here): 8 ranks on the
+    same node would each get a quarter of what those had, and the plan said nothing."""
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", TINY, "--gpus-per-node", str(ranks),
+                          "--seq-len", "128")
+    warned = [w for w in plan["warnings"] if w.startswith("step times are per rank")]
+    assert code == 0 and warned == ([
+        (f"step times are per rank as 2 ranks shared this CPU when it was probed; {ranks} a node would share its "
+        f"cores otherwise: probe with `zerokit probe --ranks {ranks}` (and the OMP_NUM_THREADS they will train "
+        "with) for their figures")] if said else [])
+    h100 = os.path.join(os.path.dirname(__file__), "data", "gpu", "2026-11-27-h100", "profile.json")
+    code, plan = run_json(capsys, "plan", "--hardware", h100, "--model", "llama-2-7b", "--gpus-per-node", "8",
+                          "--intra-node-bandwidth", "450GB/s", "--seq-len", "4096")
+    assert code == 0 and not [w for w in plan["warnings"] if w.startswith("step times are per rank")]  # GPUs
+
+
 def test_train_tokens_give_the_time_to_train_as_whole_steps(capsys):
     code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B")
     perf = plan["performance"]

@@ -573,8 +573,14 @@ def unmeasured_intra_node(device: str, h2d_pinned: float, written: float) -> tup
 
 def unmeasured_links(perf: MachinePerf, gpus_per_node: int, nodes: int) -> list[str]:
     """Warnings for the links a plan crosses that neither a probe nor an option measured: between the GPUs of a
-    node, and between nodes."""
+    node, and between nodes; and, on DeepSpeed's CPU accelerator, ranks a node that share its cores otherwise than the
+    probe's did (its kernel figures are per rank, as that many ranks ran at once)."""
     notes = []
+    probed = perf.ranks_measured
+    if perf.device == "cpu" and probed and probed != gpus_per_node:
+        notes.append(f"step times are per rank as {probed} rank{'s' if probed > 1 else ''} shared this CPU when it was "
+                     f"probed; {gpus_per_node} a node would share its cores otherwise: probe with `zerokit probe --ranks "
+                     f"{gpus_per_node}` (and the OMP_NUM_THREADS they will train with) for their figures")
     intra, inter = (perf.sources.get(k, "") for k in ("intra_node_bandwidth", "inter_node_bandwidth"))
     if gpus_per_node > 1 and intra.startswith("default"):
         notes.append(f"step times assume {perf.intra_node_bandwidth / 1e9:,.0f} GB/s between the GPUs of a node: "
