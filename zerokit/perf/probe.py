@@ -61,11 +61,12 @@ ENGINE_TIMED_S = 15.0
 """Seconds of timed engine steps (every engine's together) after which the alternated rounds stop, once
 ENGINE_ROUNDS[0] have run (a GPU's ten rounds take a few seconds)."""
 ENGINE_STEP_BUDGET_S = 0.6
-"""STEP_BUDGET_S of the reference engines' steps on a CPU. The flush and hook figures are differences between
-engines, and what blurs them is the machine's speed shifting under the compute: the shorter the step, the smaller
-that blur against the same hooks and flushes, and the more rounds ENGINE_TIMED_S holds. On the AMD EPYC that emulates
-bf16, 1.3-1.7 s steps of a 384-wide reference (4 rounds in 30 s) put ZeRO-3's hooks at 823, 907 and 1,443 us in three
-probes, and the engines took 45 s of an 85 s probe."""
+"""STEP_BUDGET_S of the reference engines' steps on a CPU, so that their rounds cost about 20 s of the probe. On the
+AMD EPYC that emulates bf16, 1.3-1.7 s steps of a 384-wide reference (4 rounds in 30 s) took 45 s of an 85 s probe;
+0.7 s steps of the 256-wide one take 21-24 s of a 63-72 s probe, and the model planned every case of a measurement
+made with it within 6% (tests/data/step_time/2026-11-27-amd-engine256). Its flush and hook figures are no steadier
+for the shorter steps (ZeRO-3's hooks 191-1,320 us in six probes, against 823-1,443 us in three): they move with the
+collective latency they are measured beside."""
 ENGINE_ROUNDS = (3, 10)
 """The fewest and the most alternated rounds of the reference engines (two timed steps each per round)."""
 

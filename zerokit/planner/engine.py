@@ -150,7 +150,7 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
                 + (f"trains at micro-batch {ctx.chosen.candidate.setup.micro_batch_size} ({format_rate(own.tokens_per_s)} "
                    "tokens/s)" if own is not None else "fits no setup")
                 + f"; {g} ({g // dp} per GPU, {_off(g, b.asked)}) trains at micro-batch "
-                f"{alt.chosen.candidate.setup.micro_batch_size}, {speed:,.0f} tokens/s: pass --global-batch {g}")
+                f"{alt.chosen.candidate.setup.micro_batch_size}, {format_rate(speed)} tokens/s: pass --global-batch {g}")
         return ctx, reasons
     _, g, chosen = min((x for x in timed if x[0] >= (1 - TIE_TOLERANCE) * speed),
                        key=lambda x: (abs(x[1] - b.asked), b.options.index(x[1])))
