@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -252,6 +253,48 @@ def test_profiles_before_the_measured_scale_read_as_probed():
 
     perf = _machine_from_measurements(_measurements({"compute_scale": 0.25}))
     assert perf.compute_scale == 0.25 and perf.sources["compute_scale"] == "probe"
+
+
+PROFILES = Path(__file__).resolve().parent / "data"
+ENGINE_FIGURES = ("compute_scale", "measured_compute_scale", "bucket_flush_s", "zero3_module_overhead_s",
+                  "predicted_compute_s", "predicted_rest_s", "predicted_zero3_rest_s")
+
+
+def _references():
+    """Every committed probe's reference engines (a GPU profile's, each round of a CPU median profile's) that kept
+    their three step times: (label, measurements, engine_step)."""
+    found = []
+    for path in sorted(PROFILES.glob("**/profile.json")):
+        measurements = json.loads(path.read_text()).get("measurements") or {}
+        for i, m in enumerate([measurements, *measurements.get("rounds", ())]):
+            engine = m.get("engine_step") or {}
+            if "plan_buckets_step_s" in engine and "linears" in engine:  # the probe of today writes both
+                found.append((f"{path.parent.relative_to(PROFILES)}#{i}", m, engine))
+    return found
+
+
+@pytest.mark.parametrize("label, measurements, engine", [pytest.param(*r, id=r[0]) for r in _references()])
+def test_the_engine_figures_are_what_the_time_model_makes_of_the_reference_steps_measured(label, measurements, engine):
+    """`engine_figures` is the probe's derivation alone: from the step times a committed probe measured (GPUs and
+    this CPU), the time model of today gives back the figures that probe wrote. A change to the time model that
+    moves them (the reference's compute, its communication, what ZeRO-3 costs) shows here: profiles written before
+    it would then plan with figures the model no longer means; a change that keeps them is safe for them."""
+    from zerokit.perf.probe import _machine_from_measurements, engine_figures
+
+    partial = _machine_from_measurements({**measurements, "engine_step": None})
+    steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
+             "zero3_plan": engine["zero3_step_s"]}
+    figures = engine_figures(partial, engine["model"], steps, engine["linears"], measurements["ranks"],
+                             engine["seq_len"], engine["micro_batch"])
+    for key in ENGINE_FIGURES:
+        if key in engine:
+            assert figures[key] == pytest.approx(engine[key], rel=1e-9, abs=1e-12), key
+
+
+def test_the_committed_probes_keep_enough_to_derive_their_figures_again():
+    labels = [label for label, _, _ in _references()]
+    assert sum(label.startswith("gpu/") for label in labels) >= 7, labels
+    assert sum(label.startswith("step_time/") for label in labels) >= 3, labels
 
 
 def test_the_table_says_how_the_reference_workloads_ran():

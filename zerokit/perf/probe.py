@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
@@ -246,6 +246,58 @@ def linear_correction(perf: MachinePerf, timed: Sequence[Sequence[float]], dtype
     engine's doing (x 0.47 where the engine added nothing)."""
     return sum(n * (t - 6.0 * m * k * o / perf.matmul_flops_at(dtype, (m * k * o) ** (1 / 3)))
                for m, k, o, n, t in timed)
+
+
+ENGINE_CASES = {"zero2": (2, False), "zero2_plan": (2, True), "zero3_plan": (3, True)}
+"""The reference's three engines (`Probe.engine_steps`): (ZeRO stage, with a plan's buckets, else DeepSpeed's)."""
+
+
+def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mapping[str, float],
+                   timed: Sequence[Sequence[float]], ranks: int, seq: int, micro_batch: int) -> dict[str, Any]:
+    """The engine figures (`compute_scale`, `bucket_flush_s`, `zero3_module_overhead_s`) of the reference llama
+    `config` from its three engines' measured step times (`ENGINE_CASES`, seconds) and its timed linears, against
+    the time model on `partial` (the kernel figures, no engine's): `Probe.engine_steps` documents the derivation.
+    Pure, so that a profile written under an earlier time model can be derived again from what it measured
+    (`zerokit.perf.machine.profile_from_json`)."""
+    from zerokit.models.params import count_parameters
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.model import bucket_flushes, step_time
+
+    hidden = config["hidden_size"]
+    parameters = count_parameters(config)[0]
+    plan2, plan3 = buffer_ladder(hidden, 2)[0], buffer_ladder(hidden, 3)[0]
+    default = {"overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}
+
+    def predict(stage: int, buffers: BufferSettings | None) -> Any:
+        sizes = default if buffers is None else {
+            "overlap_comm": buffers.overlap_comm, "reduce_bucket_size": buffers.reduce_bucket_size,
+            "allgather_bucket_size": buffers.allgather_bucket_size,
+            "prefetch_bucket_size": buffers.prefetch_bucket_size,
+            "persistence_threshold": buffers.param_persistence_threshold}
+        return step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
+                         gpus_per_node=ranks, zero_stage=stage, **sizes)
+
+    predicted = {name: predict(stage, (plan3 if stage == 3 else plan2) if planned else None)
+                 for name, (stage, planned) in ENGINE_CASES.items()}
+    # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
+    rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
+    engine = {name: measured[name] - rest[name] for name in ENGINE_CASES}  # compute and the engine's own costs
+    # the reference's kernels: its weight matmuls as their own shapes run here, the rest as the figures give it
+    compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
+    measured_scale = engine["zero2"] / compute
+    scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
+    extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
+    flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
+    modules = model_flops(config).parameter_modules
+    hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
+    return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
+            "zero3_module_overhead_s": hooks,
+            "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
+            "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
+            "curve_compute_s": predicted["zero2"].compute_s, "linears": [list(t) for t in timed],
+            "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
+            "predicted_zero3_rest_s": rest["zero3_plan"], "extra_flushes": extra_flushes,
+            "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
 
 
 def _curves(measured: dict[str, list[list[float]]] | None) -> dict[str, tuple[tuple[float, float], ...]]:
@@ -781,7 +833,7 @@ class _Worker:
             return None
         from zerokit.models.params import count_parameters
         from zerokit.perf.flops import model_flops
-        from zerokit.perf.model import bucket_flushes, step_time
+        from zerokit.perf.model import step_time
 
         # Deep enough that ZeRO-3's hooks stand out of a shared machine's noise (57 modules on the CPU), wide enough
         # that its projections exceed the persistence threshold (10 x hidden) and are gathered. On
@@ -844,39 +896,8 @@ class _Worker:
             functional.linear = plain
         measured = {name: self.mean(statistics.median(t)) for name, t in times.items()}
         del steps
-        default = {"overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}
-
-        def predict(stage: int, buffers: BufferSettings | None) -> Any:
-            sizes = default if buffers is None else {
-                "overlap_comm": buffers.overlap_comm, "reduce_bucket_size": buffers.reduce_bucket_size,
-                "allgather_bucket_size": buffers.allgather_bucket_size,
-                "prefetch_bucket_size": buffers.prefetch_bucket_size,
-                "persistence_threshold": buffers.param_persistence_threshold}
-            return step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
-                             gpus_per_node=self.ranks, zero_stage=stage, **sizes)
-
-        predicted = {name: predict(stage, buffers) for name, (stage, buffers) in engines.items()}
-        # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
-        rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
-        engine = {name: measured[name] - rest[name] for name in engines}  # compute and the engine's own costs
-        # the reference's kernels: its weight matmuls as their own shapes run here, the rest as the figures give it
-        timed = self.linears(model_flops(config), seq * micro_batch)
-        compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
-        measured_scale = engine["zero2"] / compute
-        scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
-        extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
-        flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
-        modules = model_flops(config).parameter_modules
-        hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
-        return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
-                "zero3_module_overhead_s": hooks,
-                "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
-                "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
-                "curve_compute_s": predicted["zero2"].compute_s, "linears": timed,
-                "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
-                "predicted_zero3_rest_s": rest["zero3_plan"], "extra_flushes": extra_flushes,
-                "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch,
-                "rounds": rounds}
+        return {**engine_figures(partial, config, measured, self.linears(model_flops(config), seq * micro_batch),
+                                 self.ranks, seq, micro_batch), "rounds": rounds}
 
     def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int,
                        torch_adam: bool, buffers: BufferSettings | None) -> Callable[[], None]:
