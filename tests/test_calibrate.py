@@ -340,6 +340,45 @@ def test_missing_library_is_unavailable_with_a_reason(missing):
     assert out.startswith(f"{missing} is not installed")
 
 
+MAMBA = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}
+"""transformers' mamba without its CUDA kernels scans the tokens in a Python loop: on fake tensors a calibration
+was still running after a minute, and `zerokit plan` had no limit on it."""
+
+
+def test_a_calibration_past_its_budget_is_stopped_and_unavailable_with_a_reason(monkeypatch):
+    from zerokit.memory import calibrate
+
+    _versions()
+    monkeypatch.setattr(calibrate, "BUDGET_S", 3.0)
+    start = time.perf_counter()
+    with pytest.raises(CalibrationUnavailable, match="calibrating mamba took over 3 s .*--no-calibrate skips it"):
+        calibrate.calibrated_activations(MAMBA, attention="eager", use_cache=False)
+    assert time.perf_counter() - start < 15
+
+
+def test_the_budget_also_holds_off_the_main_thread_between_traces(monkeypatch):
+    """No timer signal reaches another thread: there no trace starts after the deadline."""
+    import threading
+
+    from zerokit.memory import calibrate
+
+    _versions()
+    monkeypatch.setattr(calibrate, "BUDGET_S", 0.0)
+    caught = []
+    worker = threading.Thread(target=lambda: caught.append(_unavailable(calibrate, TINY)))
+    worker.start()
+    worker.join(60)
+    assert caught and "took over 0 s" in caught[0]
+
+
+def _unavailable(calibrate, config) -> str:
+    try:
+        calibrate.calibrated_activations(config, use_cache=False)
+    except CalibrationUnavailable as exc:
+        return str(exc)
+    return "calibrated"
+
+
 def test_bad_arguments_raise():
     from zerokit.memory.calibrate import calibrated_activations
 

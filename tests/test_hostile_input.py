@@ -421,7 +421,10 @@ def test_5000_digit_integers_in_config_json_and_lint_input(capsys, tmp_path):
     text = json.dumps(config)[:-1] + ', "vocab_size": ' + "9" * 5000 + "}"
     (tmp_path / "config.json").write_text(text)
     code, _, err = zk(capsys, "plan", "--model", str(tmp_path / "config.json"), "--gpu", "a100-80gb", "--seq-len", "8")
-    assert code == 2 and "not a usable config.json (Exceeds the limit (4300 digits)" in err
+    assert code == 2 and "not a usable config.json (a number of more than 4300 digits); fix the file" in err
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = zk(capsys, "plan", "--model", str(tmp_path / "config.json"), "--gpu", "a100-80gb", "--seq-len", "8")
+    assert code == 2 and "not a usable config.json (nested too deeply); fix the file" in err
     for name, body in (("ds.json", '{"train_batch_size": ' + "9" * 5000 + "}"),
                        ("ds.hjson", "{\n  train_batch_size: " + "9" * 5000 + "\n}"),
                        ("acc.yaml", "deepspeed_config:\n  zero_stage: " + "9" * 5000 + "\n")):
@@ -448,7 +451,8 @@ def test_binary_utf16_and_superscript_hostfiles(capsys, tmp_path, content, messa
 
 @pytest.mark.parametrize("target, message", [
     ("newdir/", "-o newdir/: names a directory"),
-    ("/proc/zerokit-ds.json", "-o /proc/zerokit-ds.json: cannot write:"),
+    ("/proc/zerokit-ds.json", ("-o /proc/zerokit-ds.json: cannot create a file in /proc (no such file or "
+                               "directory); write elsewhere")),
     ("/nonexistent-dir/ds.json", "directory /nonexistent-dir does not exist; create it first"),
 ])
 def test_o_to_a_directory_or_proc(capsys, tmp_path, monkeypatch, target, message):
@@ -649,3 +653,50 @@ def test_dash_is_not_stdout_and_never_a_file_named_dash(capsys, tmp_path, monkey
     code, out, err = zk(capsys, *argv)
     assert code == 2 and out == "" and not Path("-").exists()
     one_line_error(err, argv[0], f"-: give a file name such as {example} ('-' is not stdout here")
+
+
+def test_o_over_a_proc_file_that_exists_says_the_directory_takes_no_new_files(capsys):
+    """It said "cannot write: no such file or directory" of a file that exists: the temp file beside it failed."""
+    code, _, err = zk(capsys, *PLAN, "-o", "/proc/version", "--force")
+    assert code == 2
+    one_line_error(err, "plan", "-o /proc/version: cannot create a file in /proc (", "); write elsewhere")
+
+
+@pytest.mark.parametrize("argv, prog, fragment", [
+    ([*PLAN, "--hardware", "/tmp/x\ny.json"], "plan", "--hardware /tmp/x\\ny.json: no such file"),
+    ([*PLAN, "-o", "/nonexistent\nz/ds.json"], "plan", "-o /nonexistent\\nz/ds.json: directory"),
+    (["probe", "--quick", "--nvme-path", "/tmp/x\ty"], "probe", "--nvme-path /tmp/x\\ty: not a directory"),
+    (["plan", "--model", "7B", "--gpu", "a100-80gb", "--seq-len", "1\n2"], "plan", "1\\n2"),
+])
+def test_a_newline_in_a_value_echoed_back_is_escaped_so_the_error_stays_one_line(capsys, argv, prog, fragment):
+    code, _, err = zk(capsys, *argv)
+    assert code == 2
+    one_line_error(err, prog, fragment)
+
+
+def test_zerokit_alone_is_one_line_naming_the_commands(capsys):
+    """It printed the whole help, 22 lines, as the error."""
+    code, out, err = zk(capsys)
+    assert code == 2 and out == ""
+    assert err == ("zerokit: error: give a command: plan, lint, preflight, launch, schema, probe "
+                   "(see 'zerokit --help')\n")
+
+
+def test_an_empty_nvme_path_for_the_probe_says_it_is_empty(capsys):
+    code, _, err = zk(capsys, "probe", "--quick", "--nvme-path", " ")
+    assert code == 2
+    one_line_error(err, "probe", "--nvme-path is empty; give the NVMe mount")
+
+
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_a_model_path_that_is_a_broken_link_says_so(capsys, tmp_path, link):
+    """exists() is False for both, and the error said the path did not exist."""
+    path = tmp_path / "config.json"
+    if link == "loop":
+        os.symlink(tmp_path / "other.json", path)
+        os.symlink(path, tmp_path / "other.json")
+    else:
+        os.symlink(tmp_path / "gone.json", path)
+    code, _, err = zk(capsys, "plan", "--model", str(path), "--gpu", "a100-80gb", "--seq-len", "8")
+    assert code == 2
+    one_line_error(err, "plan", "is a symbolic link to nothing that exists (or a loop of links)")

@@ -16,7 +16,7 @@ from typing import NoReturn
 import click
 
 from zerokit import __version__
-from zerokit.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ZerokitError, one_line
+from zerokit.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ZerokitError, one_line, printable
 
 # name -> (module in zerokit.commands that defines `command`, one-line help shown by `zerokit --help`)
 COMMANDS = {
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     stdout = getattr(sys.stdout, "reconfigure", None)
     if stdout is not None:  # a key that is a lone surrogate ("\udfff" in a JSON file) prints as \udfff, not a crash
         stdout(errors="backslashreplace")
+    if not args:  # click would print the whole help as the error
+        click.echo(f"zerokit: error: give a command: {', '.join(COMMANDS)} (see 'zerokit --help')", err=True)
+        return EXIT_BAD_INPUT
     try:
         rv = cli.main(args=args, prog_name="zerokit", standalone_mode=False)
         sys.stdout.flush()  # a full disk or a dead terminal is reported here, not at exit
@@ -74,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except click.ClickException as e:  # usage errors: bad option, missing argument, bad choice
         hint = f" (see '{prog} --help')" if isinstance(e, click.UsageError) else ""
-        click.echo(f"{prog}: error: {e.format_message()}{hint}", err=True)
+        click.echo(f"{prog}: error: {printable(e.format_message())}{hint}", err=True)
         return EXIT_BAD_INPUT if isinstance(e, click.UsageError) else e.exit_code
     except ZerokitError as e:
-        click.echo(f"{prog}: error: {e}", err=True)
+        click.echo(f"{prog}: error: {printable(str(e))}", err=True)
         return e.exit_code
     except KeyboardInterrupt:
         click.echo(f"{prog}: interrupted", err=True)

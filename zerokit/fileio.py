@@ -174,6 +174,8 @@ def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, m
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
+        if tmp is None:  # the temp file itself: /proc, a filesystem without new files
+            raise BadInput(f"{what} {path}: cannot create a file in {parent} ({_why(e)}); write elsewhere") from None
         raise BadInput(f"{what} {path}: cannot write: {_why(e)}") from None
     finally:
         if tmp is not None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import field, replace
@@ -69,6 +70,39 @@ _MINI_LAYERS = (1, 2)
 _FIT_BATCHES = (1, 2, 3)
 _CHECK_BATCH = 4
 _STEP = 128  # spacing of the traced sequence lengths (fake tensors make the length free)
+BUDGET_S = 120.0
+"""Seconds a calibration may take before the plan gives up on it (generic activations, and a warning that says
+so). Calibrations here took 4-86 s (the slowest: 48 layers not all alike, traced at full depth); a family whose
+forward loops over the tokens in Python (mamba's selective scan without its kernels) was still tracing after a
+minute on fake tensors, and the plan had no limit: it waited as long as the trace took."""
+
+
+class _OverBudget(BaseException):
+    """Raised into the trace when BUDGET_S is spent: a BaseException, so that transformers' own `except Exception`
+    around optional paths cannot swallow it."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Interrupt the block with _OverBudget after `seconds`, where a timer signal can reach it (the main thread; the
+    CLI's). Elsewhere the block runs as long as it takes, between traces checked by `_Tracer.run`."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(*_: Any) -> None:
+        raise _OverBudget
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def measure(config: Mapping[str, Any], seq_len: int, micro_batch: int, attention: str = "sdpa",
@@ -275,6 +309,7 @@ class _Tracer:
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
         self.mode = FakeTensorMode()
         self.models: dict[int, tuple[Any, bool]] = {}  # layer count -> (fake model, checkpointing on)
+        self.deadline = math.inf  # perf_counter() past which no trace starts (`calibrated_activations`)
 
     def windows(self) -> tuple[int, ...]:
         """Sequence lengths from which transformers hands CPU sdpa a materialised local mask."""
@@ -314,6 +349,8 @@ class _Tracer:
     def run(self, layers: int, checkpointing: bool, seq_len: int, micro_batch: int) -> int:
         import torch
 
+        if time.perf_counter() > self.deadline:
+            raise _OverBudget
         with self.mode:  # the caller holds _faithful() around every trace of a calibration
             model = self._model(layers, checkpointing)
             params = {p.untyped_storage()._cdata for p in model.parameters()}
@@ -641,11 +678,18 @@ def calibrated_activations(config: Mapping[str, Any], *, attention: str = "sdpa"
         if progress:
             progress(f"calibrating the activations of {tracer.model_type} ({tracer.n_layers} layers, {attention}, "
                      f"{dtype}) on fake-tensor miniatures")
+        budget = BUDGET_S - (time.perf_counter() - t0)
+        tracer.deadline = time.perf_counter() + budget
         try:
-            windows, probes, checks = _measure_all(tracer, progress)
+            with _deadline(budget):
+                windows, probes, checks = _measure_all(tracer, progress)
         except _TRACE_ERRORS as exc:  # transformers code we have never seen: a failure means "not calibrated"
             raise CalibrationUnavailable(f"tracing {tracer.model_type} failed ({type(exc).__name__}: "
                                          f"{one_line(exc)})") from None
+        except _OverBudget:
+            raise CalibrationUnavailable(f"calibrating {tracer.model_type} took over {BUDGET_S:.0f} s (its forward "
+                                         "is slow to trace, e.g. a loop over the tokens), so it was stopped; "
+                                         "--no-calibrate skips it") from None
     cal = CalibratedActivations(config=config, attention=attention, dtype=dtype, n_layers=tracer.n_layers,
                                 windows=windows, probes=tuple(probes), checks=tuple(checks), versions=versions,
                                 seconds=round(time.perf_counter() - t0, 3))

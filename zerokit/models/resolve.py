@@ -60,6 +60,9 @@ def resolve_model(text: str) -> ModelSpec:
     preset = find_preset(s)
     if preset is not None:
         return spec_from_preset(preset)
+    if os.path.islink(path):  # exists() is False for a link to nothing, or a loop of links
+        raise BadInput(f"model config {s!r} is a symbolic link to nothing that exists (or a loop of links); "
+                       f"point it at a config.json, or {_HOW}")
     if s.endswith(".json") or s.startswith((".", "~", os.sep)):
         raise BadInput(f"model config {s!r} does not exist; check the path, or {_HOW}")
     if "/" in s:
@@ -96,7 +99,8 @@ def spec_from_path(path: str) -> ModelSpec:
     except UnicodeDecodeError:
         raise BadInput(f"{file} is not UTF-8 text, so it is not a config.json; point --model at one") from None
     except (ValueError, RecursionError) as e:  # a number of more than 4300 digits, absurd nesting
-        raise BadInput(f"{file}: not a usable config.json ({str(e).splitlines()[0][:120]}); fix the file") from None
+        what = "nested too deeply" if isinstance(e, RecursionError) else "a number of more than 4300 digits"
+        raise BadInput(f"{file}: not a usable config.json ({what}); fix the file") from None
     if not isinstance(config, dict):
         raise BadInput(f"{file} is not a transformers config.json (expected a JSON object with model_type)")
     if "model_type" not in config:

@@ -91,6 +91,8 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
               progress: Callable[[str], None] | None = None) -> tuple[MachinePerf, dict[str, Any]]:
     """Measure this machine; returns the MachinePerf and the raw measurements (for the table and the profile)."""
     if nvme_path is not None:
+        if not nvme_path.strip():
+            raise BadInput("--nvme-path is empty; give the NVMe mount, e.g. /local_nvme, or leave it out")
         if not os.path.isdir(nvme_path):
             raise BadInput(f"--nvme-path {nvme_path}: not a directory; give the NVMe mount, e.g. /local_nvme")
         if not os.access(nvme_path, os.W_OK):
