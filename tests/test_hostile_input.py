@@ -402,6 +402,8 @@ def test_a_fractional_global_batch_with_a_suffix_is_still_a_whole_count(capsys):
     ([*PLAN, "--gpus-per-node", "9" * 400], "--gpus-per-node '9999999999999999999...999999999' (402 characters)"),
     ([*PLAN, "--nodes", "9" * 400], "--nodes '9999999999999999999"),
     ([*PLAN, "--micro-batch", "9" * 400], "--micro-batch '9999999999999999999"),
+    ([*PLAN, "--warmup-steps", str(10**30)], ("--warmup-steps': 1000000000000000000000000000000 is not in the range "
+                                             "0<=x<=2147483647")),  # was written into the ds_config
     ([*PLAN, "--global-batch", "9" * 400], "--global-batch '9999999999999999999"),
     ([*PLAN, "--cpu-memory", "9" * 5000 + "GB"], "--cpu-memory '9999999999999999999"),
     ([*PLAN, "--gpus-per-node", "²"], "--gpus-per-node must be a whole number >= 1, got '²'"),

@@ -476,3 +476,23 @@ def test_tokens_per_step_far_from_those_asked_are_said(tokens, gpus, warning):
                                                                                   global_batch_tokens=tokens))
     said = [w for w in p.warnings if w.startswith("--global-batch-tokens")]
     assert said == ([warning] if warning else [])
+
+
+@pytest.mark.parametrize("model, seq_len, expected", [
+    ("gpt2", 1024, None),
+    ("gpt2", 1025, ("--seq-len 1,025 is past the 1,024 positions gpt2 learns (n_positions): the first step fails with "
+                   "an index out of range. Train at --seq-len 1024 or less, or raise n_positions in config.json")),
+    ("llama-2-7b", 4096, None),
+    ("llama-2-7b", 8192, ("--seq-len 8,192 is past llama's max_position_embeddings (4,096): transformers runs it, but "
+                         "the model was trained on shorter sequences; extend its context with RoPE scaling")),
+    ("7B", 1_000_000, None),  # a bare count borrows a shape, not its positions
+])
+def test_a_sequence_past_the_models_positions_is_said(model, seq_len, expected):
+    """GPT-2 learns 1,024 positions (an embedding table, `wpe`): at 1,025 tokens its first step indexes past it.
+    Rotary models run any length, past what they were trained on."""
+    result = plan(resolve_model(model), resolve_hardware("a100-80gb", gpus_per_node=8), Training(seq_len=seq_len))
+    said = [w for w in result.warnings if "--seq-len" in w and "past" in w]
+    if expected is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(expected), said

@@ -19,7 +19,7 @@ import click
 
 from zerokit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from zerokit.planner import types
-from zerokit.units import parse_count, parse_finite, parse_positive_int
+from zerokit.units import MAX_INT, parse_count, parse_finite, parse_positive_int
 
 MAX_SEQ_LEN = 2**24
 """16M tokens per sample: beyond the longest context any model trains with."""
@@ -126,7 +126,7 @@ training_options = _options(
 optimizer_options = _options(
     click.option("--lr", type=float, default=1e-5, show_default=True, help=_doc("Training", "lr")),
     click.option("--weight-decay", type=float, default=0.0, show_default=True, help=_doc("Training", "weight_decay")),
-    click.option("--warmup-steps", type=click.IntRange(min=0), default=0, show_default=True,
+    click.option("--warmup-steps", type=click.IntRange(min=0, max=MAX_INT), default=0, show_default=True,
                  help=_doc("Training", "warmup_steps")),
     click.option("--total-steps", metavar="N|auto", default=None, help=_doc("Training", "total_steps")),
 )

@@ -43,6 +43,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
             extra_warnings.append(note)
     else:
         extra_warnings += unmeasured_links(machine, hardware.gpus_per_node, hardware.nodes)
+    extra_warnings += context_notes(model, training.seq_len)
     ctx, reasons = run_rules(model, hardware, training, activations=activations, machine=machine)
     if not ctx.chosen.candidate.fits and (training.micro_batch or 1) > 1:
         # "The largest micro-batch up to the one requested": the requested one first, smaller ones only if it fits
@@ -166,6 +167,32 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
     # the chosen option's rules run again with the comparison, which rule_batch adds where it says the rounding
     return run_rules(ctx.model, ctx.hardware, t, activations=activations, machine=ctx.machine, global_batch=g,
                      batch_note=why)
+
+
+LEARNED_POSITIONS = frozenset({"gpt2", "opt", "gpt_bigcode", "gpt_neo", "biogpt", "xglm"})
+"""Families whose positions are an embedding table (transformers' `wpe`, `embed_positions`): a token past its
+rows is an index out of range, on the first step. The others (rotary, ALiBi) run any length."""
+
+
+def context_notes(model: ModelSpec, seq_len: int) -> list[str]:
+    """A warning when the sequence is longer than the positions the model's config.json gives it
+    (max_position_embeddings, or GPT-2's n_positions): an error at the first step for learned positions, a context
+    the model was not trained for with rotary ones."""
+    if model.source == "count":  # a borrowed shape: no positions of its own
+        return []
+    config = model.config
+    key = next((k for k in ("n_positions", "max_position_embeddings") if k in config), None)  # GPT-2's own name
+    limit = config.get(key) if key else None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or seq_len <= limit:
+        return []
+    family = model.model_type
+    if family in LEARNED_POSITIONS:
+        return [(f"--seq-len {seq_len:,} is past the {limit:,} positions {family} learns ({key}): the first step fails "
+                f"with an index out of range. Train at --seq-len {limit} or less, or raise {key} in config.json "
+                "(the new positions start untrained)")]
+    return [(f"--seq-len {seq_len:,} is past {family}'s {key} ({limit:,}): transformers runs it, but the model was "
+            "trained on shorter sequences; extend its context with RoPE scaling (rope_scaling in config.json, which "
+            f"sets {key} too) or train at --seq-len {limit}")]
 
 
 def _off(g: int, asked: int) -> str:

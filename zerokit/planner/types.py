@@ -102,8 +102,9 @@ class Training:
     micro_batch: int | None = None
     """Samples per GPU per forward pass; None (`auto`) = the largest that fits, up to 64."""
     global_batch: int | None = None
-    """Samples per optimizer step; sets gradient accumulation. One that is no multiple of the GPUs is rounded to the
-    multiple within 5% that trains fastest."""
+    """Samples per optimizer step; sets gradient accumulation. One that is no multiple of the GPUs (x a forced
+    micro-batch) is rounded to the multiple within 5% that trains fastest, or to the nearest where none is within 5%
+    (fewer samples than GPUs: one each), with a warning."""
     global_batch_tokens: int | None = None
     """Tokens per optimizer step (e.g. 1M); sets gradient accumulation. Rounded to whole samples, a multiple of the
     GPUs: the one within 5% that trains fastest."""
