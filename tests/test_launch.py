@@ -266,6 +266,14 @@ def test_emit_sbatch_cli_writes_an_executable_file_and_starts_nothing(tmp_path, 
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
 
 
+def test_emit_sbatch_refuses_include_rather_than_dropping_it(tmp_path, capsys, monkeypatch):
+    """The script's #SBATCH --nodelist and --num_gpus pick the ranks: --include was validated, then left out."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "--hosts", "n1:4,n2:4", "--include", "n1:0,1", "--emit-sbatch", "job.sbatch", "train.py"])
+    assert code == 2 and not (tmp_path / "job.sbatch").exists()
+    assert "--include 'n1:0,1' has no place in an sbatch script" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- process handling, with real processes
 
 def test_exit_code_of_the_job_becomes_ours(tmp_path):
@@ -360,7 +368,7 @@ def test_what_the_job_reads_is_checked_in_a_dry_run_too(capsys, tmp_path, monkey
     Path("cfg.json").write_text("{}")
     Path("sdir").mkdir()
     not_a_plan = "--plan cfg.json is not `zerokit plan --format json` output (no memory, hardware)"
-    for argv, message in ((["--config", "list.json", "train.py"], "--config list.json must hold a JSON object"),
+    for argv, message in ((["--config", "list.json", "train.py"], "--config list.json: top level is a list;"),
                           (["--plan", "cfg.json", "train.py"], not_a_plan),
                           (["--files-dir", "train.py", "train.py"], "--files-dir train.py exists and is not a directory"),
                           (["sdir"], "script sdir: is a directory, not a regular file")):
@@ -407,3 +415,93 @@ def test_hostfile_messages_say_what_is_wrong():
         parse_hostfile("localhost slots = 2\n")
     with pytest.raises(BadInput, match=r"expected 'HOST slots=N', got 'a b slots=2'$"):  # no hint about spaces
         parse_hostfile("a b slots=2\n")
+
+
+# ---------------------------------------------------------------- a config lint refuses, launch refuses too
+
+@pytest.mark.parametrize("content, reason", [
+    ("", "empty file: a ds_config is a JSON object"),
+    (" \n\t\n", "empty file: a ds_config is a JSON object"),
+    ('{"train_batch_size": 8,,}', "syntax error: "),
+    ("[1, 2]", "top level is a list; a ds_config must be a JSON object"),
+    ('"zero"', "top level is a string; a ds_config must be a JSON object"),
+])
+def test_a_config_lint_refuses_is_refused_by_launch_dry_run(capsys, tmp_path, monkeypatch, content, reason):
+    """An empty or whitespace-only file started the job (exit 0): the ranks then failed in DeepSpeed or HF. The
+    reasons are lint's loader's, so `zerokit lint` and `zerokit launch` say the same of the same file."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("")
+    Path("cfg.json").write_text(content)
+    code = main(["launch", "--gpus-per-node", "1", "--dry-run", "--config", "cfg.json", "train.py"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"zerokit launch: error: --config cfg.json: {reason}")
+    assert err.rstrip().endswith("fix the file, or write one with `zerokit plan ... -o ds_config.json`")
+    assert main(["lint", "cfg.json"]) == 2 and reason in capsys.readouterr().out
+
+
+def test_a_syntax_error_names_its_line_and_column(capsys, tmp_path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{\n  "train_batch_size": 8,\n  "gradient_clipping": }\n')  # no value: HJSON refuses it too
+    (tmp_path / "train.py").write_text("")
+    assert main(["launch", "--gpus-per-node", "1", "--dry-run", "--config", str(cfg), str(tmp_path / "train.py")]) == 2
+    assert "syntax error: Expecting value (line 3, column 24);" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- --include: DeepSpeed's resource filter
+
+@pytest.mark.parametrize("value, message", [
+    ("localhost:a", "slot 'a' of localhost is not a whole number"),
+    ("localhost:", "slot '' of localhost is not a whole number"),
+    ("localhost:0,", "slot '' of localhost is not a whole number"),
+    ("localhost:-1", "slot '-1' of localhost is not a whole number"),
+    ("localhost:1.5", "slot '1.5' of localhost is not a whole number"),
+    ("localhost: 1", "slot ' 1' of localhost is not a whole number"),
+    ("localhost:0:1", "slot '0:1' of localhost is not a whole number"),
+    ("localhost:99999", "slot '99999' of localhost is not a whole number from 0 to 4095"),
+    ("@localhost", "a node without a host name"),
+    ("localhost@", "a node without a host name"),
+    (":0", "a node without a host name"),
+    ("", "--include is empty"),
+    ("a;id:0", "host 'a;id' is not a valid hostname"),
+])
+def test_include_is_checked_against_deepspeeds_grammar(capsys, tmp_path, value, message):
+    """`localhost:a` reached the runner, whose int() then raised a traceback on every launch."""
+    (tmp_path / "train.py").write_text("")
+    code = main(["launch", "--dry-run", "--include", value, str(tmp_path / "train.py")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert err.rstrip().endswith("write it like localhost:0,1 or worker-0@worker-1:0,2") or "is empty" in err
+
+
+@pytest.mark.parametrize("value", ["localhost", "localhost:0", "localhost:0,1", "worker-0@worker-1:0,2",
+                                   "worker-1:3,1@worker-0", "10.0.0.1:0"])
+def test_include_values_deepspeed_reads_pass_unchanged(value):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    argv, _ = build_command(spec(include=value))
+    assert argv[1:3] == ["--include", value]
+    assert runner.parse_args(argv[1:]).include == value
+    runner.parse_node_config_list(value)  # DeepSpeed's own parser takes it
+
+
+def test_include_names_the_jobs_hosts_and_their_slots():
+    hosts = (("node1", 2), ("node2", 2))
+    assert build_command(spec(hosts=hosts, include="node2:1@node1"))[0][5:7] == ["--include", "node2:1@node1"]
+    with pytest.raises(BadInput, match=r"^--include 'node3:0': host node3 is not one of the job's hosts \(node1, "
+                                       r"node2\); DeepSpeed refuses it$"):
+        build_command(spec(hosts=hosts, include="node3:0"))
+    with pytest.raises(BadInput, match=r"^--include 'node1:2': node1 has 2 slots \(0 to 1\), not slot 2$"):
+        build_command(spec(hosts=hosts, include="node1:2"))
+
+
+# ---------------------------------------------------------------- one line, whatever the path holds
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--config", "/tmp/no\nsuch", "train.py"], "--config /tmp/no\\nsuch: no such file"),
+    (["no\nsuch.py"], "script no\\nsuch.py: no such file"),
+    (["--plan", "/tmp/no\nsuch", "train.py"], "--plan /tmp/no\\nsuch: no such file"),
+])
+def test_a_newline_in_a_path_stays_escaped_on_the_one_error_line(capsys, argv, fragment):
+    code = main(["launch", "--gpus-per-node", "1", "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and fragment in err and err.count("\n") == 1, err

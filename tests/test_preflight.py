@@ -438,3 +438,109 @@ def test_launch_hands_its_env_to_the_threads_check(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 3, err
     assert "✗ cpu threads: OMP_NUM_THREADS='0' is not a thread count" in err and "preflight failed" in err
+
+
+# ---------------------------------------------------------------- what preflight reads: refused as launch refuses it
+
+@pytest.mark.parametrize("content, reason", [
+    ("", "empty file: a ds_config is a JSON object"),
+    ("\n   \n", "empty file: a ds_config is a JSON object"),
+    ("{nope", "syntax error: "),
+    ("[]", "top level is a list; a ds_config must be a JSON object"),
+])
+def test_preflight_refuses_a_config_lint_refuses(capsys, tmp_path, content, reason):
+    """An empty file passed every check (exit 0) and the job then failed in DeepSpeed or HF's json.load."""
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(content)
+    assert main(["preflight", "--config", str(cfg)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before any check ran
+    assert captured.err.startswith(f"zerokit preflight: error: --config {cfg}: {reason}")
+    assert captured.err.count("\n") == 1
+
+
+def test_an_empty_config_value_is_refused_as_launch_refuses_it(capsys):
+    """`--config ''` (a variable that expanded to nothing) was ignored: preflight checked no config at all."""
+    assert main(["preflight", "--config", ""]) == 2
+    assert capsys.readouterr().err == "zerokit preflight: error: --config is empty; give a file path\n"
+    assert main(["launch", "--dry-run", "--config", "", "train.py"]) == 2
+    assert capsys.readouterr().err == "zerokit launch: error: --config is empty; give a file path\n"
+
+
+@pytest.fixture(scope="module")
+def real_plan() -> dict:
+    """What `zerokit plan --format json` writes, for a 7B model on two A100s."""
+    r = subprocess.run([sys.executable, "-m", "zerokit", "plan", "--model", "7B", "--gpu", "a100-80gb",
+                        "--gpus-per-node", "2", "--seq-len", "512", "--format", "json"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+FIX = "write it again with `zerokit plan ... --format json > plan.json`"
+
+
+GPU_BYTES = "hardware.gpu_memory_bytes must be a whole number of bytes >= 1, got"
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("hardware", "gpu_memory_bytes", "80GB", f'{GPU_BYTES} "80GB"'),
+    ("hardware", "gpu_memory_bytes", -1, f"{GPU_BYTES} -1"),
+    ("hardware", "gpu_memory_bytes", float("nan"), f"{GPU_BYTES} NaN"),
+    ("hardware", "world_size", 0, "hardware.world_size must be a whole number >= 1, got 0"),
+    ("hardware", "world_size", 3, "hardware.world_size is 3, not gpus_per_node x nodes = 2"),
+    ("hardware", "gpus_per_node", True, "hardware.gpus_per_node must be a whole number from 1 to 4096, got true"),
+    ("hardware", "nodes", 1.0, "hardware.nodes must be a whole number >= 1, got 1.0"),
+    ("memory", "per_node_cpu", None, "memory.per_node_cpu must be an object {total: bytes, ...}, got null"),
+    ("memory", "per_gpu", {"total": "70GB"}, 'memory.per_gpu.total must be a whole number of bytes >= 0, got "70GB"'),
+    ("memory", "nvme", {"total": -5}, "memory.nvme.total must be a whole number of bytes >= 0, got -5"),
+])
+def test_plan_fields_of_the_wrong_type_or_value_are_refused(capsys, tmp_path, real_plan, section, key, value,
+                                                           message):
+    """They were read as absent: launch --dry-run exited 0 and preflight skipped the checks they feed."""
+    plan = json.loads(json.dumps(real_plan))
+    plan[section][key] = value
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    (tmp_path / "train.py").write_text("")
+    for command in (["preflight"], ["launch", "--dry-run"]):
+        argv = [*command, "--plan", str(path)] + ([str(tmp_path / "train.py")] if "launch" in command else [])
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"zerokit {command[0]}: error: --plan {path}: {message}; {FIX}\n"
+
+
+def test_every_bad_plan_field_is_named_in_the_one_line(capsys, tmp_path, real_plan):
+    plan = json.loads(json.dumps(real_plan))
+    plan["hardware"]["world_size"] = 0
+    plan["memory"]["per_node_cpu"] = None
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    assert main(["preflight", "--plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ": memory.per_node_cpu must be" in err and "; hardware.world_size must be" in err and err.count("\n") == 1
+
+
+def test_a_real_plan_passes_the_field_checks(tmp_path, real_plan):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(real_plan))
+    assert preflight.read_plan(str(path)) == real_plan
+    (tmp_path / "train.py").write_text("")
+    assert main(["launch", "--dry-run", "--plan", str(path), str(tmp_path / "train.py")]) == 0
+
+
+def test_a_newline_in_a_checks_detail_stays_on_its_line(tmp_path):
+    """A check's detail quotes paths (the hostfile, an nvme_path): the report keeps one line per check."""
+    check = preflight.check_hostfile(Target(hostfile=str(tmp_path / "host\nfile")))
+    assert not check.ok and "\n" in check.detail
+    lines = format_text([check]).splitlines()
+    assert len(lines) == 3 and lines[0].endswith("host\\nfile: no such file")
+
+
+def test_preflight_does_not_repeat_deepspeeds_cpu_accelerator_warning():
+    """DeepSpeed logs "Setting accelerator to CPU ..." when preflight imports it on a host without GPUs; the
+    accelerator check says the same in its own line, so the warning is dropped and the check kept."""
+    r = subprocess.run([sys.executable, "-m", "zerokit", "preflight", "--master-port", str(free_port())],
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode in (0, 3), r.stderr
+    assert "Setting accelerator to CPU" not in r.stderr + r.stdout
+    assert " accelerator: " in r.stdout

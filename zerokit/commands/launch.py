@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import stat
 import sys
 from pathlib import Path
 
@@ -39,24 +38,6 @@ def runner_path(required: bool = True) -> str:
     if found is None:
         raise BadInput("the deepspeed runner is not installed; pip install 'zerokit[deepspeed]'")
     return found
-
-
-def _check_input_file(path: str | None, what: str) -> None:
-    """A file the job reads (the config): it must be a regular file. Read errors come later, from its readers."""
-    if path is None:
-        return
-    if not path.strip():
-        raise BadInput(f"{what} is empty; give a file path")
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise BadInput(f"{what} {path}: no such file") from None
-    except OSError as e:  # a symlink loop, a permission
-        raise BadInput(f"{what} {path}: cannot read it ({e.strerror})") from None
-    if not stat.S_ISREG(mode):
-        from zerokit.fileio import kind
-
-        raise BadInput(f"{what} {path}: is {kind(mode)}, not a regular file")
 
 
 def _same_path(a: str, b: str) -> bool:
@@ -132,9 +113,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         raise BadInput("SCRIPT is empty; give the training script to run")
     if not str(files_dir).strip():
         raise BadInput("--files-dir is empty; give a directory (default .zerokit)")
-    _check_input_file(config, "--config")
     if config is not None:
-        preflight.read_json(config, "--config")  # a JSON object, even for --dry-run (what it holds is lint's)
+        preflight.read_config(config)  # a ds_config lint can read, even for --dry-run (what it holds is lint's)
     if plan_file is not None:
         preflight.read_plan(plan_file)
     host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
@@ -181,7 +161,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     if not spec.remote_shell:
         if not os.path.lexists(script):
             raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
-        _check_input_file(script, "script")  # a directory, a FIFO, a symlink loop
+        preflight.check_input_file(script, "script")  # a directory, a FIFO, a symlink loop
     files = runner.render_files(spec)
     if dry_run:
         for path, text in files.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import socket
@@ -24,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from zerokit._dataclass import dataclass
+from zerokit.errors import BadInput, printable
 from zerokit.launch.hostfile import MAX_SLOTS
 from zerokit.perf.machine import oversubscribed
-from zerokit.units import format_bytes
+from zerokit.units import MAX_SIZE, format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20
 """DeepSpeed's env_report warns below this /dev/shm size (docker's default is 64 MB)."""
@@ -141,8 +143,6 @@ def _dict(value: Any) -> dict:
 
 def _plan_size(plan: dict[str, Any] | None, *keys: str) -> int | None:
     """A byte count from the plan JSON; None where absent or zero. Anything but a whole number is bad input."""
-    from zerokit.errors import BadInput
-
     node: Any = plan or {}
     for key in keys:
         node = _dict(node).get(key)
@@ -559,7 +559,6 @@ def check_ram(t: Target) -> Check:
 def check_hostfile(t: Target) -> Check | None:
     if not t.hostfile:
         return None
-    from zerokit.errors import BadInput
     from zerokit.fileio import Unreadable
     from zerokit.launch.hostfile import read_hostfile
 
@@ -673,10 +672,30 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+class _CpuAcceleratorNotice(logging.Filter):
+    """DeepSpeed's import logs "Setting accelerator to CPU. If you have GPU ..." on every host without GPUs; the
+    accelerator check says the same in its own line (the ranks run on the CPU accelerator)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Setting accelerator to CPU")
+
+
+@contextlib.contextmanager
+def _quiet_deepspeed_import() -> Iterator[None]:
+    """Drop that one line of DeepSpeed's logger ("DeepSpeed", deepspeed.utils.logging), which the import in
+    check_imports writes; its other warnings and errors still print."""
+    logger, notice = logging.getLogger("DeepSpeed"), _CpuAcceleratorNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
 def run_checks(target: Target) -> list[Check]:
     """Every applicable check, in table order. Checks that need torch/deepspeed are skipped when they are missing."""
     results: list[Check] = []
-    with _stdout_to_stderr():
+    with _stdout_to_stderr(), _quiet_deepspeed_import():
         for check in CHECKS:
             if check in NEEDS_DEEPSPEED and results and results[0].name == "imports" and not results[0].ok:
                 continue
@@ -700,19 +719,54 @@ def format_text(checks: list[Check]) -> str:
     width = len(str(len(checks)))
     lines = []
     for i, c in enumerate(checks, 1):
-        lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {c.detail}")
+        lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {printable(c.detail)}")  # paths as typed
         if c.fix:
-            lines.append(f"{' ' * (width + 4)}{'fix' if not c.ok else 'advice'}: {c.fix}")
+            lines.append(f"{' ' * (width + 4)}{'fix' if not c.ok else 'advice'}: {printable(c.fix)}")
     failed = sum(not c.ok for c in checks)
     lines.append(f"preflight: {len(checks) - failed}/{len(checks)} passed" + (f", {failed} failed" if failed else ""))
     return "\n".join(lines)
+
+
+def check_input_file(path: str | None, what: str) -> None:
+    """A file the job reads (the config, the script): it must be a regular file. Read errors come from its readers."""
+    if path is None:
+        return
+    if not path.strip():
+        raise BadInput(f"{what} is empty; give a file path")
+    import stat
+
+    from zerokit.fileio import kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise BadInput(f"{what} {path}: no such file") from None
+    except OSError as e:  # a symlink loop, a permission
+        raise BadInput(f"{what} {path}: cannot read it ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise BadInput(f"{what} {path}: is {kind(mode)}, not a regular file")
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The ds_config as DeepSpeed reads it (JSON, or HJSON), parsed by lint's loader: launch, preflight and lint
+    refuse the same files (empty, malformed, not an object) for the same reasons."""
+    from zerokit.fileio import read_bytes
+    from zerokit.lint.loader import LoadError, load_bytes
+
+    check_input_file(path, "--config")
+    raw = read_bytes(path, "--config")
+    try:
+        return load_bytes(raw, path, yaml_syntax=False).data
+    except LoadError as e:
+        where = f" (line {e.line}, column {e.column})" if (e.line, e.column) != (1, 1) else ""
+        raise BadInput(f"--config {path}: {e.reason}{where}; fix the file, or write one with "
+                       "`zerokit plan ... -o ds_config.json`") from None
 
 
 def read_json(path: str, what: str) -> dict[str, Any]:
     """A JSON (or HJSON, as DeepSpeed accepts) object from a regular file of sane size; BadInput otherwise."""
     import json
 
-    from zerokit.errors import BadInput
     from zerokit.fileio import read_text
 
     text = read_text(path, what)
@@ -731,16 +785,58 @@ def read_json(path: str, what: str) -> dict[str, Any]:
     return dict(data)
 
 
+PLAN_SIZES = ("per_gpu", "per_node_cpu", "nvme")
+"""The plan's `memory.<block>.total` byte counts the checks compare against (GPU, host RAM, NVMe), each >= 0."""
+PLAN_HARDWARE = (("gpu_memory_bytes", MAX_SIZE), ("gpus_per_node", MAX_SLOTS), ("nodes", None), ("world_size", None))
+"""The plan's `hardware` figures its sizes were computed for, each a whole number >= 1 (with its ceiling)."""
+
+
+def plan_problems(plan: dict[str, Any]) -> list[str]:
+    """Every field of a plan JSON that launch and preflight read and that no `zerokit plan` writes, one phrase each.
+    A field left out is absent (its check is skipped); one of the wrong type or value is not a plan's."""
+    import json
+
+    def shown(value: Any) -> str:
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    def whole(value: Any, low: int, high: int | None) -> bool:
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+                and (high is None or value <= high))
+
+    problems = []
+    memory, hardware = plan["memory"], plan["hardware"]
+    for block in PLAN_SIZES:
+        if block not in memory:
+            continue
+        if not isinstance(memory[block], dict):
+            problems.append(f"memory.{block} must be an object {{total: bytes, ...}}, got {shown(memory[block])}")
+        elif "total" in memory[block] and not whole(memory[block]["total"], 0, MAX_SIZE):
+            problems.append(f"memory.{block}.total must be a whole number of bytes >= 0, got "
+                            f"{shown(memory[block]['total'])}")
+    for key, high in PLAN_HARDWARE:
+        if key in hardware and not whole(hardware[key], 1, high):
+            what = "a whole number of bytes >= 1" if key.endswith("_bytes") else (
+                f"a whole number from 1 to {high}" if high else "a whole number >= 1")
+            problems.append(f"hardware.{key} must be {what}, got {shown(hardware[key])}")
+    shape = [hardware.get(key) for key in ("gpus_per_node", "nodes", "world_size")]
+    if all(whole(n, 1, None) for n in shape) and shape[0] * shape[1] != shape[2]:
+        problems.append(f"hardware.world_size is {shape[2]}, not gpus_per_node x nodes = {shape[0] * shape[1]}")
+    return problems
+
+
 def read_plan(path: str) -> dict[str, Any]:
     """`zerokit plan --format json` output (CONTRACT.md: decision, memory, hardware ...); BadInput for any other
-    JSON object, whose sizes would silently add no checks."""
+    JSON object, whose sizes would silently add no checks, and for fields of the wrong type or value."""
     data = read_json(path, "--plan")
     missing = [key for key in ("memory", "hardware") if not isinstance(data.get(key), dict)]  # what the checks read
     if missing:
-        from zerokit.errors import BadInput
-
         raise BadInput(f"--plan {path} is not `zerokit plan --format json` output (no {', '.join(missing)}); write "
                        "one with `zerokit plan ... --format json > plan.json`")
+    problems = plan_problems(data)
+    if problems:
+        raise BadInput(f"--plan {path}: {'; '.join(problems)}; write it again with `zerokit plan ... --format json > "
+                       "plan.json`")
     return data
 
 
@@ -749,18 +845,11 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None, env: dict[str, str] | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against."""
-    ds_config = read_json(config, "--config") if config else {}
-    plan_data = read_plan(plan) if plan else None
+    ds_config = read_config(config) if config is not None else {}
+    plan_data = read_plan(plan) if plan is not None else None
     if plan_data is not None and gpus_per_node is None:
-        gpus_per_node = _dict(plan_data.get("hardware")).get("gpus_per_node")
-        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
-                                          or not 1 <= gpus_per_node <= MAX_SLOTS):
-            from zerokit.errors import BadInput
-
-            raise BadInput(f"--plan {plan}: hardware.gpus_per_node must be a whole number >= 1, got "
-                           f"{str(gpus_per_node)[:40]!r}")
+        gpus_per_node = plan_data["hardware"].get("gpus_per_node")  # read_plan checked it
     if hostfile and not hosts:
-        from zerokit.errors import BadInput
         from zerokit.launch.hostfile import read_hostfile
 
         with contextlib.suppress(BadInput):  # the hostfile check reports what is wrong with it

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
-from zerokit.launch.hostfile import read_hostfile, validate_hostname
+from zerokit.launch.hostfile import MAX_SLOTS, read_hostfile, validate_hostname
 from zerokit.launch.render import render
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ GRACE_SECONDS = 10.0
 # double quotes, where $(...) would still expand: values are held to this set instead.
 _SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_INCLUDE = re.compile(r"[A-Za-z0-9.\-:,@]+")
+_SLOT = re.compile(r"[0-9]{1,4}")
+_FILTER_HOW = "write it like localhost:0,1 or worker-0@worker-1:0,2"
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,7 @@ def validate(spec: LaunchSpec) -> None:
     if spec.include is not None:
         if spec.gpus_per_node is not None or spec.nodes is not None:
             raise BadInput("--include picks the ranks itself; drop --gpus-per-node/--nodes (DeepSpeed refuses both)")
-        if not _INCLUDE.fullmatch(spec.include):
-            raise BadInput(f"--include {spec.include!r}: write it like localhost:0,1 or worker-0@worker-1:0,2")
-        for part in spec.include.split("@"):
-            validate_hostname(part.split(":", 1)[0])
+        _check_filter(spec, parse_resource_filter(spec.include))
     if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
         raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
     if spec.nodes is not None and (spec.hostfile or spec.hosts):
@@ -173,6 +171,50 @@ def validate(spec: LaunchSpec) -> None:
             if not _SHELL_SAFE.fullmatch(word):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
                                "through one); rename it or use --launcher openmpi")
+
+
+def parse_resource_filter(text: str, option: str = "--include") -> dict[str, list[int]]:
+    """DeepSpeed's resource filter as `{host: slots}` (`[]`: all of its slots): NODE_SPEC[@NODE_SPEC ...], with
+    NODE_SPEC = NAME[:SLOT[,SLOT ...]] (deepspeed.launcher.runner.parse_node_config_list). What its split and
+    int() would fail on at launch is refused here, and so is a host name a shell would read."""
+    if not text.strip():
+        raise BadInput(f"{option} is empty; {_FILTER_HOW}, or leave it out for every slot")
+    nodes: dict[str, list[int]] = {}
+    for node in text.split("@"):
+        host, sep, slots = node.partition(":")
+        if not host:
+            raise BadInput(f"{option} {text!r}: a node without a host name; {_FILTER_HOW}")
+        try:
+            validate_hostname(host)
+        except BadInput:
+            raise BadInput(f"{option} {text!r}: host {host!r} is not a valid hostname; {_FILTER_HOW}") from None
+        ids = nodes.setdefault(host, [])
+        for slot in slots.split(",") if sep else ():
+            if not _SLOT.fullmatch(slot) or int(slot) >= MAX_SLOTS:
+                raise BadInput(f"{option} {text!r}: slot {slot!r} of {host} is not a whole number from 0 to "
+                               f"{MAX_SLOTS - 1}; {_FILTER_HOW}")
+            ids.append(int(slot))
+    return nodes
+
+
+def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]]) -> None:
+    """Hosts and slots of --include against the job's, where zerokit knows them (--hosts, a readable hostfile):
+    DeepSpeed refuses any other with a traceback, after the preflight."""
+    known = dict(spec.hosts)
+    if spec.hostfile and not known:
+        with contextlib.suppress(BadInput):  # a broken hostfile is the preflight's to describe
+            known = read_hostfile(spec.hostfile)
+    if not known:
+        return
+    for host, slots in nodes.items():
+        if host not in known:
+            listed = ", ".join(list(known)[:5]) + (f" and {len(known) - 5} more" if len(known) > 5 else "")
+            raise BadInput(f"--include {spec.include!r}: host {host} is not one of the job's hosts ({listed}); "
+                           "DeepSpeed refuses it")
+        for slot in slots:
+            if slot >= known[host]:
+                raise BadInput(f"--include {spec.include!r}: {host} has {known[host]} slots (0 to "
+                               f"{known[host] - 1}), not slot {slot}")
 
 
 def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
@@ -251,6 +293,9 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
                   time_limit: str | None = None) -> str:
     """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
     validate(replace(spec, launcher="slurm"))  # srun, not pdsh: every word below is quoted for bash
+    if spec.include is not None:  # the script's --nodelist and --num_gpus pick the ranks; it would be dropped
+        raise BadInput(f"--include {spec.include!r} has no place in an sbatch script: SLURM picks the nodes "
+                       "(#SBATCH --nodelist) and every GPU of each; give the nodes with --hosts, or drop --include")
     hosts = hosts_of(spec) if (spec.hostfile or spec.hosts) else {}
     nodes = spec.nodes or len(hosts) or 1
     if hosts and nodes > len(hosts):
