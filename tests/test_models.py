@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -450,3 +451,28 @@ def test_import_does_not_load_torch_or_transformers():
                "from zerokit.models import resolve_model\nresolve_model('llama-3.1-70b')\nresolve_model('7B')\n"
                "assert 'torch' not in sys.modules, 'torch'\nassert 'transformers' not in sys.modules, 'transformers'\n")
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("key, value", [("tie_word_embeddings", "yes"), ("attention_bias", 1), ("mlp_bias", "false")])
+def test_a_switch_of_the_config_that_is_not_true_or_false_is_refused(tmp_path, key, value):
+    """"yes" was read as true: the plan counted a tied head the config's author may not have meant."""
+    config = json.loads((Path(__file__).resolve().parent.parent / "examples" / "models" / "llama-2-7b" /
+                         "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: value}))
+    with pytest.raises(BadInput, match=f"llama config: {key} must be true or false, got {str(value)!r}; fix the "
+                                       "config.json"):
+        resolve_model(str(tmp_path / "config.json"))
+
+
+def test_a_config_json_cut_short_is_planned_with_transformers_defaults_and_says_which(tmp_path):
+    """A phi config.json without num_hidden_layers builds transformers' default 24 layers: planned, and said."""
+    cut = tmp_path / "phi.json"
+    cut.write_text(json.dumps({"model_type": "phi", "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000}))
+    spec = resolve_model(str(cut))
+    assert spec.num_layers == 24
+    assert [n for n in spec.notes if "gives no" in n] == [
+        (f"{cut} gives no num_hidden_layers: planned with transformers' phi defaults, num_hidden_layers (24); add them "
+        "to the config.json if those are not the model's")]
+    aliased = tmp_path / "gptj.json"  # GPT-J names them n_embd and n_layer: given, under its own names
+    aliased.write_text(json.dumps({"model_type": "gptj", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000}))
+    assert not [n for n in resolve_model(str(aliased)).notes if "gives no" in n]

@@ -546,6 +546,10 @@ def check_shape(config: Mapping[str, Any], full: Mapping[str, Any]) -> None:
     top-k routing picks at most all experts. transformers builds such a model, then fails in its first forward."""
     model_type = str(full.get("model_type"))
     family = FAMILIES[model_type]
+    for key, default in family.defaults.items():  # "yes" for tie_word_embeddings read as true
+        if isinstance(default, bool) and config.get(key) is not None and not isinstance(config[key], bool):
+            raise BadInput(f"{model_type} config: {key} must be true or false, got {str(config[key])[:40]!r}; fix the "
+                           "config.json")
     given_head_dim = config["head_dim"] if "head_dim" in config else family.defaults.get("head_dim")
     head_dim_derived = given_head_dim is None or full["head_dim"] != given_head_dim
     c = full

@@ -221,12 +221,19 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
         full["head_dim"] = hidden // heads
     if full.get("intermediate_size") is None and hidden:
         full["intermediate_size"] = 4 * hidden
-    note = (f"counted by instantiating {type(model).__name__} on the meta device "
-            f"(transformers {transformers.__version__})")
+    notes = [(f"counted by instantiating {type(model).__name__} on the meta device "
+             f"(transformers {transformers.__version__})")]
+    aliases = getattr(text, "attribute_map", {}) or {}  # gpt-j's n_layer for num_hidden_layers
+    absent = [f"{key} ({getattr(text, key)})" for key in ("hidden_size", "num_hidden_layers", "vocab_size")
+              if key not in config and aliases.get(key) not in config and getattr(text, key, None) is not None]
+    if absent:  # transformers fills them in: a cut config.json builds its family's default shape, silently
+        notes.append(f"{name} gives no {', '.join(k.split(' ')[0] for k in absent)}: planned with transformers' "
+                     f"{model_type} defaults, {', '.join(absent)}; add them to the config.json if those are not "
+                     "the model's")
     layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
                      num_layers=layers, vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta",
-                     config=full, notes=(note,), module_trace=module_trace(torch, model, layers),
+                     config=full, notes=tuple(notes), module_trace=module_trace(torch, model, layers),
                      active_matmul_parameters=active_matmul_parameters(torch, model, full))
 
 
