@@ -207,6 +207,9 @@ def test_resolve_hardware_sizes_and_override():
     ({"gpu_memory": "80G"}, r"did you mean 80GB"),
     ({"gpu_memory": "80GBB"}, r"did you mean 80GB\?"),
     ({"gpu_memory": "80XB"}, r"unknown unit 'XB'; write it like 80GB \(10\^9 bytes\) or 80GiB"),  # not "80B"
+    ({"gpu_memory": "80Gb"}, (r"'80Gb' is in bits \(a lowercase b, as in 100Gb/s\); sizes are in bytes: did you mean "
+                             r"80GB\?")),  # read as 80 GB before, where the bandwidth options read 80 gigabits
+    ({"gpu": "l4", "cpu_memory": "512Mib"}, r"did you mean 512MiB\?"),
     ({"gpu": "l4", "nvme_size": "1TB"}, r"--nvme-size needs --nvme-path"),
 ])
 def test_resolve_hardware_bad_input(kwargs, match):

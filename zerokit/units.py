@@ -73,6 +73,9 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
     if not m:
         raise BadInput(f"{what} {_show(text)} is not a size; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
     unit = m["unit"].lower()
+    if re.fullmatch(r"[KMGTP]i?b", m["unit"]):  # 80Gb: gigabits, as the bandwidth options read it
+        raise BadInput(f"{what} {_show(text)} is in bits (a lowercase b, as in 100Gb/s); sizes are in bytes: did you "
+                       f"mean {m['num']}{m['unit'][:-1]}B?")
     if unit and unit not in _SIZE_UNITS:
         hint = "; write it like 80GB (10^9 bytes) or 80GiB (2^30 bytes)"
         if unit in ("k", "m", "g", "t", "p"):
