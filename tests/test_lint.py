@@ -357,7 +357,19 @@ def test_values_no_float_holds_are_findings_not_crashes(capsys, tmp_path):
     buckets = write(tmp_path, "buckets.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, '
                     '"overlap_comm": true, "reduce_bucket_size": 1e308, "allgather_bucket_size": 1e308}}')
     code, findings = run_json(capsys, "--gpu-memory", "80GB", buckets)
-    assert [(f["code"], f["key"]) for f in findings] == [("ZK307", "zero_optimization.reduce_bucket_size")]
+    assert [(f["code"], f["key"]) for f in findings] == [("ZK314", "zero_optimization.reduce_bucket_size"),
+                                                         ("ZK314", "zero_optimization.allgather_bucket_size")]
+    assert "1e+308 is no bucket size" in findings[0]["message"]
+    ints = write(tmp_path, "ints.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, '
+                 '"overlap_comm": true, "reduce_bucket_size": 1' + "0" * 400 + ', "allgather_bucket_size": 1'
+                 + "0" * 308 + "}}")
+    code, findings = run_json(capsys, "--gpu-memory", "80GB", ints)
+    assert [(f["code"], f["key"]) for f in findings] == [("ZK314", "zero_optimization.reduce_bucket_size")]
+    assert "2 x 1.00e+400 x 4 bytes = 8.00e+400 bytes" in findings[0]["message"]
+    gather = write(tmp_path, "gather.json", '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, '
+                   '"overlap_comm": true, "allgather_bucket_size": 1' + "0" * 308 + "}}")
+    code, findings = run_json(capsys, "--gpu-memory", "80GB", gather)
+    assert [(f["code"], f["key"]) for f in findings] == [("ZK307", "zero_optimization.allgather_bucket_size")]
     assert "309-digit number of elements" in findings[0]["message"]
     nul = write(tmp_path, "acc.yaml", 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: "a\\0b"\n')
     code, findings = run_json(capsys, nul)
@@ -374,3 +386,77 @@ def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):
     code, out, _ = run(capsys, path)
     line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it"
     assert code == 1 and out.splitlines() == [line]
+
+
+# ---------------------------------------------------------------- bad input: bounds, syntax messages, paths
+
+
+@pytest.mark.parametrize("value", ["1000000000000000000000000000000", "1000001", "1" + "0" * 5000])
+def test_world_size_past_a_million_ranks_is_bad_input(capsys, value):
+    """--world-size 10^30 used to lint clean: no DeepSpeed job has a million ranks, so the value is a typo."""
+    code, out, err = run(capsys, "--world-size", value, BROKEN)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("zerokit lint: error: --world-size '") and err.rstrip().endswith("is too large; at most 10^6")
+    assert len(err) < 200  # a 5000-digit value is shortened, not echoed
+    assert run(capsys, "--world-size", "1000000", BROKEN)[0] == 1  # the bound itself is fine: the findings decide
+
+
+def test_gpu_memory_past_any_gpu_is_bad_input(capsys):
+    code, out, err = run(capsys, "--gpu-memory", "2TB", BROKEN)
+    assert code == 2 and out == ""
+    assert err == ("zerokit lint: error: --gpu-memory '2TB' is more than a GPU has; at most 1TiB (the largest GPU has "
+                   "288 GB): give the memory of one GPU, e.g. 80GB\n")
+    assert run(capsys, "--gpu-memory", "1TiB", BROKEN)[0] == 1
+
+
+def test_an_absurd_reduce_bucket_is_an_error_not_clean(capsys, tmp_path):
+    """The config from the bug report linted as "no problems"; DeepSpeed refuses 1e30 at initialize."""
+    path = write(tmp_path, "ds_config.json", '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e30}}')
+    code, out, err = run(capsys, path)
+    assert code == 1 and err == "1 file checked: 1 error, 0 warnings\n"
+    assert out.startswith(f"{path}:1:36: error ZK314 zero_optimization.reduce_bucket_size 1e+30 is no bucket size")
+    assert out.rstrip().endswith('write 5e8 (DeepSpeed\'s default), or "auto" (the HF Trainer fills it from the '
+                                 "model's hidden_size)")
+
+
+@pytest.mark.parametrize(("name", "text", "position", "message"), [
+    ("tab.json", '{"zero_optimization": {"stage": 0},\n "x": "a\tb"}', "2:9",
+     ("Invalid control character (a raw tab) inside a string at line 2, column 9: JSON strings cannot hold one; "
+      "escape it as \\t, or remove it")),
+    ("newline.json", '{"x": "a\nb"}', "1:9",
+     ("Invalid control character (a raw line break) inside a string at line 1, column 9: JSON strings cannot hold "
+      "one; escape it as \\n, or remove it")),
+    ("soh.hjson", '{"x": "a\x01b"}', "1:9",  # hjson's decoder: `%r` left unformatted, the offset one past
+     ("Invalid control character (a raw U+0001) inside a string at line 1, column 9: JSON strings cannot hold one; "
+      "escape it as \\u0001, or remove it")),
+    ("open.json", '{"x": "ab}', "1:7", ("Unterminated string starting at line 1, column 7: the file ends before "
+      'its closing "; add it')),
+    ("escape.hjson", '{"x": "a\\qb"}', "1:10", "Invalid \\X escape sequence 'q'"),
+])
+def test_syntax_errors_say_where_and_how_to_fix(capsys, tmp_path, name, text, position, message):
+    """json's "Invalid control character at" and "Unterminated string starting at" leave the position to str(e);
+    the finding used to end at "at"."""
+    path = write(tmp_path, name, text)
+    code, out, _ = run(capsys, path)
+    assert code == 2 and out == f"{path}:{position}: error ZK001 syntax error: {message}\n"
+
+
+def test_a_newline_in_a_path_keeps_every_message_on_one_line(capsys, tmp_path):
+    """A file name is the user's: with a newline (or a vertical tab, a line break to str.splitlines) in it every
+    format still gives one line per finding (text and github escape it; json holds it as JSON does)."""
+    odd = str(tmp_path / "a\nb\x0bc.json")
+    for fmt in ("text", "github"):
+        code, out, _ = run(capsys, "--format", fmt, odd)
+        assert code == 2 and len(out.splitlines()) == 1, out
+    ref = write(tmp_path, "acc.yaml", 'distributed_type: DEEPSPEED\ndeepspeed_config:\n'
+                '  deepspeed_config_file: "x\\ny.json"\n')
+    shown = os.path.relpath(tmp_path / "x\ny.json")  # the name as the YAML wrote it, relative to here
+    code, findings = run_json(capsys, ref)
+    [f] = [f for f in findings if f["code"] == "ZK001"]
+    assert code == 2 and f["message"] == f"deepspeed_config_file {shown}: no such file"
+    code, out, _ = run(capsys, ref)
+    escaped = shown.replace("\n", "\\n")
+    assert code == 2 and out.endswith(f"error ZK001 deepspeed_config_file {escaped}: no such file\n"), out
+    from zerokit.lint.loader import LoadError
+
+    assert str(LoadError("a\nb.json", 1, 2, "not UTF-8\ttext")) == "a\\nb.json:1:2: not UTF-8\\ttext"

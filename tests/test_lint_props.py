@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -132,6 +133,38 @@ def test_any_accelerate_yaml(capsys, fields, mixed):
 
     doc = {"distributed_type": "DEEPSPEED", "deepspeed_config": fields, "mixed_precision": mixed}
     lint_bytes(capsys, yaml.safe_dump(doc).encode(), ".yaml")
+
+
+@SETTINGS
+@given(world=st.integers(-2**70, 2**70).map(str) | st.text(max_size=12),
+       memory=st.sampled_from(["80GB", "1TiB", "1025GiB", "2TB", "1e30GB", "80", "0.5GiB", "x"]))
+def test_any_world_size_and_gpu_memory(capsys, world, memory):
+    """Within the bounds the findings decide (0 or 1); anything else is one line of bad input (2), never a crash."""
+    code = main(["lint", "--world-size", world, "--gpu-memory", memory, os.path.join(ROOT, "examples", "configs",
+                                                                                     "zero2_ds_config.json")])
+    out, err = capsys.readouterr()
+    digits = world.strip().replace("_", "")
+    ok = bool(re.fullmatch(r"\+?[0-9]+", digits)) and 1 <= int(digits) <= 1_000_000 and memory in ("80GB", "1TiB")
+    assert code == (0 if ok else 2), (world, memory, err)
+    if not ok:
+        assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+
+
+@SETTINGS
+@given(name=st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1,
+                    max_size=16).filter(lambda n: n not in (".", "..")),
+       exists=st.booleans(), fmt=st.sampled_from(["text", "github"]))
+def test_any_file_name_keeps_one_line_per_finding(capsys, name, exists, fmt):
+    """A file name may hold any character but / and NUL (a newline, \\v, \\u2028): every finding stays one line."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, name)
+        if exists:
+            Path(path).write_text('{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e30}, "bad\\nkey": 1}')
+        main(["lint", "--format", "json", path])
+        findings = json.loads(capsys.readouterr()[0])
+        main(["lint", "--format", fmt, path])
+        out = capsys.readouterr()[0]
+    assert findings and len(out.splitlines()) == len(findings), out
 
 
 def test_deeply_nested_input(capsys):

@@ -373,6 +373,55 @@ def test_zk307_bucket_memory_follows_the_bucket_sizes(ds):
     assert {b.buffer.numel() for b in engine.optimizer.ipg_buckets.values()} == {12345}
 
 
+def test_zk314_a_float_bucket_of_2_63_or_more_fails_at_initialize(ds):
+    """1e30 used to lint clean: DeepSpeed's pydantic refuses a float that large for an int field, at any stage."""
+    cfg = with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e30, "allgather_bucket_size": 1e30}})
+    found = lint(cfg)
+    assert [(f.code, f.severity, f.key, f.suggestion) for f in found] == [
+        ("ZK314", "error", "zero_optimization.reduce_bucket_size", "5e8"),
+        ("ZK314", "error", "zero_optimization.allgather_bucket_size", "5e8")]
+    assert found[0].message.startswith("zero_optimization.reduce_bucket_size 1e+30 is no bucket size")
+    assert found[0].message.endswith("write 5e8 (DeepSpeed's default)")
+    trainer = lint(with_({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 5e20,
+                                                "stage3_gather_16bit_weights_on_model_save": True}}), target="trainer")
+    assert [(f.code, f.key, f.suggestion) for f in trainer] == [
+        ("ZK314", "zero_optimization.stage3_prefetch_bucket_size", "5e7")]
+    assert trainer[0].message.endswith("write 5e7 (DeepSpeed's default), or \"auto\" (the HF Trainer fills it from the "
+                                       "model's hidden_size)")
+    for key in ("reduce_bucket_size", "allgather_bucket_size"):
+        with pytest.raises(ValueError, match=f"{key}\n.*exceeded maximum size"):
+            ds_config(with_({"zero_optimization": {"stage": 2, key: 1e30}}))
+    assert ds_config(with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": 9.2e18}})).zero_config \
+        .reduce_bucket_size == 9_200_000_000_000_000_000  # under 2^63 pydantic takes it: the GPU check's business
+    assert codes(with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}})) \
+        == set()
+
+
+def test_zk314_a_reduce_bucket_larger_than_the_gpu_is_allocated_up_front(ds):
+    """The reduce bucket is torch.empty(reduce_bucket_size) at initialize (stage 3), so one past the GPU is an
+    out-of-memory before the first step; the lint arithmetic is buffers x elements x dtype bytes."""
+    big = with_({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "overlap_comm": True,
+                                                                  "reduce_bucket_size": 5e10}})
+    assert lint(big) == []  # 2 x 5e10 x 2 bytes = 200 GB: under the largest GPU's 288 GB
+    [f] = lint(big, gpu_memory=80 * 10**9)  # ... but not on an 80 GB one; ZK307's share warning gives way
+    assert (f.code, f.severity, f.key, f.suggestion) == ("ZK314", "error", "zero_optimization.reduce_bucket_size", "5e8")
+    assert f.message == ("zero_optimization.reduce_bucket_size 5e+10 makes ZeRO stage 2 allocate two gradient buckets "
+                         "(overlap_comm) of 2 x 5e+10 x 2 bytes = 200 GB on every GPU up front, more than the 80 GB of "
+                         "--gpu-memory: an out-of-memory at startup; write 5e8 (DeepSpeed's default)")
+    one = with_({"bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "reduce_bucket_size": 3e10}})
+    assert lint(one, gpu_memory=80 * 10**9) == []  # one 60 GB buffer without overlap_comm's second: it fits
+    huge = with_(ADAGRAD, {"zero_optimization": {"stage": 3, "reduce_bucket_size": 2**50,
+                                                 "stage3_gather_16bit_weights_on_model_save": True}})
+    [f] = lint(huge)
+    assert "a gradient bucket of 1.13e+15 x 4 bytes = 4.5e+15 bytes" in f.message
+    assert "more than any GPU has (the largest, 288 GB)" in f.message
+    off = copy.deepcopy(huge)
+    off["zero_optimization"]["contiguous_gradients"] = False  # no bucket buffer is allocated at all
+    assert codes(off) == set()
+    with pytest.raises(RuntimeError, match="allocate"):  # 4 PiB: past any allocator, the CPU accelerator's too
+        initialize(ds, huge)
+
+
 def test_zk308_sum_allreduce_with_zero3(ds):
     cfg = with_({"gradient_allreduce_op": "sum", "zero_optimization": {"stage": 3,
                  "stage3_gather_16bit_weights_on_model_save": True}})

@@ -12,7 +12,12 @@ import click
 
 from zerokit.autofill import TARGETS
 from zerokit.errors import BadInput
-from zerokit.units import parse_gpu_memory
+from zerokit.units import parse_gpu_memory, parse_positive_int
+
+MAX_WORLD_SIZE = 1_000_000
+"""Ceiling of --world-size: the largest DeepSpeed jobs run tens of thousands of ranks, far from a million."""
+MAX_GPU_MEMORY = 2**40
+"""Ceiling of --gpu-memory (1 TiB): the largest GPU has 288 GB; past this the value is a typo (a TB for a GB)."""
 
 HELP = """Check DeepSpeed configs for the mistakes DeepSpeed silently accepts.
 
@@ -33,23 +38,26 @@ Exit 0: no errors; 1: errors (warnings too with --strict); 2: a file could not b
 @click.option("--target", type=click.Choice(TARGETS, case_sensitive=False), default="trainer", show_default=True,
               help="Who consumes the config: 'trainer' (HF Trainer, the default, as for `zerokit plan`) and "
                    "'accelerate' fill some \"auto\" values; 'deepspeed' (deepspeed.initialize) fills none.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
-              help="Data-parallel GPUs in total; checks train_batch_size = micro x accumulation x world size.")
+@click.option("--world-size", default=None, metavar="N",
+              help=f"Data-parallel GPUs in total (1 to {MAX_WORLD_SIZE:,}); checks train_batch_size = micro x "
+                   "accumulation x world size.")
 @click.option("--gpu-memory", "gpu_memory", default=None, metavar="SIZE",
-              help="Memory per GPU (80GB, 80GiB, 81920MiB); warns when overlap_comm buckets take too much of it.")
+              help="Memory per GPU (80GB, 80GiB, 81920MiB; at most 1TiB); warns when overlap_comm buckets take too "
+                   "much of it, errors when the reduce bucket alone exceeds it (else: the largest GPU's 288 GB).")
 @click.option("--format", "fmt", type=click.Choice(("text", "json", "github")), default="text", show_default=True,
               help="text: PATH:LINE:COL lines; json: a list of findings; github: workflow annotations.")
 @click.option("--strict", is_flag=True, help="Warnings count as errors for the exit code.")
-def command(files: tuple[str, ...], target: str, world_size: int | None, gpu_memory: str | None, fmt: str,
+def command(files: tuple[str, ...], target: str, world_size: str | None, gpu_memory: str | None, fmt: str,
             strict: bool) -> int:
     from zerokit.lint.engine import STDIN, Context, lint_paths
     from zerokit.lint.render import render, summary
 
-    memory = parse_gpu_memory(gpu_memory) if gpu_memory is not None else None  # `80` is refused, as by plan
+    ranks = parse_positive_int(world_size, "--world-size", maximum=MAX_WORLD_SIZE) if world_size is not None else None
+    memory = _gpu_memory(gpu_memory) if gpu_memory is not None else None
     if list(files).count(STDIN) > 1:
         raise BadInput("'-' (stdin) can be given only once")
     stdin = getattr(sys.stdin, "buffer", None) if STDIN in files else None  # None: stdin is closed (<&-)
-    result = lint_paths(list(files), Context(target.lower(), world_size, memory), stdin=stdin)
+    result = lint_paths(list(files), Context(target.lower(), ranks, memory), stdin=stdin)
     out = render(result.findings, fmt, result.files)
     if out:
         click.echo(out)
@@ -58,3 +66,12 @@ def command(files: tuple[str, ...], target: str, world_size: int | None, gpu_mem
     if fmt == "text":
         click.echo(summary(result.findings, result.files), err=True)
     return result.exit_code(strict)
+
+
+def _gpu_memory(text: str) -> int:
+    """parse_gpu_memory (`80` is refused, as by plan), bounded by what a GPU can have."""
+    memory = parse_gpu_memory(text)
+    if memory > MAX_GPU_MEMORY:
+        raise BadInput(f"--gpu-memory {text!r} is more than a GPU has; at most 1TiB (the largest GPU has 288 GB): "
+                       "give the memory of one GPU, e.g. 80GB")
+    return memory

@@ -17,6 +17,7 @@ from typing import Any
 from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.fileio import MAX_INPUT_BYTES, Unreadable, read_bytes, read_stream
+from zerokit.lint.findings import escape_controls
 
 KeyPath = tuple[str | int, ...]
 Position = tuple[int, int]
@@ -33,7 +34,7 @@ class LoadError(BadInput):
     """A file that cannot be linted; carries the position of the problem."""
 
     def __init__(self, path: str, line: int, column: int, message: str):
-        super().__init__(f"{path}:{line}:{column}: {message}")
+        super().__init__(f"{escape_controls(path)}:{line}:{column}: {escape_controls(message)}")
         self.path, self.line, self.column, self.reason = path, line, column, message
 
 
@@ -191,7 +192,7 @@ def parse_json(text: str, path: str) -> Document:
         if not isinstance(e, json.JSONDecodeError):  # an integer of more than 4300 digits
             raise LoadError(path, *_long_number(text), "a number has more than 4300 digits; not a ds_config "
                             "value") from None
-        json_error = e.msg
+        json_error = _syntax_message(e.msg, text, e.pos)[0]
         try:
             import hjson
 
@@ -199,14 +200,12 @@ def parse_json(text: str, path: str) -> Document:
         except RecursionError:
             raise LoadError(path, 1, 1, "nested too deeply to be a ds_config") from None
         except Exception as he:  # noqa: BLE001 - hjson raises HjsonDecodeError, and others on some garbage
-            line = getattr(he, "lineno", None)
-            if line is None or path.endswith(".json"):
-                line, col, msg = e.lineno, e.colno, e.msg
-            else:
-                col, msg = getattr(he, "colno", 1), getattr(he, "msg", str(he))
-            raise LoadError(path, line, col, f"syntax error: {msg}") from None
+            hpos = getattr(he, "pos", None)
+            if not isinstance(hpos, int) or path.endswith(".json"):
+                raise _syntax_error(path, text, e.msg, e.pos) from None
+            raise _syntax_error(path, text, getattr(he, "msg", str(he)), hpos) from None
         if not isinstance(data, dict):  # HJSON reads almost any text as a string: the JSON error says more
-            raise LoadError(path, e.lineno, e.colno, f"syntax error: {e.msg}")
+            raise _syntax_error(path, text, e.msg, e.pos)
         data = _check_object(data, path)
         return Document(path, _plain(data), _hjson_positions(text, data), syntax="hjson", json_error=json_error,
                         json_error_pos=(e.lineno, e.colno))
@@ -216,6 +215,41 @@ def parse_json(text: str, path: str) -> Document:
     except RecursionError:  # pragma: no cover - the scanner is iterative
         positions, duplicates = {}, []
     return Document(path, data, positions, "json", duplicates)
+
+
+_ESCAPES = {"\t": ("tab", "\\t"), "\n": ("line break", "\\n"), "\r": ("carriage return", "\\r")}
+
+
+def _syntax_message(msg: str, text: str, pos: int) -> tuple[str, int]:
+    """A json/hjson decoder message made whole, and the offset it is about. The decoders leave the position to their
+    exception's str() ("Invalid control character at: line 1 column 43"), and hjson leaves `%r` unformatted (its
+    errmsg fills it in) and points after a control character instead of at it."""
+    pos = max(0, min(pos, len(text)))
+    if msg.startswith("Invalid control character"):
+        if not (pos < len(text) and _is_control(text[pos])) and pos > 0 and _is_control(text[pos - 1]):
+            pos -= 1  # hjson: the offset after the character
+        char = text[pos] if pos < len(text) else "\0"
+        name, escape = _ESCAPES.get(char, (f"U+{ord(char):04X}", f"\\u{ord(char):04x}"))
+        line, col = _Lines(text).pos(pos)
+        msg = (f"Invalid control character (a raw {name}) inside a string at line {line}, column {col}: JSON "
+               f"strings cannot hold one; escape it as {escape}, or remove it")
+        return msg, pos
+    msg = msg.replace("%r", repr(text[pos:pos + 1]))
+    if msg.endswith(" at"):  # "Unterminated string starting at"
+        line, col = _Lines(text).pos(pos)
+        msg += f" line {line}, column {col}"
+        if msg.startswith("Unterminated string"):
+            msg += ": the file ends before its closing \"; add it"
+    return msg, pos
+
+
+def _is_control(char: str) -> bool:
+    return ord(char) < 0x20 or char == "\x7f"
+
+
+def _syntax_error(path: str, text: str, msg: str, pos: int) -> LoadError:
+    msg, pos = _syntax_message(msg, text, pos)
+    return LoadError(path, *_Lines(text).pos(pos), f"syntax error: {msg}")
 
 
 def _long_number(text: str) -> Position:

@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import json
 
-from zerokit.lint.findings import Finding
+from zerokit.lint.findings import Finding, escape_controls
 
 FORMATS = ("text", "json", "github")
 
 
 def _gh_escape(text: str, prop: bool = False) -> str:
-    # https://docs.github.com/actions/reference/workflow-commands-for-github-actions (data and property escaping)
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # https://docs.github.com/actions/reference/workflow-commands-for-github-actions (data and property escaping);
+    # other line breaks (\v, \f, \x85, \u2028 in a file name) as in text: one command stays one line
+    text = escape_controls(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
     return text
 
 
-def _one_line(text: str) -> str:
-    """Control characters (a newline in a key or a file name) as escapes: one finding stays one line."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def text_line(f: Finding) -> str:
     """PATH:LINE:COL: SEVERITY CODE message (did you mean 'KEY'?)"""
-    return f"{_one_line(f.path)}:{f.line}:{f.column}: {f.severity} {f.code} {_one_line(f.message)}"
+    return f"{escape_controls(f.path)}:{f.line}:{f.column}: {f.severity} {f.code} {escape_controls(f.message)}"
 
 
 def github_line(f: Finding) -> str:

@@ -59,6 +59,13 @@ WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
 MAX_BUCKET_ELEMENTS = 10**15  # a bucket size past this (a PB of bf16) is a typo, whatever the GPU
 BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
+LARGEST_GPU_BYTES = 288 * 10**9
+"""The most memory one GPU has (NVIDIA B300, AMD MI355X: 288 GB); a bucket buffer past it fits on none."""
+PYDANTIC_INT_FLOAT_LIMIT = 2**63
+"""pydantic refuses a float at or past this for an int field (int_parsing_size): 1e30 fails DeepSpeedConfig."""
+BUCKET_DEFAULTS = {"reduce_bucket_size": "5e8", "allgather_bucket_size": "5e8", "prefetch_bucket_size": "5e7",
+                   "stage3_prefetch_bucket_size": "5e7"}
+"""DeepSpeedZeroConfig's defaults (runtime/zero/config.py) for the bucket sizes, as written in a ds_config."""
 
 TARGET_NAMES = {"trainer": "the HF Trainer", "accelerate": "Accelerate", "deepspeed": "DeepSpeed"}
 
@@ -427,8 +434,8 @@ def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
     cfg = doc.data
     stage = _stage(cfg)
     zero = _zero(cfg)
-    if stage in (None, 0):
-        return
+    if stage in (None, 0) or any(True for _ in bucket_exceeds_gpu(doc, ctx)):
+        return  # ZK314 has the error: a share of a GPU the buckets do not fit on says nothing more
     overlap = zero.get("overlap_comm", stage == 3)  # DeepSpeedZeroConfig.overlap_comm_valid: default True at stage 3
     if overlap is not True:
         return
@@ -452,6 +459,62 @@ def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
                   f"{nbytes / 1e9:.1f} GB of buckets (4.5 x ({reduce:.3g} + {other:.3g}) x {_dtype_bytes(cfg)} bytes), "
                   f"{share:.0%} of the {ctx.gpu_memory / 1e9:.0f} GB GPU; lower both bucket sizes (e.g. 5e7) or set "
                   "overlap_comm to false", "5e7")
+
+
+def _count(n: int) -> str:
+    """A whole number as 5e+08, its digits read off past float range (a JSON integer may have 4000 of them)."""
+    if n < 10**300:
+        return f"{n:.3g}"
+    digits = str(n)
+    return f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+
+
+def _bucket_fix(ctx: Context, key: str) -> str:
+    default = BUCKET_DEFAULTS[key]
+    auto = (f", or \"auto\" ({TARGET_NAMES[ctx.target]} fills it from the model's hidden_size)"
+            if fills(ctx.target, f"zero_optimization.{key}") else "")
+    return f"write {default} (DeepSpeed's default){auto}"
+
+
+def bucket_exceeds_gpu(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """A bucket size DeepSpeed cannot start with. DeepSpeedZeroConfig types the sizes as int, and pydantic refuses a
+    float at or past 2^63 (1e30: int_parsing_size) at initialize. The ZeRO optimizers allocate `reduce_bucket_size`
+    gradient elements up front with torch.empty on the GPU, in the model's dtype (ZeRO-1 with a wider
+    grad_accum_dtype in that one, so the bytes here are a lower bound): stage 3 one buffer at initialize
+    (stage3.py), stage 1/2 one, and a second with overlap_comm, at the first backward (stage_1_and_2.py
+    setup_buckets); both only with contiguous_gradients, the default. A buffer larger than the GPU is an
+    out-of-memory at startup. allgather_bucket_size and the prefetch bucket only cap how much is gathered at once:
+    nothing is allocated from them, so only the pydantic limit applies to them."""
+    zero = doc.data.get("zero_optimization")
+    if not isinstance(zero, dict):
+        return
+    refused = set()
+    for key, default in BUCKET_DEFAULTS.items():
+        value = zero.get(key)
+        if isinstance(value, float) and math.isfinite(value) and value >= PYDANTIC_INT_FLOAT_LIMIT:
+            refused.add(key)
+            yield Hit(("zero_optimization", key), f"zero_optimization.{key} {value:.3g} is no bucket size: "
+                      "DeepSpeed reads it as an integer and pydantic refuses a float of 2^63 or more "
+                      f"(int_parsing_size), so initialize fails; {_bucket_fix(ctx, key)}", default)
+    stage = _stage(doc.data)
+    reduce = _int(zero.get("reduce_bucket_size", 500_000_000))
+    if ("reduce_bucket_size" in refused or stage not in (1, 2, 3) or zero.get("contiguous_gradients") is False
+            or reduce is None or reduce <= 0):
+        return
+    buffers = 2 if stage < 3 and zero.get("overlap_comm") is True else 1
+    dtype = _dtype_bytes(doc.data)
+    nbytes = buffers * reduce * dtype  # an int: exact for any size
+    limit = ctx.gpu_memory or LARGEST_GPU_BYTES
+    if nbytes <= limit:
+        return
+    gpu = (f"the {ctx.gpu_memory / 1e9:.0f} GB of --gpu-memory" if ctx.gpu_memory else
+           f"any GPU has (the largest, {LARGEST_GPU_BYTES // 10**9} GB)")
+    size = f"{nbytes / 1e9:,.0f} GB" if nbytes < MAX_BUCKET_ELEMENTS else f"{_count(nbytes)} bytes"
+    what = "two gradient buckets (overlap_comm) of 2 x" if buffers == 2 else "a gradient bucket of"
+    yield Hit(("zero_optimization", "reduce_bucket_size"), f"zero_optimization.reduce_bucket_size {_count(reduce)} "
+              f"makes ZeRO stage {stage} allocate {what} {_count(reduce)} x {dtype} bytes = {size} on every GPU up "
+              f"front, more than {gpu}: an out-of-memory at startup; "
+              f"{_bucket_fix(ctx, 'reduce_bucket_size')}", BUCKET_DEFAULTS["reduce_bucket_size"])
 
 
 def bucket_bytes(reduce_bucket: int, other_bucket: int, dtype_bytes: int) -> int:
@@ -832,6 +895,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK312", ERROR, "nvme-optimizer-below-stage3", nvme_optimizer_below_stage3),
     Rule("ZK306", ERROR, "odd-allgather-bucket", odd_allgather_bucket),
     Rule("ZK307", WARNING, "bucket-memory", bucket_memory),
+    Rule("ZK314", ERROR, "bucket-exceeds-gpu", bucket_exceeds_gpu),
     Rule("ZK308", ERROR, "sum-allreduce-zero3", sum_allreduce_zero3),
     Rule("ZK309", WARNING, "zero3-no-16bit-save", zero3_no_16bit_save),
     Rule("ZK310", ERROR, "compute-grad-norm-stage", compute_grad_norm_stage),
