@@ -269,21 +269,8 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
                        f"{gpu} plans for GPUs: its step times would be the CPU's. Run `zerokit probe` where the GPUs "
                        f"are and pass that profile, leave out --hardware to use the {gpu} preset's figures, or leave "
                        "out --gpu to plan for this CPU")
-    if gpu is not None and not same_gpu(gpu, machine.name):
-        notes = [*notes, (f"--hardware {profile} measured the {machine.name}, and --gpu {gpu} names another GPU: the "
-                         f"step times are the {machine.name}'s, the memory the {gpu}'s. Probe the GPU you plan for, "
-                         "or leave out --hardware to use the preset's figures")]
     machine = with_overrides(machine, intra_node_bandwidth=intra, inter_node_bandwidth=inter, pcie_bandwidth=pcie)
     return machine, memory, notes
-
-
-def same_gpu(preset: str, measured: str) -> bool:
-    """Whether a GPU preset's name (`a100-80gb`, `rtx4090`) may be the GPU a probe measured (`NVIDIA A100-SXM4-80GB`,
-    `NVIDIA GeForce RTX 4090`): the preset's model, its name up to the first dash, within the measured name, both
-    without case, spaces or dashes. Loose on purpose (`l4` is within `L40S`): it flags only a plain mismatch."""
-    def squeeze(text: str) -> str:
-        return "".join(ch for ch in text.lower() if ch.isalnum())
-    return squeeze(preset.split("-")[0]) in squeeze(measured)
 
 
 def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:

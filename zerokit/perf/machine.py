@@ -571,6 +571,25 @@ def unmeasured_intra_node(device: str, h2d_pinned: float, written: float) -> tup
     return written, "default: the probe ran one rank, so it timed no collective; give --intra-node-bandwidth"
 
 
+def same_gpu(preset: str, measured: str) -> bool:
+    """Whether a GPU preset's name (`a100-80gb`, `rtx4090`) may be the GPU a probe measured (`NVIDIA A100-SXM4-80GB`,
+    `NVIDIA GeForce RTX 4090`): the preset's model, its name up to the first dash, within the measured name, both
+    without case, spaces or dashes. Loose on purpose (`l4` is within `L40S`): it flags only a plain mismatch."""
+    def squeeze(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+    return squeeze(preset.split("-")[0]) in squeeze(measured)
+
+
+def other_gpu(perf: MachinePerf, gpu_name: str) -> list[str]:
+    """A warning when a GPU preset's plan is timed on another GPU's figures (an H100's profile beside --gpu
+    a100-80gb): allowed, the figures may be the best at hand, but the step times are not the preset GPU's."""
+    if perf.device != "gpu" or gpu_name not in DEVICE_FIGURES or same_gpu(gpu_name, perf.name):
+        return []
+    return [(f"the step times are the {perf.name}'s figures and the memory the {gpu_name}'s, another GPU: probe the "
+            f"GPU you plan for (`zerokit probe` there, then --hardware), or plan without a profile for the "
+            f"{gpu_name} preset's figures")]
+
+
 def unmeasured_links(perf: MachinePerf, gpus_per_node: int, nodes: int) -> list[str]:
     """Warnings for the links a plan crosses that neither a probe nor an option measured: between the GPUs of a
     node, and between nodes; and, on DeepSpeed's CPU accelerator, ranks a node that share its cores otherwise than the

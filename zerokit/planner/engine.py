@@ -17,7 +17,7 @@ from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
-from zerokit.perf.machine import MachinePerf, machine_from_preset, unmeasured_links
+from zerokit.perf.machine import MachinePerf, machine_from_preset, other_gpu, unmeasured_links
 from zerokit.perf.model import StepTime
 from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
@@ -42,6 +42,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         if note:
             extra_warnings.append(note)
     else:
+        extra_warnings += other_gpu(machine, hardware.gpu_name)
         extra_warnings += unmeasured_links(machine, hardware.gpus_per_node, hardware.nodes)
     extra_warnings += context_notes(model, training.seq_len)
     ctx, reasons = run_rules(model, hardware, training, activations=activations, machine=machine)
