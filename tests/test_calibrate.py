@@ -168,6 +168,8 @@ def test_estimate_is_fast_enough_for_the_planner():
     (lambda d: d.update(windows=[384, 2]), "bad windows"),
     (lambda d: d.pop("checks"), "malformed calibration"),
     (lambda d: d.update(attention="xformers"), "bad calibration header"),
+    # a count no float holds: the fit's float() overflowed, and the plan exited 70
+    (lambda d: d.update(probes=[[*p[:4], 10**400] for p in d["probes"]]), "malformed calibration: OverflowError"),
 ])
 def test_malformed_payload_is_rejected(mutate, match):
     payload = json.loads(json.dumps(CASES["starcoder2", "sdpa", "bf16"]["calibration"]))
@@ -204,6 +206,19 @@ def test_cache_dir_follows_env_then_xdg_then_home(monkeypatch, tmp_path):
     assert calibration_cache.default_dir() == Path.home() / ".cache" / "zerokit" / "calibration"
     monkeypatch.setenv(calibration_cache.ENV_VAR, str(tmp_path / "mine"))
     assert calibration_cache.default_dir() == tmp_path / "mine"
+
+
+def test_no_home_to_find_means_no_cache_not_a_crash(monkeypatch, tmp_path):
+    """`~nosuchuser` (or no HOME and a uid without a passwd entry): pathlib raised RuntimeError, and the plan exit 70.
+    Without a directory nothing is read or written: the calibration is measured each time."""
+    monkeypatch.setenv(calibration_cache.ENV_VAR, "~nosuchuser-zerokit/cache")
+    assert calibration_cache.default_dir() is None and calibration_cache.entry_path(_key()) is None
+    assert calibration_cache.load(_key()) is None and calibration_cache.store(_key(), {"a": 1}) is False
+    monkeypatch.delenv(calibration_cache.ENV_VAR)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", classmethod(lambda cls: (_ for _ in ()).throw(
+        RuntimeError("Could not determine home directory."))))
+    assert calibration_cache.default_dir() is None
 
 
 def test_key_depends_on_content_versions_attention_and_dtype(tmp_path):

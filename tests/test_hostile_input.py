@@ -702,3 +702,60 @@ def test_a_model_path_that_is_a_broken_link_says_so(capsys, tmp_path, link):
     code, _, err = zk(capsys, "plan", "--model", str(path), "--gpu", "a100-80gb", "--seq-len", "8")
     assert code == 2
     one_line_error(err, "plan", "is a symbolic link to nothing that exists (or a loop of links)")
+
+
+@pytest.mark.parametrize("argv", [[*PLAN], ["schema"], ["--version"]])
+def test_a_closed_stdout_is_one_line_not_an_internal_error(argv):
+    """`>&-`: Python gives no sys.stdout, and the first write was an AttributeError, exit 70."""
+    r = subprocess.run([sys.executable, "-m", "zerokit", *argv], stdout=subprocess.DEVNULL, capture_output=False,
+                       stderr=subprocess.PIPE, text=True, check=False, timeout=120, pass_fds=(),
+                       preexec_fn=lambda: os.close(1))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "stdout is closed; give the output somewhere to go (> file, or > /dev/null)" in r.stderr
+
+
+def test_zerokit_debug_0_is_off(capsys, monkeypatch):
+    from zerokit.cli import _internal
+
+    monkeypatch.setenv("ZEROKIT_DEBUG", "0")
+    assert _internal("zerokit plan", ValueError("a bug")) == 70
+    assert capsys.readouterr().err.startswith("zerokit plan: internal error: ValueError: a bug")
+    monkeypatch.setenv("ZEROKIT_DEBUG", "1")
+    with pytest.raises(ValueError):
+        _internal("zerokit plan", ValueError("a bug"))
+
+
+@pytest.mark.parametrize("target", ["model", "folder", "hardware"])
+def test_o_never_replaces_a_file_the_plan_reads(capsys, tmp_path, target):
+    """`-o config.json --force` replaced the model's config.json (or the probe profile) with the ds_config."""
+    model = tmp_path / "m"
+    model.mkdir()
+    config = model / "config.json"
+    config.write_text((MODELS / "tiny-llama" / "config.json").read_text())
+    profile = tmp_path / "profile.json"
+    profile.write_text((ROOT / "tests" / "data" / "step_time" / "profile.json").read_text())
+    before = config.read_text(), profile.read_text()
+    args = ["plan", "--model", str(config if target == "model" else model), "--no-calibrate", "--seq-len", "128",
+            "--gpu-memory", "16GB"]
+    if target == "hardware":
+        args += ["--hardware", str(profile)]
+    out = profile if target == "hardware" else config
+    code, _, err = zk(capsys, *args, "-o", str(out), "--force")
+    assert code == 2 and (config.read_text(), profile.read_text()) == before
+    one_line_error(err, "plan", f"-o {out} is the {'--hardware' if target == 'hardware' else '--model config.json'} "
+                   "this plan reads; write the ds_config elsewhere")
+
+
+def test_auto_for_nvme_path_and_the_global_batch_means_not_given(capsys):
+    """`--nvme-path auto` was a path, written into the ds_config; `--global-batch auto` asked for a count."""
+    code, out, _ = zk(capsys, *PLAN, "--nvme-path", "auto", "--global-batch", "auto", "--global-batch-tokens", "auto",
+                      "--format", "json")
+    plan = json.loads(out)
+    assert code == 0 and plan["hardware"]["nvme_path"] is None and "nvme_path" not in json.dumps(plan["ds_config"])
+
+
+@pytest.mark.parametrize("name, said", [("pla", "no command 'pla'; did you mean 'plan'?"),
+                                        ("xyz", "no command 'xyz'; the commands are plan, lint, preflight, launch")])
+def test_an_unknown_command_names_the_closest_or_lists_them(capsys, name, said):
+    code, _, err = zk(capsys, name)
+    assert code == 2 and err.count("\n") == 1 and said in err

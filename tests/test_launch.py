@@ -266,6 +266,17 @@ def test_emit_sbatch_cli_writes_an_executable_file_and_starts_nothing(tmp_path, 
     subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")], check=True)
 
 
+@pytest.mark.parametrize("content, message", [(None, "--hostfile hosts: no such file"),
+                                              ("a slots=2\na slots=2\n", "host 'a' is listed twice")])
+def test_emit_script_reads_the_hostfile_as_a_dry_run_does(tmp_path, capsys, monkeypatch, content, message):
+    """The script hands the hostfile to the runner when it runs: a missing or broken one was written into it."""
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "hosts").write_text(content)
+    code = main(["launch", "--hostfile", "hosts", "--emit-script", "run.sh", "train.py"])
+    assert code == 2 and not (tmp_path / "run.sh").exists() and message in capsys.readouterr().err
+
+
 def test_emit_sbatch_refuses_include_rather_than_dropping_it(tmp_path, capsys, monkeypatch):
     """The script's #SBATCH --nodelist and --num_gpus pick the ranks: --include was validated, then left out."""
     monkeypatch.chdir(tmp_path)

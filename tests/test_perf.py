@@ -694,7 +694,19 @@ def test_mfu_stays_under_one_when_the_step_outruns_the_kernel_figures():
     big = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
     t = step_time(big, amd, parameters=count_parameters(big)[0], seq_len=2048, micro_batch=1)
-    assert amd.compute_scale < 1 and 0.9 < t.mfu <= 1.0
+    assert amd.compute_scale < 1 and 0.85 < t.mfu <= 1.0  # 0.89: its causal attention ran faster than any product
+
+
+def test_mfu_stays_under_one_where_the_attention_kernel_outruns_the_matmul_curve():
+    """A quick probe's curves (64-wide products at most) put causal attention at 3.0 GFLOP/s and the best matmul at
+    2.4: a 7B QLoRA plan at 2,048 tokens, its scores a large share of the FLOPs, came out at MFU 109%. MFU's peak is
+    the best of both curves now; the time is unchanged."""
+    fast_scores = replace(FLAT, attention={"bf16": ((1.0, 4e12),)})
+    big = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+           "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 512}
+    t = step_time(big, fast_scores, parameters=count_parameters(big)[0], seq_len=8192, micro_batch=1)
+    assert t.mfu == pytest.approx(t.flops_per_step / (t.step_time_s * 4e12)) and t.mfu <= 1.0
+    assert step_time(big, FLAT, parameters=count_parameters(big)[0], seq_len=8192, micro_batch=1).mfu <= 1.0
 
 
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():

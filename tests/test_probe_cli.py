@@ -56,8 +56,12 @@ def test_probe_is_listed(capsys):
 
 
 @pytest.mark.heavy
-def test_quick_probe_writes_a_profile(tmp_path, capsys):
+def test_quick_probe_writes_a_profile(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
+    # run where a file is named like a package the ranks import: `-m` put this directory first on their sys.path, and
+    # an h2.py there broke huggingface_hub's import in every rank (PYTHONSAFEPATH, `zerokit.perf.probe.safe_path`)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h2.py").write_text("raise SystemExit('the probe imported h2.py from the directory it ran in')\n")
     out = tmp_path / "profile.json"
     assert main(["probe", "--quick", "--ranks", "2", "--nvme-path", str(tmp_path), "-o", str(out)]) == 0
     captured = capsys.readouterr()

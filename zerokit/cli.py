@@ -39,6 +39,16 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"zerokit.commands.{COMMANDS[name][0]}")
         return module.command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:  # click says only "No such command"
+            import difflib
+
+            close = difflib.get_close_matches(name, COMMANDS, n=1)
+            raise click.UsageError(f"no command {name!r}; " + (f"did you mean {close[0]!r}?" if close else
+                                                                f"the commands are {', '.join(COMMANDS)}"))
+        return super().resolve_command(ctx, args)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing commands must not import them: `zerokit --help` stays fast.
         with formatter.section("Commands"):
@@ -64,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     stdout = getattr(sys.stdout, "reconfigure", None)
     if stdout is not None:  # a key that is a lone surrogate ("\udfff" in a JSON file) prints as \udfff, not a crash
         stdout(errors="backslashreplace")
+    if sys.stderr is None:  # `2>&-`: nowhere to say anything; the exit code still tells
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the rest of the process
+    if sys.stdout is None:  # `>&-`: Python leaves no stream, and the first print failed as an internal error
+        click.echo(f"{prog}: error: stdout is closed; give the output somewhere to go (> file, or > /dev/null)",
+                   err=True)
+        return EXIT_BAD_INPUT
     if not args:  # click would print the whole help as the error
         click.echo(f"zerokit: error: give a command: {', '.join(COMMANDS)} (see 'zerokit --help')", err=True)
         return EXIT_BAD_INPUT
@@ -103,7 +119,7 @@ _WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, e
 
 
 def _internal(prog: str, e: Exception) -> int:
-    if os.environ.get("ZEROKIT_DEBUG"):
+    if os.environ.get("ZEROKIT_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off"):
         raise e
     click.echo(f"{prog}: internal error: {type(e).__name__}: {one_line(e, 300)} (rerun with ZEROKIT_DEBUG=1 and "
                "report it)", err=True)

@@ -111,6 +111,15 @@ def read_text(path: str, what: str = "", limit: int = MAX_INPUT_BYTES) -> str:
 
 # ---------------------------------------------------------------- writing
 
+def same_path(a: str, b: str) -> bool:
+    """Whether two paths name one file (hard links, symlinks and `./` spellings alike); by their resolved names where
+    one does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 def check_target(path: str, what: str, force: bool = False, example: str = "ds_config.json") -> None:
     """Refuse, before any work is done, a path the command must not write: an empty one, a directory, anything
     that is not a regular file (a symlink too: it counts as existing, and is never replaced), an existing file

@@ -40,26 +40,19 @@ def runner_path(required: bool = True) -> str:
     return found
 
 
-def _same_path(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
 def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inputs: dict[str, str | None]) -> None:
     """Every --emit-* path, before anything is written: a regular file or a new one (an existing one only with
     --force, never the training script, the config or the other emit's path)."""
-    from zerokit.fileio import check_target
+    from zerokit.fileio import check_target, same_path
 
     for option, path in targets.items():
         check_target(path, option, force=force or dry_run,
                      example="job.sbatch" if option == "--emit-sbatch" else "run.sh")
         for what, other in inputs.items():
-            if other and _same_path(path, other):
+            if other and same_path(path, other):
                 raise BadInput(f"{option} {path} is the {what}; write the {option.removeprefix('--emit-')} "
                                "elsewhere")
-    if len(targets) == 2 and _same_path(*targets.values()):
+    if len(targets) == 2 and same_path(*targets.values()):
         raise BadInput("--emit-sbatch and --emit-script name the same file; give each its own path")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -171,7 +172,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
       zerokit plan --model llama-2-7b --gpu h100-80gb --gpus-per-node 8 --seq-len 4096 -o ds_config.json
     """
     if output is not None:
-        check_output_path(output, force)
+        check_output_path(output, force, {"--model config.json": _model_file(model), "--hardware": hardware_profile})
     gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
@@ -182,7 +183,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     if gpu is None and gpu_memory is None and profile_memory is not None:
         gpu_memory = profile_memory
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
-                                cpu_memory=unless_auto(cpu_memory), nvme_path=nvme_path,
+                                cpu_memory=unless_auto(cpu_memory), nvme_path=unless_auto(nvme_path),
                                 nvme_size=unless_auto(nvme_size))
     if machine is not None and machine.device == "cpu":
         hardware = replace(hardware, gpu_name="cpu", accelerator="cpu", bf16="bf16" in machine.matmul)
@@ -295,6 +296,7 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
                    lora_dropout: str | None = None, train_tokens: str | None = None) -> types.Training:
     """Training from option strings; `auto` becomes None (the planner decides, or the figure is unknown)."""
     overhead, train_tokens, total_steps = unless_auto(overhead), unless_auto(train_tokens), unless_auto(total_steps)
+    global_batch, global_batch_tokens = unless_auto(global_batch), unless_auto(global_batch_tokens)
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
     lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True)
@@ -366,11 +368,23 @@ def emit(result: types.Plan, fmt: str, written: str | None) -> None:
     sys.stdout.flush()
 
 
-def check_output_path(path: str, force: bool) -> None:
-    """Refuse early, before planning, so a script learns about a bad -o path at once."""
-    from zerokit.fileio import check_target
+def check_output_path(path: str, force: bool, inputs: dict[str, str | None] | None = None) -> None:
+    """Refuse early, before planning, so a script learns about a bad -o path at once; never one of the files the plan
+    reads (`inputs`: option -> path), which --force would replace with the ds_config."""
+    from zerokit.fileio import check_target, same_path
 
     check_target(path, "-o", force)
+    for what, source in (inputs or {}).items():
+        if source and os.path.exists(path) and same_path(path, source):
+            raise BadInput(f"-o {path} is the {what} this plan reads; write the ds_config elsewhere")
+
+
+def _model_file(model: str) -> str | None:
+    """The file --model reads, where it names one (a config.json, or the one in a folder)."""
+    path = os.path.expanduser(model.strip()) if isinstance(model, str) else ""
+    if os.path.isdir(path):
+        return os.path.join(path, "config.json")
+    return path if os.path.isfile(path) else None
 
 
 def write_atomic(path: str, text: str, force: bool = True) -> None:

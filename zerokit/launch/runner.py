@@ -264,6 +264,8 @@ def hosts_of(spec: LaunchSpec) -> dict[str, int]:
 
 def render_launch_script(spec: LaunchSpec, zerokit_command: str) -> str:
     """A bash script that starts the same runner command (for people who keep a run.sh)."""
+    if spec.hostfile and not spec.hosts:
+        read_hostfile(spec.hostfile)  # the runner reads it when the script runs: refused now, as --dry-run refuses it
     argv, env = build_command(spec)
     files = render_files(spec)
     return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command,

@@ -608,8 +608,8 @@ class CalibratedActivations:
                        windows=tuple(windows), probes=tuple(Probe.from_list(r) for r in data["probes"]),
                        checks=tuple(Probe.from_list(r) for r in data["checks"]), versions=dict(versions),
                        seconds=float(data["seconds"]), cached=cached)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed calibration: {exc!r}") from None
+        except (KeyError, TypeError, ArithmeticError) as exc:  # ArithmeticError: figures no float holds, a fit
+            raise ValueError(f"malformed calibration: {exc!r}") from None  # of repeated lengths
 
 
 # --------------------------------------------------------------------------------------------------- measuring

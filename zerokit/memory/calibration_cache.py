@@ -30,13 +30,17 @@ ENV_VAR = "ZEROKIT_CALIBRATION_DIR"
 MAX_ENTRY_BYTES = 1 << 20  # a calibration is a few kB; anything bigger is not ours
 
 
-def default_dir() -> Path:
-    """Where calibrations live unless the caller names a directory."""
+def default_dir() -> Path | None:
+    """Where calibrations live unless the caller names a directory; None where no home can be found (`~nosuchuser`,
+    no HOME and a uid without a passwd entry): nothing is cached then, and calibrations are measured each time."""
     override = os.environ.get(ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".cache"
+    try:
+        if override:
+            return Path(override).expanduser()
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".cache"
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        return None
     return root / "zerokit" / "calibration"
 
 
@@ -50,14 +54,18 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
 
 
-def entry_path(key: Mapping[str, Any], directory: str | os.PathLike | None = None) -> Path:
+def entry_path(key: Mapping[str, Any], directory: str | os.PathLike | None = None) -> Path | None:
+    """The entry's file; None where there is no cache directory (`default_dir`)."""
     digest = hashlib.sha256(canonical_json(key).encode()).hexdigest()
-    return Path(directory if directory is not None else default_dir()) / f"{digest}.json"
+    where = directory if directory is not None else default_dir()
+    return None if where is None else Path(where) / f"{digest}.json"
 
 
 def load(key: Mapping[str, Any], directory: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """The stored payload for ``key``, or None for a miss of any kind (absent, unreadable, corrupt, foreign)."""
     path = entry_path(key, directory)
+    if path is None:
+        return None
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang the planner; fstat then rejects it
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -87,6 +95,8 @@ def load(key: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
 def store(key: Mapping[str, Any], payload: Mapping[str, Any], directory: str | os.PathLike | None = None) -> bool:
     """Write the entry atomically; False (and nothing raised) when the directory cannot take it."""
     path = entry_path(key, directory)
+    if path is None:
+        return False
     text = json.dumps({"key": key, "payload": payload}, sort_keys=True, indent=1) + "\n"
     tmp = None
     try:

@@ -53,7 +53,8 @@ class StepTime:
     """Tokens of the whole job (every rank) per second."""
     mfu: float
     """Model FLOPs utilisation: forward + backward matmul FLOPs (no recomputation) / (step time x dense peak); the
-    peak is the kernel figures' best, over compute_scale where that is below 1 (the step outran the figures)."""
+    peak is the kernel figures' best (matmul or attention, whichever ran faster), over compute_scale where that is
+    below 1 (the step outran the figures)."""
     compute_s: float
     """Forward, backward and recomputation of every micro-batch: matmuls, elementwise kernels, launches."""
     communication_s: float
@@ -227,7 +228,8 @@ def dequantization_s(perf: MachinePerf, elements: float, modules: int) -> float:
 def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len: int, dtype: str,
                    attention: str) -> tuple[float, ...]:
     """Per micro-batch: (forward s, backward input-gradient s (scores: gradients of Q, K, P and V), backward
-    weight-gradient s at full training, recomputation s, forward weight-matmul FLOPs, forward score FLOPs, peak).
+    weight-gradient s at full training, recomputation s, forward weight-matmul FLOPs, forward score FLOPs, the
+    matmul peak, MFU's peak: the best of the matmul and attention figures, which both price FLOPs MFU counts).
     Forward and backward include elementwise kernels, the loss and kernel launches, and the times are scaled by
     the machine's `compute_scale` (a DeepSpeed engine's own cost on top of the kernels'). Cached on the ModelFlops:
     the planner asks for the same (micro-batch, sequence, dtype) for several setups, and the cache turns a call
@@ -281,7 +283,8 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
               k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
               k * weight_grad,                                                           # backward: weight gradients
               k * (layer_fwd + score_t + elem + ops),                                    # recomputing the layers
-              weight_flops, score_flops, perf.peak_flops(dtype))
+              weight_flops, score_flops, perf.peak_flops(dtype),
+              max((perf.peak_flops(dtype), *(f for _, f in perf.attention.get(dtype, ())))))  # MFU's: scores count
     if len(mf._cache) > 4096:
         mf._cache.clear()
     mf._cache[key] = (perf, result)
@@ -377,8 +380,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
 
     # Compute of one micro-batch. LoRA: frozen weights skip their weight gradients; the adapters' own products
     # (2 FLOPs per trainable parameter and token, three passes) are tiny and run at the peak.
-    fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak = _compute_parts(mf, perf, micro_batch, seq_len,
-                                                                                    precision, attention)
+    fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak, best = _compute_parts(
+        mf, perf, micro_batch, seq_len, precision, attention)
     tokens = micro_batch * seq_len
     qlora = lora is not None and len(lora) > 3
     quantized = lora[3] if qlora else 0  # QLoRA's 4-bit weights
@@ -490,6 +493,6 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     # MFU's peak is the best rate the machine showed: a profile whose DeepSpeed step ran faster than its kernel
     # figures (compute_scale < 1: a CPU where the model's own matmul shapes beat the square products the curve
     # measured) reached 1 / compute_scale of the curve's best, and a utilisation over 100% would say nothing
-    mfu = flops_step / (step * peak) * min(1.0, perf.compute_scale)
+    mfu = flops_step / (step * best) * min(1.0, perf.compute_scale)
     return StepTime(step, tokens_step / step, mfu, compute, communication, exposed, offload, optimizer, overhead,
                     tokens_step, flops_step)

@@ -84,7 +84,17 @@ def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = N
     path = env.get("PATH", "")
     if bin_dir and bin_dir not in path.split(os.pathsep):
         env["PATH"] = bin_dir + (os.pathsep + path if path else "")
-    return env
+    return safe_path(env)
+
+
+def safe_path(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a child Python that must not import from the directory the user ran zerokit in: `-m` and `-c` put
+    it first on sys.path, and a file there named like a package (h2.py, torch.py) broke the probe's ranks with a
+    traceback from huggingface_hub. PYTHONSAFEPATH (Python 3.11) leaves it out; zerokit's own directory goes on
+    PYTHONPATH instead, for a checkout run without installing it."""
+    home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    extra = env.get("PYTHONPATH", "")
+    return {**env, "PYTHONSAFEPATH": "1", "PYTHONPATH": home + (os.pathsep + extra if extra else "")}
 
 
 def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: bool = False,
@@ -176,7 +186,7 @@ def _gpu_count() -> int:
     """GPUs visible here, asked of nvidia-smi/rocm-smi-free torch in a child (the parent stays torch-free)."""
     try:
         out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                             capture_output=True, text=True, timeout=120, check=False)
+                             capture_output=True, text=True, timeout=120, check=False, env=safe_path(dict(os.environ)))
         return int(out.stdout.strip() or 0)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return 0
