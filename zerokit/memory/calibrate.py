@@ -85,11 +85,13 @@ class _OverBudget(BaseException):
 @contextlib.contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
     """Interrupt the block with _OverBudget after `seconds`, where a timer signal can reach it (the main thread; the
-    CLI's). Elsewhere the block runs as long as it takes, between traces checked by `_Tracer.run`."""
+    CLI's) and no one else's timer is running (an alarm of the caller's stays theirs). Elsewhere the block runs as
+    long as it takes, between traces checked by `_Tracer.run`."""
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer")
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
         yield
         return
 
