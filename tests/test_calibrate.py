@@ -386,6 +386,23 @@ def test_the_budget_also_holds_off_the_main_thread_between_traces(monkeypatch):
     assert caught and "took over 0 s" in caught[0]
 
 
+def test_a_callers_alarm_outlives_the_calibration():
+    """The budget's timer used to be set to 0 on the way out, which cancelled an alarm the caller had running."""
+    import signal
+
+    from zerokit.memory import calibrate
+
+    _versions()
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 300)
+    try:
+        calibrate.calibrated_activations(TINY, use_cache=False)
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 200
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _unavailable(calibrate, config) -> str:
     try:
         calibrate.calibrated_activations(config, use_cache=False)
