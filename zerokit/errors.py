@@ -15,13 +15,11 @@ def one_line(exc: BaseException, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), 127)} | {10: "\\n", 13: "\\r", 9: "\\t"}
-
-
 def printable(message: str) -> str:
-    """A message with its control characters escaped (a newline as \\n), so that it stays the one line it was
-    written as: a path or a script name given with a newline in it, echoed back in an error."""
-    return message.translate(_CONTROL)
+    """A message with its control characters and line breaks escaped as Python writes them (a newline as \\n,
+    U+2028 as \\u2028), so that it stays the one line it was written as: a path or a script name given with a newline
+    in it, echoed back in an error or a lint finding."""
+    return message if message.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 class ZerokitError(Exception):

@@ -30,7 +30,3 @@ def dotted(keypath: tuple) -> str:
     """('zero_optimization', 'offload_param', 'device') -> 'zero_optimization.offload_param.device'."""
     return ".".join(f"[{k}]" if isinstance(k, int) else str(k) for k in keypath).replace(".[", "[")
 
-
-def escape_controls(text: str) -> str:
-    """Control characters (a newline in a key or a file name) as escapes: one finding stays one line."""
-    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from zerokit._dataclass import dataclass
-from zerokit.errors import BadInput
+from zerokit.errors import BadInput, printable
 from zerokit.fileio import MAX_INPUT_BYTES, Unreadable, read_bytes, read_stream
-from zerokit.lint.findings import escape_controls
 
 KeyPath = tuple[str | int, ...]
 Position = tuple[int, int]
@@ -34,7 +33,7 @@ class LoadError(BadInput):
     """A file that cannot be linted; carries the position of the problem."""
 
     def __init__(self, path: str, line: int, column: int, message: str):
-        super().__init__(f"{escape_controls(path)}:{line}:{column}: {escape_controls(message)}")
+        super().__init__(f"{printable(path)}:{line}:{column}: {printable(message)}")
         self.path, self.line, self.column, self.reason = path, line, column, message
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from zerokit.lint.findings import Finding, escape_controls
+from zerokit.errors import printable
+from zerokit.lint.findings import Finding
 
 FORMATS = ("text", "json", "github")
 
@@ -12,7 +13,7 @@ FORMATS = ("text", "json", "github")
 def _gh_escape(text: str, prop: bool = False) -> str:
     # https://docs.github.com/actions/reference/workflow-commands-for-github-actions (data and property escaping);
     # other line breaks (\v, \f, \x85, \u2028 in a file name) as in text: one command stays one line
-    text = escape_controls(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+    text = printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
     return text
@@ -20,7 +21,7 @@ def _gh_escape(text: str, prop: bool = False) -> str:
 
 def text_line(f: Finding) -> str:
     """PATH:LINE:COL: SEVERITY CODE message (did you mean 'KEY'?)"""
-    return f"{escape_controls(f.path)}:{f.line}:{f.column}: {f.severity} {f.code} {escape_controls(f.message)}"
+    return f"{printable(f.path)}:{f.line}:{f.column}: {f.severity} {f.code} {printable(f.message)}"
 
 
 def github_line(f: Finding) -> str:
