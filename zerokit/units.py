@@ -21,6 +21,9 @@ _NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
 MIN_GPU_MEMORY = 1 * 2**30
 """The smallest GPU memory zerokit plans or lints for: below this not even the CUDA context fits."""
+LARGEST_GPU_BYTES = 288 * 10**9
+"""The most memory one GPU has (NVIDIA B300, AMD MI355X: 288 GB): lint's bound for a bucket buffer without
+--gpu-memory, and what its --gpu-memory ceiling is measured against."""
 MAX_SIZE = 10**18
 """1 EB: above any GPU, host RAM or NVMe size; larger values are refused rather than computed with."""
 MAX_COUNT = 10**18

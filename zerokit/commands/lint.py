@@ -12,12 +12,12 @@ import click
 
 from zerokit.autofill import TARGETS
 from zerokit.errors import BadInput
-from zerokit.units import parse_gpu_memory, parse_positive_int
+from zerokit.units import LARGEST_GPU_BYTES, parse_gpu_memory, parse_positive_int
 
 MAX_WORLD_SIZE = 1_000_000
 """Ceiling of --world-size: the largest DeepSpeed jobs run tens of thousands of ranks, far from a million."""
 MAX_GPU_MEMORY = 2**40
-"""Ceiling of --gpu-memory (1 TiB): the largest GPU has 288 GB; past this the value is a typo (a TB for a GB)."""
+"""Ceiling of --gpu-memory (1 TiB): past the largest GPU (LARGEST_GPU_BYTES) the value is a typo (a TB for a GB)."""
 
 HELP = """Check DeepSpeed configs for the mistakes DeepSpeed silently accepts.
 
@@ -43,7 +43,8 @@ Exit 0: no errors; 1: errors (warnings too with --strict); 2: a file could not b
                    "accumulation x world size.")
 @click.option("--gpu-memory", "gpu_memory", default=None, metavar="SIZE",
               help="Memory per GPU (80GB, 80GiB, 81920MiB; at most 1TiB); warns when overlap_comm buckets take too "
-                   "much of it, errors when the reduce bucket alone exceeds it (else: the largest GPU's 288 GB).")
+                   f"much of it, errors when the reduce bucket alone exceeds it (else: the largest GPU's "
+                   f"{LARGEST_GPU_BYTES // 10**9} GB).")
 @click.option("--format", "fmt", type=click.Choice(("text", "json", "github")), default="text", show_default=True,
               help="text: PATH:LINE:COL lines; json: a list of findings; github: workflow annotations.")
 @click.option("--strict", is_flag=True, help="Warnings count as errors for the exit code.")
@@ -72,6 +73,7 @@ def _gpu_memory(text: str) -> int:
     """parse_gpu_memory (`80` is refused, as by plan), bounded by what a GPU can have."""
     memory = parse_gpu_memory(text)
     if memory > MAX_GPU_MEMORY:
-        raise BadInput(f"--gpu-memory {text!r} is more than a GPU has; at most 1TiB (the largest GPU has 288 GB): "
+        raise BadInput(f"--gpu-memory {text!r} is more than a GPU has; at most 1TiB (the largest GPU has "
+                       f"{LARGEST_GPU_BYTES // 10**9} GB): "
                        "give the memory of one GPU, e.g. 80GB")
     return memory

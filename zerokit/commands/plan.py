@@ -172,7 +172,9 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
       zerokit plan --model llama-2-7b --gpu h100-80gb --gpus-per-node 8 --seq-len 4096 -o ds_config.json
     """
     if output is not None:
-        check_output_path(output, force, {"--model config.json": _model_file(model), "--hardware": hardware_profile})
+        from zerokit.models.resolve import model_file
+
+        check_output_path(output, force, {"--model config.json": model_file(model), "--hardware": hardware_profile})
     gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
@@ -378,13 +380,6 @@ def check_output_path(path: str, force: bool, inputs: dict[str, str | None] | No
         if source and os.path.exists(path) and same_path(path, source):
             raise BadInput(f"-o {path} is the {what} this plan reads; write the ds_config elsewhere")
 
-
-def _model_file(model: str) -> str | None:
-    """The file --model reads, where it names one (a config.json, or the one in a folder)."""
-    path = os.path.expanduser(model.strip()) if isinstance(model, str) else ""
-    if os.path.isdir(path):
-        return os.path.join(path, "config.json")
-    return path if os.path.isfile(path) else None
 
 
 def write_atomic(path: str, text: str, force: bool = True) -> None:

@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 from zerokit._dataclass import dataclass
 from zerokit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from zerokit.fileio import same_path
 from zerokit.lint import accelerate
 from zerokit.lint.findings import ERROR, WARNING, Finding
 from zerokit.lint.loader import Document, LoadError, load_file, load_stdin, load_text
@@ -73,7 +74,7 @@ def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
                               "JSON's path")]
     target = ref if os.path.isabs(ref) else os.path.join(str(doc.base_dir or "."), ref)
     shown = os.path.relpath(target) if not os.path.isabs(ref) else ref
-    if doc.base_dir is not None and _same_file(target, doc.path):
+    if doc.base_dir is not None and same_path(target, doc.path):
         return out + [Finding(doc.path, line, col, ERROR, UNREADABLE, "deepspeed_config.deepspeed_config_file",
                               f"deepspeed_config_file {shown} is this Accelerate YAML itself; it must name the ds_config "
                               "JSON file")]
@@ -84,13 +85,6 @@ def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
                               f"deepspeed_config_file {shown}: {e.reason}")]
     child.path = shown
     return out + run_rules(child, acc)
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def lint_text(text: str, ctx: Context, path: str = "<stdin>") -> list[Finding]:

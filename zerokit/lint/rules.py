@@ -18,6 +18,7 @@ from zerokit.lint import schema as schema_mod
 from zerokit.lint.findings import ERROR, WARNING, Finding, dotted
 from zerokit.lint.loader import Document
 from zerokit.lint.schema import AUTO, Hit
+from zerokit.units import LARGEST_GPU_BYTES
 
 # deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS (matched case-insensitively)
 DEEPSPEED_OPTIMIZERS = ("adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon")
@@ -59,8 +60,6 @@ WARMUP_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR")
 WARMUP_TYPES = ("log", "linear")  # lr_schedules.py WARMUP_LOG_RATE, WARMUP_LINEAR_RATE
 MAX_BUCKET_ELEMENTS = 10**15  # a bucket size past this (a PB of bf16) is a typo, whatever the GPU
 BUCKET_SHARE_WARN = 0.25  # warn when communication buckets alone take more than this share of the GPU
-LARGEST_GPU_BYTES = 288 * 10**9
-"""The most memory one GPU has (NVIDIA B300, AMD MI355X: 288 GB); a bucket buffer past it fits on none."""
 PYDANTIC_INT_FLOAT_LIMIT = 2**63
 """pydantic refuses a float at or past this for an int field (int_parsing_size): 1e30 fails DeepSpeedConfig."""
 BUCKET_DEFAULTS = {"reduce_bucket_size": "5e8", "allgather_bucket_size": "5e8", "prefetch_bucket_size": "5e7",

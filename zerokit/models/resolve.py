@@ -80,11 +80,22 @@ def spec_from_preset(name: str) -> ModelSpec:
     return spec_from_config(config, canonical, source="preset")
 
 
+def model_file(text: str) -> str | None:
+    """The file `--model TEXT` reads where TEXT is a path that exists (`resolve_model` reads it as one): a
+    config.json, or the one in a folder; None for a preset, a count or a hub id."""
+    path = os.path.expanduser(str(text).strip())
+    return _config_file(path) if path and os.path.exists(path) else None
+
+
+def _config_file(path: str) -> str:
+    return os.path.join(path, "config.json") if os.path.isdir(path) else path
+
+
 def spec_from_path(path: str) -> ModelSpec:
     """A config.json, or a folder holding one (a checkpoint directory)."""
     from zerokit.fileio import Unreadable, read_bytes
 
-    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    file = _config_file(path)
     try:
         raw = read_bytes(file, "--model")
     except Unreadable as e:

@@ -260,24 +260,26 @@ def linear_correction(perf: MachinePerf, timed: Sequence[Sequence[float]], dtype
                for m, k, o, n, t in timed)
 
 
-ENGINE_CASES = {"zero2": (2, False), "zero2_plan": (2, True), "zero3_plan": (3, True)}
-"""The reference's three engines (`Probe.engine_steps`): (ZeRO stage, with a plan's buckets, else DeepSpeed's)."""
+def engine_setups(hidden: int) -> dict[str, tuple[int, BufferSettings | None]]:
+    """The reference's three engines (`Probe.engine_steps`) as (ZeRO stage, a plan's buffers for this hidden size, or
+    None for DeepSpeed's default buckets): what the probe trains and what `engine_figures` prices, one table."""
+    return {"zero2": (2, None), "zero2_plan": (2, buffer_ladder(hidden, 2)[0]),
+            "zero3_plan": (3, buffer_ladder(hidden, 3)[0])}
 
 
 def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mapping[str, float],
                    timed: Sequence[Sequence[float]], ranks: int, seq: int, micro_batch: int) -> dict[str, Any]:
     """The engine figures (`compute_scale`, `bucket_flush_s`, `zero3_module_overhead_s`) of the reference llama
-    `config` from its three engines' measured step times (`ENGINE_CASES`, seconds) and its timed linears, against
+    `config` from its three engines' measured step times (`engine_setups`, seconds) and its timed linears, against
     the time model on `partial` (the kernel figures, no engine's): `Probe.engine_steps` documents the derivation.
-    Pure, so that a profile written under an earlier time model can be derived again from what it measured
-    (`zerokit.perf.machine.profile_from_json`)."""
+    Pure, so that a committed probe's figures can be derived again from what it measured, under today's time model
+    (tests/test_probe_cli.py holds every one to what it wrote)."""
     from zerokit.models.params import count_parameters
     from zerokit.perf.flops import model_flops
     from zerokit.perf.model import bucket_flushes, step_time
 
-    hidden = config["hidden_size"]
+    setups = engine_setups(config["hidden_size"])
     parameters = count_parameters(config)[0]
-    plan2, plan3 = buffer_ladder(hidden, 2)[0], buffer_ladder(hidden, 3)[0]
     default = {"overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}
 
     def predict(stage: int, buffers: BufferSettings | None) -> Any:
@@ -289,16 +291,16 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
         return step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
                          gpus_per_node=ranks, zero_stage=stage, **sizes)
 
-    predicted = {name: predict(stage, (plan3 if stage == 3 else plan2) if planned else None)
-                 for name, (stage, planned) in ENGINE_CASES.items()}
+    predicted = {name: predict(stage, buffers) for name, (stage, buffers) in setups.items()}
     # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
     rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
-    engine = {name: measured[name] - rest[name] for name in ENGINE_CASES}  # compute and the engine's own costs
+    engine = {name: measured[name] - rest[name] for name in setups}  # compute and the engine's own costs
     # the reference's kernels: its weight matmuls as their own shapes run here, the rest as the figures give it
     compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
     measured_scale = engine["zero2"] / compute
     scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
-    extra_flushes = bucket_flushes(parameters, plan2.reduce_bucket_size) - bucket_flushes(parameters, 5e8)
+    extra_flushes = (bucket_flushes(parameters, setups["zero2_plan"][1].reduce_bucket_size)
+                     - bucket_flushes(parameters, default["reduce_bucket_size"]))
     flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
     modules = model_flops(config).parameter_modules
     hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
@@ -879,8 +881,7 @@ class _Worker:
         # what made it slow there was its MLP width, see ffn).
         functional = self.torch.nn.functional
         plain = functional.linear
-        plan2, plan3 = buffer_ladder(hidden, 2)[0], buffer_ladder(hidden, 3)[0]
-        engines = {"zero2": (2, None), "zero2_plan": (2, plan2), "zero3_plan": (3, plan3)}
+        engines = engine_setups(hidden)
         try:
             steps = {name: self._training_step(config, stage, seq, micro_batch, torch_adam, buffers)
                      for name, (stage, buffers) in engines.items()}
