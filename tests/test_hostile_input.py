@@ -113,6 +113,29 @@ def test_o_regular_file_needs_force_then_is_replaced(capsys, tmp_path):
     assert listing(tmp_path) == ["ds.json"]
 
 
+@pytest.mark.parametrize("bits", [0o444, 0o600, 0o640])
+def test_o_force_keeps_the_replaced_files_permissions(capsys, tmp_path, bits):
+    target = tmp_path / "ds.json"
+    target.write_text("mine")
+    target.chmod(bits)
+    code, _, _ = zk(capsys, *PLAN, "-o", str(target), "--force")
+    assert code == 0 and json.loads(target.read_text())["train_micro_batch_size_per_gpu"] == "auto"
+    assert stat.S_IMODE(target.stat().st_mode) == bits and listing(tmp_path) == ["ds.json"]
+
+
+def test_emit_script_force_over_a_plain_file_makes_it_runnable(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "ds.json").write_text("{}")
+    (tmp_path / "run.sh").write_text("old")
+    (tmp_path / "run.sh").chmod(0o640)
+    code, _, _ = zk(capsys, "launch", "--no-preflight", "--config", "ds.json", "--gpus-per-node", "1",
+                    "--emit-script", "run.sh", "--force", "train.py")
+    old_umask = os.umask(0)
+    os.umask(old_umask)
+    assert code == 0 and stat.S_IMODE((tmp_path / "run.sh").stat().st_mode) == 0o640 | (0o111 & ~old_umask)
+
+
 # ---------------------------------------------------------------- 2. and 3. emit paths
 
 @pytest.fixture

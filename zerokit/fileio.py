@@ -154,11 +154,23 @@ def check_target(path: str, what: str, force: bool = False, example: str = "ds_c
         raise BadInput(f"{what} {path}: directory {parent} is not writable; choose another path")
 
 
+def _mode_for(path: str, mode: int) -> int:
+    """The permission bits of the file that replaces `path`: those of the regular file there now (the execute bits of
+    `mode` added), else `mode`."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return mode
+    return (stat.S_IMODE(st.st_mode) & 0o777) | (mode & 0o111) if stat.S_ISREG(st.st_mode) else mode
+
+
 def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, mode: int = 0o666,
                  make_parents: bool = False) -> None:
     """Write a temp file beside `path`, then rename it over `path`: a reader never sees half a file. Whatever goes
     wrong (a full disk, a file size limit, a read-only directory, Ctrl-C), the temp file is removed and `path` is
-    left as it was. `mode` is filtered through the umask, as for any file the user creates."""
+    left as it was. A new file gets `mode` filtered through the umask, as any file the user creates; a file replaced
+    (`force`) keeps its permission bits, as an editor's save does (a read-only one stays read-only), plus the execute
+    bits `mode` asks for (a script written over a plain file can run)."""
     import tempfile  # only when writing: it pulls in random and shutil
 
     if make_parents and str(path).strip():
@@ -178,7 +190,7 @@ def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, m
             os.fsync(f.fileno())
             umask = os.umask(0)
             os.umask(umask)
-            os.fchmod(f.fileno(), mode & ~umask)
+            os.fchmod(f.fileno(), _mode_for(path, mode & ~umask))
         check_target(path, what, force)  # nothing appeared there meanwhile
         os.replace(tmp, path)
         tmp = None
