@@ -328,3 +328,31 @@ def test_the_table_gives_zero3s_blocking_copy_as_the_probe_measured_it():
     row = next(line for line in render_table(perf, json.loads(path.read_text())).splitlines() if "blocking" in line)
     assert f"{perf.h2d_cast_params_per_s / 1e6:.0f} M params/s per rank (1 at once)" in row
     assert perf.h2d_cast_rate(8, 2) < perf.h2d_cast_params_per_s  # eight ranks share the host's cast
+
+
+def test_a_killed_probes_leftovers_are_swept_once_its_process_is_gone(tmp_path):
+    """SIGKILL skips every cleanup: the next probe removes the dead one's temp directory and its port's DeepSpeed
+    shared-memory buffers, and nothing of a live process, another port or another name."""
+    import subprocess
+    import sys
+
+    from zerokit.launch.runner import SHM_PREFIX
+    from zerokit.perf.probe import PROBE_DIR_PREFIX, sweep_stale_probes
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()  # a pid no process holds now
+    tmp, shm = tmp_path / "tmp", tmp_path / "shm"
+    tmp.mkdir()
+    shm.mkdir()
+    dead = tmp / f"{PROBE_DIR_PREFIX}{gone.pid}-29511-abc"
+    live = tmp / f"{PROBE_DIR_PREFIX}{os.getpid()}-29512-def"
+    other = tmp / "zerokit-probe-notapid-x"
+    for d in (dead, live, other):
+        d.mkdir()
+        (d / "rank0.log").write_text("log")
+    buffers = [f"{SHM_PREFIX}{os.getuid()}_127.0.0.1_{port}_{rank}" for port in (29511, 29512) for rank in (0, 1)]
+    for name in buffers:
+        (shm / name).write_bytes(b"")
+    assert sweep_stale_probes(str(tmp), str(shm)) == 1
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
+    assert sorted(p.name for p in shm.iterdir()) == buffers[2:]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import statistics
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
-from zerokit.launch.runner import free_port
+from zerokit.launch.runner import SHM_DIR, free_port, remove_shm_buffers
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
 from zerokit.perf.flops import ModelFlops
 from zerokit.perf.machine import (
@@ -111,6 +112,7 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= MAX_RANKS:
         raise BadInput(f"--ranks must be 1..{MAX_RANKS}, got {ranks}")
+    sweep_stale_probes()
     port = free_port()
     previous = _raise_on_sigterm()
     try:
@@ -135,9 +137,55 @@ def _raise_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, stop)
 
 
+PROBE_DIR_PREFIX = "zerokit-probe-"
+"""A probe's temp directory: zerokit-probe-<pid>-<port>-<random>, in the system's temp directory."""
+
+
+def sweep_stale_probes(directory: str | None = None, shm_directory: str = SHM_DIR) -> int:
+    """Remove what probes killed outright (SIGKILL, the OOM killer) left behind: each one's temp directory and its
+    port's DeepSpeed shared-memory buffers (69 MB a rank in the RAM-backed /dev/shm), once its process is gone. Its
+    ranks died with it (`_die_with_parent`), and its NVMe test file was never linked. Only this user's directories,
+    and only those of a pid no process holds; how many were removed."""
+    import shutil
+
+    directory = directory or tempfile.gettempdir()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        parts = name[len(PROBE_DIR_PREFIX):].split("-", 2) if name.startswith(PROBE_DIR_PREFIX) else ()
+        if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()) or _alive(int(parts[0])):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            remove_shm_buffers(int(parts[1]), shm_directory)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process holds `pid` (another user's included)."""
+    if pid <= 0:
+        return True  # never a probe's: leave it alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: someone else's process
+        return True
+    return True
+
+
 def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
                progress: Callable[[str], None] | None) -> tuple[MachinePerf, dict[str, Any]]:
-    with tempfile.TemporaryDirectory(prefix="zerokit-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-{port}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         args = json.dumps({"nvme_path": nvme_path, "quick": quick, "result": result_file, "tmp": tmp})
         procs, logs = [], []
@@ -162,8 +210,6 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
         finally:
             for log in logs:
                 log.flush()
-            from zerokit.launch.runner import remove_shm_buffers
-
             remove_shm_buffers(port)  # the reference training steps' DeepSpeed CPU allreduce buffers
         if any(codes) or not os.path.exists(result_file):
             bad = next((r for r, c in enumerate(codes) if c), 0)
@@ -959,6 +1005,7 @@ class _Worker:
             size = (16 << 20) if self.quick else (512 << 20)
             chunk = os.urandom(8 << 20)
             fd, name = tempfile.mkstemp(dir=path, prefix=".zerokit-probe-")
+            os.unlink(name)  # the open file stays usable; nothing is left on the drive however the probe dies
             try:
                 start = time.perf_counter()
                 for _ in range(size // len(chunk)):
@@ -974,7 +1021,6 @@ class _Worker:
                 read = size / (time.perf_counter() - start)
             finally:
                 os.close(fd)
-                os.unlink(name)
             result = {"read": read, "write": write, "bytes": size}
         self.dist.barrier()
         return result
