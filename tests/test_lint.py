@@ -384,7 +384,8 @@ def test_gpu_memory_without_a_unit_is_refused_as_plan_refuses_it(capsys):
 def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):
     path = write(tmp_path, "nl.json", '{"bad\\nkey": 1, "zero_optimization": {"stage": 0}}')
     code, out, _ = run(capsys, path)
-    line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it"
+    line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it; "
+    line += "correct its name or delete it"
     assert code == 1 and out.splitlines() == [line]
 
 

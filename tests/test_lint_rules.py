@@ -305,6 +305,23 @@ def test_zk302_stage3_keys_below_stage3_are_ignored(ds):
     assert "max_live_parameters" not in inspect.signature(DeepSpeedZeroOptimizer).parameters
 
 
+@pytest.mark.parametrize("key, value", [("sub_group_size", 1e9), ("zero_hpz_partition_size", 8),
+                                        ("zero_quantized_weights", True),
+                                        ("zero_quantized_nontrainable_weights", True),
+                                        ("log_trace_cache_warnings", True)])
+def test_zk302_the_zero_plus_plus_and_sub_group_knobs_are_stage3_only(ds, key, value):
+    """LLaVA's scripts/zero2.json sets sub_group_size 1e9 at stage 2: parsed, then handed to nothing."""
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    cfg = with_({"zero_optimization": {"stage": 2, key: value}})
+    assert [(f.code, f.key) for f in lint(cfg)] == [("ZK302", f"zero_optimization.{key}")]
+    assert getattr(ds_config(cfg).zero_config, key) == value  # the config takes it...
+    assert key in inspect.signature(DeepSpeedZeroOptimizer_Stage3).parameters  # ...for stage 3 alone
+    assert key not in inspect.signature(DeepSpeedZeroOptimizer).parameters
+    assert not codes(with_({"zero_optimization": {"stage": 3, key: value}})) & {"ZK302"}
+
+
 def test_zk311_stage12_keys_at_stage3_are_ignored(ds):
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
     from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
@@ -921,3 +938,65 @@ def test_zk302_keeps_quiet_on_autotps_gather_flag_and_zk309_on_a_written_false()
     assert codes(with_({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": False}})) \
         == set()
     assert codes(with_({"zero_optimization": {"stage": 3}})) == {"ZK309"}
+
+
+# ---------------------------------------------------------------- what real-world configs showed (42 public ones)
+
+def test_a_comment_key_passes_where_deepspeed_ignores_it_and_is_an_error_where_it_refuses_it(ds):
+    """LLaMA-Factory's ds_z2_autotp_config.json has a top-level "_comment": DeepSpeed ignores it, as meant. In a
+    pydantic section the same key stops initialize, and no did-you-mean is offered (it named 'comet' before)."""
+    top = with_(ZERO0, {"_comment": "ZeRO-2 with AutoTP"})
+    assert lint(top) == [] and ds_config(top).zero_optimization_stage == 0
+    inside = with_({"zero_optimization": {"stage": 2, "_comment": "x"}})
+    [f] = lint(inside)
+    assert (f.code, f.key, f.suggestion) == ("ZK100", "zero_optimization._comment", None)
+    assert "comment key is safe only outside" in f.message
+    with pytest.raises(Exception, match="Extra inputs are not permitted"):
+        ds_config(inside)
+
+
+def test_a_did_you_mean_never_changes_the_values_type():
+    """A dict renamed to an integer key (sequence_parallel -> sequence_parallel_size), or a string to a section
+    (_comment -> comet), breaks the config the suggestion was meant to fix."""
+    [f] = lint(with_(ZERO0, {"sequence_parallel": {"size": 2}}))
+    assert f.code == "ZK100" and f.suggestion is None and "correct its name or delete it" in f.message
+    [f] = lint(with_(ZERO0, {"sequence_parallel_siz": 2}))  # an integer where an integer goes: still suggested
+    assert f.suggestion == "sequence_parallel_size"
+
+
+@pytest.mark.parametrize("extra, key, fix, words", [
+    ({"aio": {"thread_count": 2}}, "aio.thread_count", "aio.intra_op_parallelism", "renamed it intra_op_parallelism"),
+    ({"monitor_config": {"tensorboard": {"enabled": True}}}, "monitor_config", None, "at the top level: move them"),
+    ({"compile": {"disable": False}}, "compile.disable", None, "engine.compile(backend=...)"),
+    ({"bf16": {"enabled": True, "loss_scale": 0}}, "bf16.loss_scale", None, "bf16 needs no loss scaling"),
+])
+def test_moved_and_renamed_keys_say_what_to_do(extra, key, fix, words):
+    [f] = lint(with_(ZERO0, extra))
+    assert (f.code, f.key, f.suggestion) == ("ZK100", key, fix) and words in f.message
+
+
+def test_the_current_name_of_a_deprecated_section_is_offered_for_an_unfilled_auto():
+    [f] = [f for f in lint(with_(ZERO0, {"bfloat16": {"enabled": "auto"}}), "trainer") if f.code == "ZK501"]
+    assert "use the current name 'bf16.enabled', which the HF Trainer fills" in f.message
+
+
+def test_the_deprecated_gather_flag_points_at_the_name_hf_and_accelerate_read():
+    cfg = with_({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": True}})
+    [f] = [f for f in lint(cfg) if f.code == "ZK102"]
+    assert f.suggestion == "stage3_gather_16bit_weights_on_model_save"
+
+
+def test_a_bound_finding_says_deepspeed_refuses_it_and_offers_the_default(ds):
+    cfg = with_({"zero_optimization": {"stage": 2, "reduce_bucket_size": 0}})
+    [f] = [f for f in lint(cfg) if f.code == "ZK105"]
+    assert f.suggestion == "500000000" and "DeepSpeed refuses it at initialize" in f.message
+    with pytest.raises(Exception, match="greater than 0"):
+        ds_config(cfg)
+
+
+def test_zk309_under_the_deepspeed_target_names_save_16bit_model_not_hf():
+    cfg = with_({"zero_optimization": {"stage": 3}})
+    [f] = lint(cfg)
+    assert f.code == "ZK309" and "engine.save_16bit_model()" in f.message and "HF" not in f.message
+    [f] = lint(with_(cfg), "trainer")
+    assert f.code == "ZK309" and "the HF Trainer's save_model" in f.message

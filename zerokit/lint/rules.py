@@ -48,10 +48,13 @@ DEEPSPEED_SCHEDULER_PARAMS = {
 }
 DEEPSPEED_SCHEDULER_REQUIRED = {"OneCycle": ("cycle_min_lr", "cycle_max_lr"), "WarmupDecayLR": ("total_num_steps",),
                                 "WarmupCosineLR": ("total_num_steps",)}
-# Stage-3-only keys of zero_optimization (pydantic field name and its stage3_ alias)
+# Stage-3-only keys of zero_optimization (pydantic field name and its stage3_ alias): engine._configure_zero_optimizer
+# hands them to DeepSpeedZeroOptimizer_Stage3 (or zero.Init) alone, never to the stage 1/2 optimizer
 STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
                "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
-               "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential")
+               "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential",
+               "sub_group_size", "zero_hpz_partition_size", "zero_quantized_weights",
+               "zero_quantized_nontrainable_weights", "log_trace_cache_warnings")
 # Keys only DeepSpeedZeroOptimizer (stage 1/2) takes; engine._configure_zero_optimizer never hands them to stage 3
 STAGE12_KEYS = ("allgather_bucket_size", "ignore_unused_parameters", "parameter_alignment", "round_robin_gradients",
                 "use_multi_rank_bucket_allreduce")
@@ -570,9 +573,14 @@ def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "save them whole: Accelerate's get_state_dict raises ValueError, the Trainer's save_model writes "
                   "only the sharded checkpoint; set zero_optimization.stage3_gather_16bit_weights_on_model_save to "
                   "true (read at any ZeRO stage)", "zero_optimization.stage3_gather_16bit_weights_on_model_save")
+    elif ctx.target == "deepspeed":  # a plain script may save with save_checkpoint, or gather the weights itself
+        yield Hit(("zero_optimization", "stage"), "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: "
+                  "engine.save_16bit_model() saves nothing (it logs at info level and returns False); if your script "
+                  "saves with it, set zero_optimization.stage3_gather_16bit_weights_on_model_save to true "
+                  "(save_checkpoint is unaffected)", "zero_optimization.stage3_gather_16bit_weights_on_model_save")
     else:
         yield Hit(("zero_optimization", "stage"), "ZeRO-3 without stage3_gather_16bit_weights_on_model_save: "
-                  "save_16bit_model() (HF save_model) writes no usable weights, only the sharded checkpoint; set "
+                  f"{TARGET_NAMES[ctx.target]}'s save_model writes no usable weights, only the sharded checkpoint; set "
                   "zero_optimization.stage3_gather_16bit_weights_on_model_save to true",
                   "zero_optimization.stage3_gather_16bit_weights_on_model_save")
 
@@ -629,7 +637,8 @@ def offload_client_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
         return
     if cfg.get("zero_force_ds_cpu_optimizer", True) is not False:
         yield Hit(key, "optimizer offload without an 'optimizer' section: the optimizer you pass to "
-                  "deepspeed.initialize must be DeepSpeedCPUAdam (a torch optimizer raises ZeRORuntimeException); add "
+                  "deepspeed.initialize must be DeepSpeedCPUAdam or DeepSpeedCPULion (a torch optimizer raises "
+                  "ZeRORuntimeException); add "
                   "an optimizer section, or set zero_force_ds_cpu_optimizer to false", "optimizer")
 
 
@@ -807,6 +816,16 @@ def _auto_leaves(node: Any, path: tuple) -> Iterator[tuple]:
         yield path
 
 
+def _current_name(key: tuple) -> str | None:
+    """The dotted name of `key` with its deprecated section renamed as DeepSpeed's config says (bfloat16.enabled ->
+    bf16.enabled), or None where no section on its path is deprecated."""
+    for i in range(1, len(key)):
+        node = schema_mod.node_at(key[:i]) or {}
+        if node.get("deprecated") and node.get("x-replaced-by"):
+            return dotted(key[:i - 1] + (node["x-replaced-by"],) + key[i:])
+    return None
+
+
 def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
     """'auto' is a placeholder for HF Trainer / Accelerate (zerokit.autofill); DeepSpeed itself never fills it."""
     for key in _auto_leaves(doc.data, ()):
@@ -838,6 +857,9 @@ def unfilled_auto(doc: Document, ctx: Context) -> Iterator[Hit]:
             msg = f"'{name}' is \"auto\" but {who} does not fill it{also}: {effect}; write a value"
             if key[:1] == ("zero_optimization",) and fills(ctx.target, "zero_optimization.stage3_" + str(key[-1])):
                 msg += f", or use the name 'stage3_{key[-1]}' that {who} fills"
+            current = _current_name(key)
+            if current is not None and fills(ctx.target, current):
+                msg += f", or use the current name '{current}', which {who} fills"
         yield Hit(key, msg)
 
 

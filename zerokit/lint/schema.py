@@ -172,7 +172,12 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
         for kw, bad, words in (("minimum", lambda v, b: v < b, ">="), ("exclusiveMinimum", lambda v, b: v <= b, ">"),
                                ("maximum", lambda v, b: v > b, "<="), ("exclusiveMaximum", lambda v, b: v >= b, "<")):
             if kw in node and ((isinstance(value, float) and math.isnan(value)) or bad(value, node[kw])):
-                yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}", None, ERROR, "ZK105")
+                default = node.get("default")
+                fix = (json.dumps(default) if _json_type(default) in ("integer", "number")
+                       and not isinstance(default, bool) else None)
+                yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}"
+                          + ("; DeepSpeed refuses it at initialize" if pydantic else "")
+                          + (f"; write {fix} (DeepSpeed's default)" if fix else ""), fix, ERROR, "ZK105")
                 return
 
 
@@ -195,7 +200,9 @@ def walk(data: dict) -> Iterator[Hit]:
             if sub is None:
                 if node.get("additionalProperties", True) is not False:
                     continue
-                yield _unknown(key, keypath, props, pydantic, budget)
+                if key.startswith("_") and not pydantic:
+                    continue  # "_comment": a comment, which DeepSpeed ignores here as the writer meant
+                yield _unknown(key, value, keypath, props, pydantic, budget)
                 continue
             if sub.get("x-removed"):
                 yield Hit(keypath, f"'{dotted(keypath)}' was removed from DeepSpeed, which now refuses the config: "
@@ -203,6 +210,8 @@ def walk(data: dict) -> Iterator[Hit]:
                 continue
             if sub.get("deprecated"):
                 new = sub.get("x-replaced-by")
+                if new and "stage3_" + new in props:  # the name HF's and Accelerate's docs and fills use
+                    new = "stage3_" + new
                 yield Hit(keypath, f"'{dotted(keypath)}' is deprecated" + (f"; use '{new}' instead" if new else ""),
                           new, WARNING, "ZK102")
             if value == AUTO:
@@ -219,13 +228,54 @@ def walk(data: dict) -> Iterator[Hit]:
                     yield from check_value(item, items, keypath + (i,), pydantic)
 
 
-def _unknown(key: str, keypath: tuple, props: dict, pydantic: bool, budget: list[int]) -> Hit:
+_OLD_COMPILE = (" (an older compile section's key: DeepSpeed's compile section configures DeepCompile only; delete "
+                "it, and call engine.compile(backend=...) to compile)")
+_BF16_SCALING = " (bf16 needs no loss scaling, and DeepSpeed's bf16 section has none: delete it)"
+MOVED = {
+    "aio.thread_count": ("aio.intra_op_parallelism",
+                         " (DeepSpeed renamed it intra_op_parallelism: 'aio.intra_op_parallelism')"),
+    "monitor_config": (None, (" (DeepSpeed reads tensorboard, wandb, csv_monitor and comet at the top level: move "
+                              "them out of monitor_config)")),
+    "compile.disable": (None, _OLD_COMPILE),
+    "compile.backend": (None, _OLD_COMPILE),
+    **{f"bf16.{k}": (None, _BF16_SCALING) for k in ("loss_scale", "initial_scale_power", "loss_scale_window",
+                                                     "hysteresis", "consecutive_hysteresis", "min_loss_scale")},
+}
+"""Unknown keys whose fix a did-you-mean would get wrong: renamed, moved out of a section, or meaningless where
+they are (dotted path -> the suggestion, or None, and the hint)."""
+
+
+def _holds(value: Any, node: dict | None) -> bool:
+    """Whether a schema node could hold `value`: a did-you-mean that changes its type (a '_comment' string to the
+    comet section, a sequence_parallel dict to the sequence_parallel_size integer) would break the config."""
+    if node is None or value == AUTO:
+        return True
+    if "properties" in node:
+        return isinstance(value, dict)
+    types = node.get("type")
+    if not types:
+        return True
+    types = [types] if isinstance(types, str) else types
+    return _type_ok(value, types, False) or _pydantic_coerces(value, types) is not None
+
+
+def _unknown(key: str, value: Any, keypath: tuple, props: dict, pydantic: bool, budget: list[int]) -> Hit:
     where = "in " + dotted(keypath[:-1]) if keypath[:-1] else "at the top level"
-    elsewhere = _leaf_index().get(key, [])
+    effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
+              else "DeepSpeed silently ignores it")
+    moved = MOVED.get(dotted(keypath))
+    if moved is not None:
+        return Hit(keypath, f"unknown key '{key}' {where}: {effect}{moved[1]}", moved[0], ERROR, "ZK100")
+    if key.startswith("_"):  # a comment key, in a section that refuses them: no typo to guess at
+        return Hit(keypath, f"unknown key '{key}' {where}: {effect}; a comment key is safe only outside the "
+                   "sections DeepSpeed checks, e.g. at the top level: move or delete it", None, ERROR, "ZK100")
+    elsewhere = [p for p in _leaf_index().get(key, []) if _holds(value, node_at(tuple(p.split("."))))]
     guess = None
     if budget[0] > 0:
         budget[0] -= 1
         guess = _did_you_mean(key, [k for k, v in props.items() if not v.get("x-removed")])
+        if guess is not None and not _holds(value, props[guess]):
+            guess = None
     suggestion = None
     hint = ""
     if elsewhere and (guess is None or guess.lower() != key.lower()):  # the right key in the wrong section
@@ -235,6 +285,6 @@ def _unknown(key: str, keypath: tuple, props: dict, pydantic: bool, budget: list
     elif guess:
         suggestion = ".".join(str(k) for k in keypath[:-1] + (guess,))
         hint = f" (did you mean '{guess}'?)"
-    effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
-              else "DeepSpeed silently ignores it")
+    else:
+        hint = "; correct its name or delete it"
     return Hit(keypath, f"unknown key '{key}' {where}: {effect}{hint}", suggestion, ERROR, "ZK100")
