@@ -172,6 +172,34 @@ def test_host_memory_zero2_offload_two_nodes_by_hand():
     assert h.cpu_bytes == max(h.load_peak, h.steady_state) == 32 * 10**9
 
 
+
+@pytest.mark.parametrize("dtype, width", [("bfloat16", 2), ("float16", 2), ("float32", 4)])
+def test_the_load_peak_is_the_checkpoints_dtype_as_from_pretrained_loads_it(tmp_path, dtype, width):
+    """transformers 5's from_pretrained loads the dtype config.json names (dtype="auto"), not fp32: a real tiny
+    llama saved in each dtype and loaded back without a dtype argument holds `load_bytes` bytes a parameter."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from zerokit.memory.host import load_bytes
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=64)
+    AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype)).save_pretrained(tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    import json
+
+    assert {p.element_size() for p in model.parameters()} == {width}
+    assert load_bytes(json.loads((tmp_path / "config.json").read_text())) == width
+    assert load_bytes({}) == 4 and load_bytes({"torch_dtype": "bfloat16"}) == 2  # from_config's fp32; transformers 4
+    p, largest = MODELS["llama-2-7b"]
+    assert host_memory(p, largest, 8, 1, 2, load_width=width).load_peak == width * p * 8
+
+
+def test_a_qlora_base_loads_onto_the_gpu_and_the_host_holds_one_tensor_at_a_time():
+    p, largest = MODELS["llama-2-70b"]
+    h = host_memory(p, largest, 8, 1, 0, load_width=2, loads_on_gpu=True)
+    assert h.load_peak == 2 * largest * 8 and h.cpu_bytes == h.load_peak
+
 # ------------------------------------------------------------------------------------------------- hardware
 
 def test_presets_as_reported_by_the_driver():

@@ -312,8 +312,9 @@ def test_a_family_zerokit_does_not_count_is_refused_before_any_calibration(capsy
 def test_qlora_says_when_most_of_the_base_stays_16_bit(capsys, model, quantized, why):
     """bitsandbytes makes Linear4bit of modules whose type is nn.Linear (tests/test_quant.py checks the bytes against
     real 4-bit models, Mixtral's among them): a Mixtral's stacked experts and Falcon's FalconLinear stay bf16, so
-    the '4-bit' base is 91.4 GB, not 23 GB. The plan counted it right and said only '4-bit NF4'; now it says."""
-    doc = plan_json(capsys, "--model", model, "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "2048",
+    the '4-bit' base is 91.4 GB, not 23 GB. The plan counted it right and said only '4-bit NF4'; now it says.
+    (H200s: an 80 GB GPU cannot load Mixtral's 91.4 GB for QLoRA at any stage.)"""
+    doc = plan_json(capsys, "--model", model, "--gpu", "h200", "--gpus-per-node", "8", "--seq-len", "2048",
                     "--peft", "qlora")
     said = [w for w in doc["warnings"] if w.startswith("QLoRA quantizes")]
     if quantized is None:
@@ -321,3 +322,29 @@ def test_qlora_says_when_most_of_the_base_stays_16_bit(capsys, model, quantized,
         return
     assert len(said) == 1 and said[0].startswith(f"QLoRA quantizes {quantized}: bitsandbytes replaces modules whose "
                                                  f"type is nn.Linear, and {why}; the rest stay bf16")
+
+
+def test_qlora_at_zero3_must_fit_its_whole_base_on_every_gpu_while_it_loads(capsys):
+    """transformers builds a quantized model without zero.Init and bitsandbytes puts it on the rank's GPU, so ZeRO-3
+    partitions a base that was first whole on every GPU. Mixtral's transformers-5 experts are 3-D tensors that stay
+    bf16: 91.4 GB a copy, over an H100's 85.5 GB, however many GPUs there are."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    model = resolve_model("mixtral-8x7b")
+    result = plan(model, resolve_hardware("h100-80gb", gpus_per_node=8), Training(seq_len=4096, peft="qlora"))
+    zero3 = [c for c in result.candidates if c.setup.zero_stage == 3]
+    assert zero3 and not any(c.fits for c in result.candidates)
+    assert all("loads the whole 91.4 GB 4-bit base onto every GPU" in c.why_not for c in zero3)
+    assert all(c.memory.total < 85.5e9 for c in zero3)  # the training phases alone would fit
+    assert "--peft lora instead" in result.missing and "more h100-80gb" not in result.missing
+    # the same base under LoRA loads under zero.Init, partitioned as it is built: it fits
+    lora = plan(model, resolve_hardware("h100-80gb", gpus_per_node=8), Training(seq_len=4096, peft="lora"))
+    assert lora.decision.fits and lora.decision.zero_stage == 3
+    # a base that fits whole: QLoRA at ZeRO-3 is planned as before, and the host holds one tensor at a time
+    small = plan(resolve_model("llama-2-7b"), resolve_hardware("h100-80gb", gpus_per_node=8),
+                 Training(seq_len=4096, peft="qlora", zero_stage=3))
+    assert small.decision.fits
+    assert small.host_load_peak == 2 * resolve_model("llama-2-7b").largest_layer_parameters * 8

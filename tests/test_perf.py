@@ -709,6 +709,26 @@ def test_mfu_stays_under_one_where_the_attention_kernel_outruns_the_matmul_curve
     assert step_time(big, FLAT, parameters=count_parameters(big)[0], seq_len=8192, micro_batch=1).mfu <= 1.0
 
 
+def test_mfu_divides_by_the_gpus_published_dense_peak_where_there_is_one():
+    """PaLM's MFU, and every published MFU, divide by the datasheet's dense peak; the preset curve tops out at 80% of
+    it (GPU_EFFICIENCY), which put the README's 37% llama-2-7b plan at 46%. A profile of the --gpu preset's GPU
+    takes the preset's peak; a profile alone, or a CPU, the best rate its figures show."""
+    big = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
+    n = count_parameters(big)[0]
+    h100 = build_machine("h100-80gb")
+    assert h100.dense_peak["bf16"] == 989.5e12 == 1.25 * h100.peak_flops("bf16")
+    t = step_time(big, h100, parameters=n, seq_len=4096, micro_batch=2)
+    assert t.mfu == pytest.approx(t.flops_per_step / (t.step_time_s * 989.5e12))
+    profile = str(Path(__file__).parent / "data" / "gpu" / "2026-11-27-h100" / "profile.json")
+    probed = build_machine("h100-80gb", profile)
+    assert probed.dense_peak == h100.dense_peak and not load_profile(profile).dense_peak
+    t = step_time(big, probed, parameters=n, seq_len=4096, micro_batch=2)
+    assert t.mfu == pytest.approx(t.flops_per_step / (t.step_time_s * 989.5e12))
+    assert not build_machine("a100-80gb", profile).dense_peak  # another GPU's datasheet says nothing of this one
+    assert "dense_peak" not in profile_to_json(probed)  # the datasheet's, never written as a measurement
+
+
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():
     """The profile takes compute_scale, the bucket-flush cost and ZeRO-3's per-module cost from the probe's reference
     training steps when they ran, else 1.0, 450 us and 100 us, and says which; a profile from before them keeps the

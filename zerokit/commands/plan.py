@@ -257,7 +257,7 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
     (None, None, []) when the GPU preset's published figures will do (the planner builds those itself)."""
     if profile is None and intra is None and inter is None and pcie is None:
         return None, None, []
-    from zerokit.perf.machine import build_machine, load_profile_for_plan, with_overrides
+    from zerokit.perf.machine import build_machine, load_profile_for_plan, with_datasheet, with_overrides
 
     if profile is None and gpu is None:
         raise BadInput("--intra-node-bandwidth, --inter-node-bandwidth and --pcie-bandwidth adjust a GPU preset's "
@@ -272,7 +272,8 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
                        f"{gpu} plans for GPUs: its step times would be the CPU's. Run `zerokit probe` where the GPUs "
                        f"are and pass that profile, leave out --hardware to use the {gpu} preset's figures, or leave "
                        "out --gpu to plan for this CPU")
-    machine = with_overrides(machine, intra_node_bandwidth=intra, inter_node_bandwidth=inter, pcie_bandwidth=pcie)
+    machine = with_overrides(with_datasheet(machine, gpu), intra_node_bandwidth=intra, inter_node_bandwidth=inter,
+                             pcie_bandwidth=pcie)
     return machine, memory, notes
 
 

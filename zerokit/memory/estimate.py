@@ -66,7 +66,7 @@ from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import BufferSettings
-from zerokit.memory.host import HostMemory, host_memory
+from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.planner.types import GpuMemory, Hardware, Setup, Training
 
@@ -408,7 +408,9 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
     peak = max(PHASES, key=lambda p: phases[p].total)
     host = host_memory(model.parameters, model.largest_layer_parameters, hardware.gpus_per_node, hardware.nodes,
                        setup.zero_stage, setup.offload_optimizer, setup.offload_param, DTYPE_BYTES[precision],
-                       trainable=peft.trainable if peft is not None else None)
+                       trainable=peft.trainable if peft is not None else None,
+                       load_width=load_bytes(getattr(model, "config", None) or {}),
+                       loads_on_gpu=peft is not None and peft.method == "qlora")
     return Estimate(setup, precision, buffers, phases, peak, host, activations_source)
 
 

@@ -3,10 +3,15 @@
 Per node the figures are the sum over its ranks. P trainable parameters, N ranks in all, P/N a rank's partition
 (padded up), e the training dtype's width, L DeepSpeed's largest module (the largest parameter, near enough).
 
-* `load_peak`: every rank materialises the model in fp32 on the host before DeepSpeed casts it and moves it to
-  the GPU (`engine._configure_distributed_model`): 4 bytes x all parameters x ranks per node. A checkpoint
-  loaded in 16 bits needs half. ZeRO-3 loads under `zero.Init` (the HF Trainer does so for a ZeRO-3 config),
-  which partitions each module as it is built: only the largest module is ever whole on the host.
+* `load_peak`: every rank materialises the model on the host before DeepSpeed moves it to the GPU
+  (`engine._configure_distributed_model`): all parameters x ranks per node x the bytes each is loaded in
+  (`load_bytes`). transformers 5's `from_pretrained` loads the checkpoint's own dtype by default (`dtype="auto"`,
+  modeling_utils.from_pretrained), which config.json names (`dtype`, or `torch_dtype`): 2 bytes for a bf16 or fp16
+  checkpoint, 4 for fp32, and 4 where the config does not say (`from_config` builds in fp32). ZeRO-3 loads under
+  `zero.Init` (the HF Trainer does so for a ZeRO-3 config), which partitions each module as it is built: only the
+  largest module is ever whole on the host. A 4-bit QLoRA base is loaded straight onto each rank's GPU
+  (bitsandbytes' quantizer sets `device_map={"": current_device}`, quantizer_bnb_4bit.update_device_map): the host
+  holds one tensor at a time, the largest.
 * `steady_state` (what traced runs show: benchmarks/realrun_memory.py measures it on the host side):
   - optimizer offload to the CPU: fp32 master weights, fp32 gradients and Adam's moments, 16 bytes per parameter
     of the rank's partition; plus ZeRO-1/2's pinned 16-bit copy of the partition
@@ -35,6 +40,17 @@ NVME_OPT_BUFFER_COUNT = 4
 NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_BUFFER_SIZE = 100_000_000
 SUB_GROUP_SIZE = 1_000_000_000
+CHECKPOINT_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
+"""config.json's dtype names (transformers writes torch's, without the `torch.` prefix) and their widths."""
+
+
+def load_bytes(config: dict) -> int:
+    """Bytes a parameter takes on the host while `from_pretrained` loads it: the checkpoint's dtype as config.json
+    names it (`dtype`; transformers 4 wrote `torch_dtype`), else 4 (fp32: `from_config`, and no dtype to go by)."""
+    name = config.get("dtype", config.get("torch_dtype"))
+    if isinstance(name, str):
+        return CHECKPOINT_DTYPE_BYTES.get(name.removeprefix("torch."), 4)
+    return 4
 
 
 class HostMemory(NamedTuple):
@@ -65,12 +81,16 @@ def host_memory(
     offload_param: str = "none",
     dtype_bytes: int = 2,
     trainable: int | None = None,
+    load_width: int = 4,
+    loads_on_gpu: bool = False,
 ) -> HostMemory:
-    """CPU RAM and NVMe bytes per node for one setup (`trainable`: parameters with optimizer states, default all)."""
+    """CPU RAM and NVMe bytes per node for one setup (`trainable`: parameters with optimizer states, default all;
+    `load_width`: bytes a parameter is loaded in, `load_bytes`; `loads_on_gpu`: a QLoRA base, loaded onto the GPU)."""
     p, world, e = parameters, gpus_per_node * nodes, dtype_bytes
     t = parameters if trainable is None else trainable
     tn, pn = -(-t // world), -(-p // world)  # a rank's partition of the trainable, and of all, parameters
-    load = 4 * (largest_layer_parameters if zero_stage == 3 else p) * gpus_per_node
+    whole = largest_layer_parameters if zero_stage == 3 or loads_on_gpu else p  # whole on the host at once, a rank
+    load = load_width * whole * gpus_per_node
     states = nvme = pinned = 0  # per rank
     if offload_optimizer == "cpu":
         states += OFFLOADED_OPTIMIZER_BYTES * tn + e * tn

@@ -178,6 +178,10 @@ class MachinePerf:
     and a profile written before it existed 1.0."""
     ranks_measured: int | None = None
     """Local ranks that ran at once while a probe measured these figures (None for presets)."""
+    dense_peak: Mapping[str, float] = field(default_factory=dict)
+    """The GPU's published dense peak FLOP/s per dtype, MFU's denominator as PaLM defines it: a preset's datasheet
+    figure, or the --gpu preset's beside a profile of that GPU. Empty (a CPU, a GPU without a preset): MFU divides
+    by the best rate the kernel figures show. Never written to a profile: it is the datasheet's, not measured."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Figure -> where it came from: preset:<gpu>, default, option:--<flag>, probe."""
 
@@ -360,7 +364,7 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
         nvme_read=DEFAULT_NVME_READ, nvme_write=DEFAULT_NVME_WRITE, zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S,
         bucket_flush_s=100e-6,
         step_overhead_s=0.0, compute_scale=PRESET_COMPUTE_SCALE,
-        sources=sources)
+        sources=sources, dense_peak=dict(fig.tflops))
 
 
 def with_overrides(perf: MachinePerf, *, intra_node_bandwidth: str | float | None = None,
@@ -382,13 +386,26 @@ def with_overrides(perf: MachinePerf, *, intra_node_bandwidth: str | float | Non
     return replace(perf, **changes, sources=sources) if changes else perf
 
 
+def with_datasheet(perf: MachinePerf, gpu: str | None) -> MachinePerf:
+    """A GPU profile with the --gpu preset's published dense peaks for MFU (`dense_peak`), where the preset may be
+    the GPU the probe measured (`same_gpu`); unchanged otherwise."""
+    if gpu is None or perf.device != "gpu" or perf.dense_peak:
+        return perf
+    from zerokit.hardware import gpu_preset
+
+    name = gpu_preset(gpu).name
+    if name not in DEVICE_FIGURES or not same_gpu(name, perf.name):
+        return perf
+    return replace(perf, dense_peak=dict(DEVICE_FIGURES[name].tflops))
+
+
 def build_machine(gpu: str | None = None, hardware_profile: str | None = None, *,
                   intra_node_bandwidth: str | float | None = None, inter_node_bandwidth: str | float | None = None,
                   pcie_bandwidth: str | float | None = None) -> MachinePerf:
     """What `zerokit plan` builds from `--gpu`, `--hardware` and the bandwidth overrides: the profile wins over the
     preset (it was measured), and the options win over both."""
     if hardware_profile is not None:
-        perf = load_profile(hardware_profile)
+        perf = with_datasheet(load_profile(hardware_profile), gpu)
         return with_overrides(perf, intra_node_bandwidth=intra_node_bandwidth,
                               inter_node_bandwidth=inter_node_bandwidth, pcie_bandwidth=pcie_bandwidth)
     if gpu is None:
@@ -422,6 +439,8 @@ def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -
     """The profile JSON `zerokit probe` writes: every MachinePerf field, plus free-form `measurements`."""
     out: dict[str, Any] = {"zerokit_profile": PROFILE_VERSION}
     for f in fields(MachinePerf):
+        if f.name == "dense_peak":
+            continue
         value = getattr(perf, f.name)
         if f.name in ("matmul", "matmul_forward", "matmul_input_grad", "attention"):
             value = {k: [[s, fl] for s, fl in v] for k, v in value.items()}

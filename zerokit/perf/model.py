@@ -53,8 +53,7 @@ class StepTime:
     """Tokens of the whole job (every rank) per second."""
     mfu: float
     """Model FLOPs utilisation: forward + backward matmul FLOPs (no recomputation) / (step time x dense peak); the
-    peak is the kernel figures' best (matmul or attention, whichever ran faster), over compute_scale where that is
-    below 1 (the step outran the figures)."""
+    peak is the GPU's published one, else the kernel figures' best (`_mfu_peak`)."""
     compute_s: float
     """Forward, backward and recomputation of every micro-batch: matmuls, elementwise kernels, launches."""
     communication_s: float
@@ -283,12 +282,23 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
               k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
               k * weight_grad,                                                           # backward: weight gradients
               k * (layer_fwd + score_t + elem + ops),                                    # recomputing the layers
-              weight_flops, score_flops, perf.peak_flops(dtype),
-              max((perf.peak_flops(dtype), *(f for _, f in perf.attention.get(dtype, ())))))  # MFU's: scores count
+              weight_flops, score_flops, perf.peak_flops(dtype), _mfu_peak(perf, dtype))
     if len(mf._cache) > 4096:
         mf._cache.clear()
     mf._cache[key] = (perf, result)
     return result
+
+
+def _mfu_peak(perf: MachinePerf, dtype: str) -> float:
+    """MFU's denominator: the GPU's published dense peak (`MachinePerf.dense_peak`), as PaLM's MFU and every
+    published MFU use it; without one, the best rate the machine showed: the matmul or attention figures' best
+    (both price FLOPs MFU counts), over compute_scale where that is below 1 (a profile whose DeepSpeed step ran
+    faster than its kernel figures reached 1 / compute_scale of them), so that MFU stays at most 100%."""
+    published = perf.dense_peak.get(dtype)
+    if published:
+        return published
+    best = max((perf.peak_flops(dtype), *(f for _, f in perf.attention.get(dtype, ()))))
+    return best / min(1.0, perf.compute_scale)
 
 
 def _forward_part(matmuls: tuple, fwd_rates: list[float], tokens: int, third: float) -> float:
@@ -490,9 +500,6 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world
     flops_step = ga * flops_micro
-    # MFU's peak is the best rate the machine showed: a profile whose DeepSpeed step ran faster than its kernel
-    # figures (compute_scale < 1: a CPU where the model's own matmul shapes beat the square products the curve
-    # measured) reached 1 / compute_scale of the curve's best, and a utilisation over 100% would say nothing
-    mfu = flops_step / (step * best) * min(1.0, perf.compute_scale)
+    mfu = flops_step / (step * best)  # best: `_mfu_peak`
     return StepTime(step, tokens_step / step, mfu, compute, communication, exposed, offload, optimizer, overhead,
                     tokens_step, flops_step)

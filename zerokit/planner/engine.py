@@ -243,13 +243,13 @@ def missing(ctx: Context) -> str:
         options.append(text)
     w = DTYPE_BYTES[ctx.precision]
     full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu",
-                       _param_offload(ctx, "cpu"), w, trainable=ctx.trainable)
+                       _param_offload(ctx, "cpu"), w, ctx.trainable, ctx.load_width, ctx.qlora)
     have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
     short = hw.cpu_memory_bytes is not None and full.cpu_bytes > hw.cpu_memory_bytes
     if full_offload_fits_gpu(ctx):
         options.append(f"{format_bytes(full.cpu_bytes)} of CPU RAM per node for full offload{have}")
         nvme = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3,
-                           "nvme", _param_offload(ctx, "nvme"), w, trainable=ctx.trainable)
+                           "nvme", _param_offload(ctx, "nvme"), w, ctx.trainable, ctx.load_width, ctx.qlora)
         if not hw.nvme_path:
             if hw.cpu_memory_bytes is None or nvme.cpu_bytes <= hw.cpu_memory_bytes:
                 options.append(f"an NVMe drive with {format_bytes(nvme.nvme_bytes)} free per node "
@@ -263,6 +263,11 @@ def missing(ctx: Context) -> str:
                              f"(have {format_bytes(hw.nvme_bytes)})")
             if lacks:
                 options.append(" and ".join(lacks) + " for ZeRO-Infinity offload to NVMe")
+    elif ctx.qlora and ctx.qlora_load > hw.gpu_memory_bytes:
+        options.append(f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: transformers loads the whole "
+                       f"{format_bytes(ctx.peft.frozen_bytes_at(3))} 4-bit base onto every GPU before ZeRO-3 "
+                       "partitions it, however many GPUs there are")
+        options.append("--peft lora instead: ZeRO-3 builds a 16-bit base under zero.Init, partitioned as it loads")
     else:
         text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
                 "largest layer, one micro-batch's activations and the overhead need that much")
@@ -281,8 +286,8 @@ def gpus_needed(ctx: Context) -> int | None:
     with the most frugal buffers: the smallest world size at which the cost layer's peak fits. None when even
     an unbounded number of GPUs would not do (the fixed costs alone exceed the GPU)."""
     cap = ctx.hardware.gpu_memory_bytes
-    if _frugal_need(ctx, 3, "none", "none", 1 << 40) > cap:
-        return None
+    if _frugal_need(ctx, 3, "none", "none", 1 << 40) > cap or (ctx.qlora and ctx.qlora_load > cap):
+        return None  # QLoRA's base loads whole onto every GPU, however many there are
     lo, hi = 1, 1
     while _frugal_need(ctx, 3, "none", "none", hi) > cap:
         lo, hi = hi + 1, hi * 2
@@ -309,7 +314,9 @@ def smallest_gpu(ctx: Context) -> int:
 
 
 def _full_offload_need(ctx: Context) -> int:
-    return _frugal_need(ctx, 3, "cpu", _param_offload(ctx, "cpu"), ctx.hardware.world_size)
+    """Full offload's per-GPU peak; QLoRA's whole 4-bit base on every GPU while it loads, where that is more."""
+    need = _frugal_need(ctx, 3, "cpu", _param_offload(ctx, "cpu"), ctx.hardware.world_size)
+    return max(need, ctx.qlora_load) if ctx.qlora else need
 
 
 def _param_offload(ctx: Context, device: str) -> str:

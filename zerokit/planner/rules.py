@@ -41,7 +41,7 @@ from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
 from zerokit.memory.estimate import PHASES, StepCosts, costs_of
-from zerokit.memory.host import HostMemory, host_memory
+from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, meta_model_flops, model_flops
@@ -243,6 +243,21 @@ class Context:
         if self.peft is None:
             return {}
         return self.peft.costs_at(stage, DTYPE_BYTES[self.precision])
+
+    @functools.cached_property
+    def qlora_load(self) -> int:
+        """Per-GPU bytes while a QLoRA model loads for ZeRO-3: transformers builds a quantized model without
+        zero.Init (modeling_utils.get_init_context) and bitsandbytes puts it on the rank's GPU
+        (`device_map={"": current_device}`), so the whole base is there before DeepSpeed partitions it; with the
+        adapters in fp32 (PEFT's autocast_adapter_dtype), the largest weight in 16 bits while it is quantized, and
+        the overhead reserve."""
+        return (self.peft.frozen_bytes_at(3) + 4 * self.peft.trainable + 2 * self.model.largest_layer_parameters
+                + self.overhead)
+
+    @functools.cached_property
+    def load_width(self) -> int:
+        """Bytes a parameter takes on the host while the ranks load the model (`zerokit.memory.host.load_bytes`)."""
+        return load_bytes(self.model.config)
 
     @property
     def qlora(self) -> bool:
@@ -787,7 +802,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     model, hw = ctx.model, ctx.hardware
     cap = hw.gpu_memory_bytes
     host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
-                       param, DTYPE_BYTES[ctx.precision], trainable=ctx.trainable)
+                       param, DTYPE_BYTES[ctx.precision], ctx.trainable, ctx.load_width, ctx.qlora)
     levels = buffer_ladder(model.hidden_size, stage)
     last = len(levels) - 1
     forced = ctx.training.gradient_checkpointing
@@ -851,11 +866,14 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
         peak = 2
     total = totals[peak]
     gpu_ratio = total / cap
+    loading = ctx.qlora_load if stage == 3 and ctx.qlora else 0
+    if loading > total:
+        gpu_ratio = loading / cap
     cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
-        why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio))
+        why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio), loading)
     fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
                           host.cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
@@ -875,9 +893,14 @@ def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int,
     return ctx.largest_fitting(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing, mbs)
 
 
-def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float]) -> str:
+def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float], loading: int = 0) -> str:
     hw, problems = ctx.hardware, []
-    if ratios[0] > 1:
+    if loading > hw.gpu_memory_bytes:
+        problems.append(f"loads the whole {_fmt(ctx.peft.frozen_bytes_at(3))} 4-bit base onto every GPU before "
+                        f"DeepSpeed partitions it ({_fmt(loading)} with the adapters, the quantization's staging and "
+                        f"the overhead reserve; transformers loads a quantized model without zero.Init), over the "
+                        f"{_fmt(hw.gpu_memory_bytes)} of the GPU")
+    elif ratios[0] > 1:
         problems.append(f"needs {_fmt(total)} per GPU, over the {_fmt(hw.gpu_memory_bytes)} of the GPU")
     if ratios[1] > 1:
         problems.append(f"needs {_fmt(host.cpu_bytes)} of CPU RAM per node, over the {_fmt(hw.cpu_memory_bytes)} given")
