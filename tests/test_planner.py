@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -53,6 +54,22 @@ def test_7b_on_one_80gb_gpu_fits_only_by_offloading_the_optimizer():
     assert not any(c.fits for c in p.candidates if _no_offload(c))
     assert p.memory.total <= p.hardware.gpu_memory_bytes
     assert p.cpu_bytes_per_node > 16 * LLAMA7.parameters  # fp32 master + Adam moments + fp32 grads live in RAM
+    assert any(r.startswith("Offload the optimizer") and r.endswith("because the GPU cannot hold them otherwise.")
+               for r in p.reasons)
+
+
+def test_offload_chosen_where_plain_zero3_fits_says_it_is_for_speed():
+    """llama-3-8b on 16 RTX 4090s: plain ZeRO-3 fits at micro-batch 2, and optimizer offload frees the memory for
+    4, which the step-time model puts ahead; the reason said 'the GPU cannot hold them otherwise'."""
+    p = plan(resolve_model("llama-3-8b"), resolve_hardware("rtx4090", gpus_per_node=8, nodes=2),
+             Training(seq_len=2048))
+    assert p.decision.offload_optimizer == "cpu"
+    plain = [c for c in p.candidates if _no_offload(c) and c.fits]
+    assert plain and max(c.performance.tokens_per_s for c in plain) < p.performance.tokens_per_s
+    [why] = [r for r in p.reasons if r.startswith("Offload ")]
+    assert "for speed, not to fit" in why and "cannot hold" not in why
+    assert "beats the fastest setup with less offloaded, ZeRO-3 + checkpointing at micro-batch 2" in why
+    assert why.endswith("the GPU memory offload frees buys the larger micro-batch.")
 
 
 def test_7b_on_8x80gb_fits_without_offload_and_the_choice_is_the_fastest():
@@ -250,7 +267,7 @@ def test_global_batch_tokens():
     assert 31 % d.micro_batch_size == 0 and d.micro_batch_size * d.gradient_accumulation_steps == 31
 
 
-def test_checkpointing_only_when_needed():
+def test_checkpointing_only_when_needed(tmp_path):
     hw = resolve_hardware("h100-80gb", gpus_per_node=8, nodes=2)
     p = plan(LLAMA70, hw, Training(seq_len=4096))
     assert p.decision.gradient_checkpointing
@@ -262,11 +279,15 @@ def test_checkpointing_only_when_needed():
     assert any("no gradient checkpointing: recomputation would only add compute" in r for r in small.reasons)
     # At 8k tokens per sample only a few samples fit without it: the step-time model weighs the larger
     # micro-batch that recomputation buys against its extra third of compute.
-    long = plan(resolve_model("gpt2"), resolve_hardware("a100-80gb"), Training(seq_len=8192, zero_stage=0))
+    # gpt2 learns 1,024 positions: 8k tokens need a config.json that gives it 8,192 (check_positions)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**resolve_model("gpt2").config, "n_positions": 8192}))
+    gpt2_8k = resolve_model(str(path))
+    long = plan(gpt2_8k, resolve_hardware("a100-80gb"), Training(seq_len=8192, zero_stage=0))
     plain = long.decision.micro_batch_size if not long.decision.gradient_checkpointing else None
     reason = next(r for r in long.reasons if r.startswith("Micro-batch"))
     assert ("tokens/s against" in reason) == (plain is None or "would fit" in reason)
-    bigger = plan(resolve_model("gpt2"), resolve_hardware("a100-80gb"),
+    bigger = plan(gpt2_8k, resolve_hardware("a100-80gb"),
                   Training(seq_len=8192, micro_batch=64, zero_stage=0, gradient_checkpointing=False))
     # Asked for more than fits, the planner says it fits no setup and falls back to the largest below it that does.
     assert bigger.decision.fits and bigger.decision.micro_batch_size < 64
@@ -480,19 +501,53 @@ def test_tokens_per_step_far_from_those_asked_are_said(tokens, gpus, warning):
 
 @pytest.mark.parametrize("model, seq_len, expected", [
     ("gpt2", 1024, None),
-    ("gpt2", 1025, ("--seq-len 1,025 is past the 1,024 positions gpt2 learns (n_positions): the first step fails with "
-                   "an index out of range. Train at --seq-len 1024 or less, or raise n_positions in config.json")),
     ("llama-2-7b", 4096, None),
     ("llama-2-7b", 8192, ("--seq-len 8,192 is past llama's max_position_embeddings (4,096): transformers runs it, but "
-                         "the model was trained on shorter sequences; extend its context with RoPE scaling")),
+                         "the model was trained on shorter sequences; train at --seq-len 4096, or extend its context "
+                         "first (a rotary model: rope_scaling in config.json, which sets max_position_embeddings too)")),
+    ("falcon-7b", 4096, "--seq-len 4,096 is past falcon's max_position_embeddings (2,048): transformers runs it"),
     ("7B", 1_000_000, None),  # a bare count borrows a shape, not its positions
 ])
-def test_a_sequence_past_the_models_positions_is_said(model, seq_len, expected):
-    """GPT-2 learns 1,024 positions (an embedding table, `wpe`): at 1,025 tokens its first step indexes past it.
-    Rotary models run any length, past what they were trained on."""
+def test_a_sequence_past_a_rotary_models_positions_is_said(model, seq_len, expected):
+    """Rotary models run any length, past what they were trained on: a warning, and the plan."""
     result = plan(resolve_model(model), resolve_hardware("a100-80gb", gpus_per_node=8), Training(seq_len=seq_len))
     said = [w for w in result.warnings if "--seq-len" in w and "past" in w]
     if expected is None:
         assert said == []
     else:
         assert len(said) == 1 and said[0].startswith(expected), said
+
+
+@pytest.mark.parametrize("model, limit, key", [("gpt2", 1024, "n_positions"), ("gpt2-xl", 1024, "n_positions"),
+                                               ("opt-125m", 2048, "max_position_embeddings")])
+def test_a_sequence_past_learned_positions_is_bad_input(model, limit, key):
+    """GPT-2 learns 1,024 positions (an embedding table, `wpe`), OPT 2,048 (`embed_positions`, 2 rows of offset): one
+    token more and the first step indexes past the table. The plan would be a config sure to crash: refused."""
+    spec, hw = resolve_model(model), resolve_hardware("a100-80gb", gpus_per_node=8)
+    assert plan(spec, hw, Training(seq_len=limit)).decision.fits
+    with pytest.raises(BadInput, match=re.escape(
+            f"--seq-len {limit + 1:,} is past the {limit:,} positions {spec.model_type} learns ({key}): its first step "
+            f"fails with an index out of range; use --seq-len {limit} or less, or raise {key} in config.json")):
+        plan(spec, hw, Training(seq_len=limit + 1))
+
+
+def test_learned_positions_are_the_families_whose_table_has_a_row_per_position():
+    """transformers 5.23: gpt2/gpt_neo/gpt_bigcode `wpe = nn.Embedding(max_position_embeddings, ...)`, opt/biogpt
+    `...LearnedPositionalEmbedding`; xglm's sinusoids are rebuilt for a longer sequence (make_weights), so it runs."""
+    from zerokit.planner.engine import LEARNED_POSITIONS
+
+    assert LEARNED_POSITIONS == {"gpt2", "opt", "gpt_bigcode", "gpt_neo", "biogpt"}
+
+
+def test_gemma2_asked_for_sdpa_is_planned_for_the_eager_a_run_gets():
+    """transformers has no sdpa for gemma2: the default load runs eager, so a plan for sdpa is eager's plan (memory
+    and step time), said once; flash is the way to a plan without score matrices."""
+    spec, hw = resolve_model("gemma-2-2b"), resolve_hardware("a100-80gb", gpus_per_node=8)
+    sdpa, eager, flash = (plan(spec, hw, Training(seq_len=1024, attention=a)) for a in ("sdpa", "eager", "flash"))
+    assert (sdpa.decision, sdpa.memory, sdpa.performance) == (eager.decision, eager.memory, eager.performance)
+    assert sdpa.training.attention == "eager"
+    said = [w for w in sdpa.warnings if "sdpa" in w]
+    assert len(said) == 1 and said[0].startswith("gemma2 has no sdpa attention in transformers")
+    assert not any("sdpa" in w for w in eager.warnings + flash.warnings)
+    # the reviewer's case: sdpa had been estimated as flash, micro-batch 8 at 80.1 GB; eager fits 4
+    assert (flash.decision.micro_batch_size, eager.decision.micro_batch_size) == (8, 4)

@@ -644,8 +644,19 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
         parts.append(f"the optimizer (fp32 master weights, Adam moments, fp32 gradients) to {s.offload_optimizer}")
     if s.offload_param != "none":
         parts.append(f"the 16-bit parameters to {s.offload_param}")
-    return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
-        " because the GPU cannot hold them otherwise."
+    # what fits with less offloaded: none at all, or (parameters offloaded) the optimizer alone
+    lighter = [e for e in ctx.evaluations if e.candidate.fits and e is not ctx.chosen
+               and (e.candidate.setup.offload_param == "none" if s.offload_param != "none"
+                    else e.candidate.setup.offload_optimizer == "none")]
+    if not lighter:
+        return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
+            " because the GPU cannot hold them otherwise."
+    best = max(lighter, key=lambda e: e.candidate.performance.tokens_per_s)
+    why = (f"Offload {' and '.join(parts)} for speed, not to fit: {_described(ctx, ctx.chosen)} beats the fastest "
+           f"setup with less offloaded, {_described(ctx, best)}")
+    if s.micro_batch_size > best.candidate.setup.micro_batch_size:
+        why += "; the GPU memory offload frees buys the larger micro-batch"
+    return (s.offload_optimizer, s.offload_param), why + "."
 
 
 def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
