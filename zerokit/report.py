@@ -187,8 +187,8 @@ def decision_line(plan: Plan) -> str:
     d = plan.decision
     return (f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)}, micro-batch {d.micro_batch_size} x "
             f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {global_batch(plan)} "
-            f"samples/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}, "
-            f"overlap_comm {_onoff(d.overlap_comm)}")
+            f"samples/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}"
+            + (f", overlap_comm {_onoff(d.overlap_comm)}" if d.zero_stage else ""))
 
 
 def headline(plan: Plan) -> str:
@@ -217,12 +217,15 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     if peft is None:
         return ""
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(plan.decision.precision, "torch.float32")
-    lines = ["import torch", "from peft import LoraConfig, get_peft_model",
-             "from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Trainer, TrainingArguments", "",
-             (f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r})  # first: ZeRO-3 loads "
-              "under zero.Init")]
-    load = f"model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}"
     q = peft["quantization_config"]
+    # TrainingArguments first: with a ZeRO-3 config it makes from_pretrained build the model under zero.Init
+    # (transformers' HfDeepSpeedConfig), which a quantized model never uses (modeling_utils.get_init_context)
+    why = ("  # first: ZeRO-3 loads under zero.Init" if plan.decision.zero_stage == 3 and q is None else "")
+    lines = ["import torch", "from peft import LoraConfig, get_peft_model",
+             "from transformers import AutoModelForCausalLM, " + ("BitsAndBytesConfig, " if q is not None else "")
+             + "Trainer, TrainingArguments", "",
+             f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r}){why}"]
+    load = f"model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}"
     if q is not None:
         kwargs = ", ".join(f"{k}={v!r}" if not str(k).endswith("_dtype") and k != "bnb_4bit_quant_storage"
                            or v == "uint8" else f"{k}=torch.{v}" for k, v in q.items())
@@ -330,7 +333,7 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     out.append(f"Per-GPU memory, chosen setup, at each phase's peak (capacity {format_bytes(cap)}; "
                f"{peak_line(plan)}):")
     names = [PHASE_LABELS[p] for p in PHASE_LABELS if p in plan.phases] or ["peak"]
-    out.append(f"  {'':<17} " + " ".join(f"{n:>14}" for n in names) + "  of GPU")
+    out.append(f"  {'':<17} " + " ".join(f"{n:>14}" for n in names) + "  of GPU at the peak")
     for label, *sizes, pct in memory_rows(plan):
         out.append(f"  {label:<17} " + " ".join(f"{x:>14}" for x in sizes) + f"  {pct:>5}")
     out.append(f"  [{stacked_bar(plan.memory, cap, bar_scale(plan))}]  (the {PHASE_LABELS.get(plan.peak_phase, 'peak')}"

@@ -65,7 +65,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         gradient_accumulation_steps=ctx.accumulation,
         gradient_checkpointing=setup.gradient_checkpointing,
         precision=ctx.precision,
-        overlap_comm=buffers.overlap_comm,
+        overlap_comm=buffers.overlap_comm and setup.zero_stage > 0,  # ZeRO-0 writes no buckets: nothing overlaps
         reduce_bucket_size=buffers.reduce_bucket_size,
         allgather_bucket_size=buffers.allgather_bucket_size,
         prefetch_bucket_size=buffers.prefetch_bucket_size,

@@ -723,7 +723,11 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
     overlap = ("overlap_comm on" if b.overlap_comm else
                "overlap_comm off (its ~4.5x bucket memory would cost micro-batch size or force checkpointing)")
     live = f", {format_count(b.max_live_parameters)} live parameters" if s.zero_stage == 3 else ""
-    return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU."
+    when = ""
+    if bucket and not e.candidate.memory.buffers:
+        when = (" (alive from the first gradient reduce to the end of backward, so not in the memory table, whose "
+                "peak comes before or after them)")
+    return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU{when}."
 
 
 def rule_host(ctx: Context) -> tuple[int, str | None]:
