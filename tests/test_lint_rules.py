@@ -263,7 +263,7 @@ def test_zk204_dynamic_loss_scale_window_zero(ds):
 
     cfg = with_({"fp16": {"enabled": True, "loss_scale_window": 0}})
     assert codes(cfg) == {"ZK204"}
-    assert codes(with_({"fp16": {"enabled": True, "loss_scale": 128, "loss_scale_window": 0}})) == set()
+    assert codes(with_({"fp16": {"enabled": True, "loss_scale": 128, "loss_scale_window": 0}})) == {"ZK208"}  # a static scale: the window is unused
     with pytest.raises(ValidationError, match="loss_scale_window must be > 0"):
         ds_config(cfg)
 
@@ -1000,3 +1000,15 @@ def test_zk309_under_the_deepspeed_target_names_save_16bit_model_not_hf():
     assert f.code == "ZK309" and "engine.save_16bit_model()" in f.message and "HF" not in f.message
     [f] = lint(with_(cfg), "trainer")
     assert f.code == "ZK309" and "the HF Trainer's save_model" in f.message
+
+
+def test_zk208_dynamic_scaling_keys_beside_a_static_loss_scale_are_ignored(ds):
+    cfg = with_({"fp16": {"enabled": True, "loss_scale": 1024, "loss_scale_window": 1000, "hysteresis": 2,
+                          "min_loss_scale": 1}})
+    [f] = lint(cfg)
+    assert (f.code, f.severity, f.key, f.suggestion) == ("ZK208", "warning", "fp16.loss_scale_window", "0")
+    assert "fp16.loss_scale_window, fp16.hysteresis, fp16.min_loss_scale" in f.message
+    fp16 = ds_config(cfg).float16_config
+    assert fp16.loss_scale == 1024  # the engine scales dynamically only at 0 (engine.dynamic_loss_scale)
+    assert not codes(with_({"fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000}}))
+    assert not codes(with_({"fp16": {"enabled": True, "loss_scale": 1024}}))

@@ -256,6 +256,27 @@ def fp16_loss_scale(doc: Document, ctx: Context) -> Iterator[Hit]:
                       "DeepSpeed refuses it at initialize (a window of 0 would divide by zero)", "1")
 
 
+DYNAMIC_SCALE_KEYS = ("initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                      "min_loss_scale")
+"""DeepSpeedFP16Config.dynamic_loss_scale_args: what tunes dynamic loss scaling (runtime/precision_config.py)."""
+
+
+def fp16_static_scale_dynamic_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """A static loss_scale (non-zero) turns dynamic scaling off (engine.dynamic_loss_scale: loss_scale == 0), and
+    the keys that tune it are parsed and never used: DeepSpeedExamples' ZeRO-Infinity config sets 1024 with all
+    four."""
+    fp16 = _section(doc.data, "fp16")
+    scale = fp16.get("loss_scale", 0)
+    if not _is_true(fp16.get("enabled")) or isinstance(scale, bool) or not isinstance(scale, (int, float)) \
+            or scale <= 0:
+        return
+    given = [k for k in DYNAMIC_SCALE_KEYS if k in fp16]
+    if given:
+        yield Hit(("fp16", given[0]), f"fp16.loss_scale {scale:g} is a static scale, so DeepSpeed ignores "
+                  f"{', '.join('fp16.' + k for k in given)}, which tune dynamic scaling only; remove "
+                  f"{'it' if len(given) == 1 else 'them'}, or set fp16.loss_scale to 0 for dynamic scaling", "0")
+
+
 def master_weights_need_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedConfig._do_error_check: *_master_weights_and_grads and bf16_optimizer_states need ZeRO 1-3."""
     cfg = doc.data
@@ -904,6 +925,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK202", ERROR, "batch-size-missing", batch_size_missing),
     Rule("ZK203", ERROR, "fp16-and-bf16", fp16_and_bf16),
     Rule("ZK204", ERROR, "fp16-dynamic-loss-scale", fp16_loss_scale),
+    Rule("ZK208", WARNING, "fp16-static-scale-dynamic-keys", fp16_static_scale_dynamic_keys),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),
