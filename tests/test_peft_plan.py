@@ -170,6 +170,28 @@ def test_table_and_markdown_show_the_adapters(capsys):
     assert "LoraConfig" not in md
 
 
+@pytest.mark.parametrize("peft, stage, imports_bnb, says_zero_init", [
+    ("qlora", "3", True, False),  # transformers builds a quantized model without zero.Init
+    ("lora", "3", False, True),
+    ("lora", "2", False, False),
+])
+def test_the_snippet_imports_and_says_only_what_the_plan_uses(capsys, peft, stage, imports_bnb, says_zero_init):
+    pytest.importorskip("jinja2")
+    code, md, _ = run(capsys, *TINY_ON_2, "--peft", peft, "--zero-stage", stage, "--format", "markdown")
+    assert code == 0
+    assert ("BitsAndBytesConfig" in md) is imports_bnb
+    assert ("# first: ZeRO-3 loads under zero.Init" in md) is says_zero_init
+
+
+def test_zero0s_decision_says_nothing_of_overlap_comm(capsys):
+    code, out, _ = run(capsys, *TINY_ON_2, "--zero-stage", "0")
+    [line] = [x for x in out.splitlines() if x.startswith("Decision")]
+    assert code == 0 and "overlap_comm" not in line and line.endswith(", bf16")
+    assert plan_json(capsys, *TINY_ON_2, "--zero-stage", "0")["decision"]["overlap_comm"] is False
+    [line] = [x for x in run(capsys, *TINY_ON_2, "--zero-stage", "2")[1].splitlines() if x.startswith("Decision")]
+    assert line.endswith("overlap_comm on")
+
+
 # --------------------------------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize(("args", "match"), [
