@@ -6,13 +6,14 @@ saves (zerokit.memory.calibrate.measure, the method of shared/measure_activation
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import timeit
 
 import pytest
 
-from zerokit.memory.activations import MODELLED_FAMILIES, ActivationEstimate, LoraSetup, estimate_activations
+from zerokit.memory.activations import MODELLED_FAMILIES, NO_SDPA, ActivationEstimate, LoraSetup, estimate_activations
 
 LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
             "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 128256}
@@ -57,9 +58,11 @@ FLASH_STYLE = {"gpt2": {"attn_pdrop": 0.0}, "falcon": {"new_decoder_architecture
 @pytest.mark.parametrize("family", MODELLED_FAMILIES)
 def test_eager_above_sdpa_and_checkpointing_below_full(family):
     cfg = {"model_type": family, **FLASH_STYLE.get(family, {})}  # each family fills in its transformers defaults
-    sdpa = estimate_activations(cfg, 2048, 2, device="cpu")
+    # a family without sdpa runs eager when sdpa is asked; flash is its kernel without score matrices
+    fused = "flash" if family in NO_SDPA else "sdpa"
+    sdpa = estimate_activations(cfg, 2048, 2, attention=fused, device="cpu")
     eager = estimate_activations(cfg, 2048, 2, attention="eager", device="cpu")
-    ckpt = estimate_activations(cfg, 2048, 2, gradient_checkpointing=True, device="cpu")
+    ckpt = estimate_activations(cfg, 2048, 2, attention=fused, gradient_checkpointing=True, device="cpu")
     assert eager.activations > sdpa.activations
     assert ckpt.activations < sdpa.activations
     assert ckpt.transient >= sdpa.transient  # the recomputed layer comes on top during backward
@@ -104,8 +107,20 @@ def test_unknown_family_is_generic_with_a_note():
     assert estimate_activations({"model_type": "llama"}, 512, 1).generic is False
 
 
-def test_gemma2_sdpa_says_transformers_refuses_it():
-    assert "refuses sdpa" in estimate_activations({"model_type": "gemma2"}, 512, 1).note
+def test_gemma2_sdpa_is_the_eager_a_run_gets_and_says_how_to_get_flash():
+    """transformers 5.23 has no sdpa for gemma2 (Gemma2PreTrainedModel._supports_sdpa = False): a load that names no
+    kernel falls back to eager, attn_implementation="sdpa" raises. Either way the run keeps eager's score matrices."""
+    gemma2 = {"model_type": "gemma2"}
+    for ckpt in (True, False):
+        sdpa = estimate_activations(gemma2, 1024, 4, gradient_checkpointing=ckpt)
+        eager = estimate_activations(gemma2, 1024, 4, attention="eager", gradient_checkpointing=ckpt)
+        assert dataclasses.replace(sdpa, note=None) == eager
+    assert eager.note is None
+    assert sdpa.note.startswith("gemma2 has no sdpa attention in transformers: a default load runs eager attention")
+    assert "pass --attention flash" in sdpa.note and "attn_implementation='flash_attention_2'" in sdpa.note
+    flash = estimate_activations(gemma2, 1024, 4, attention="flash")
+    assert flash.activations < sdpa.activations and flash.note is None
+    assert estimate_activations({"model_type": "gemma"}, 1024, 4).note is None  # gemma (1) has sdpa
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

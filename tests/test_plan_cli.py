@@ -255,6 +255,20 @@ def test_bad_input_is_one_line_exit_2(capsys, args, message):
     assert message in stderr
 
 
+def test_gemma2_with_the_default_attention_is_planned_as_the_eager_it_runs(capsys):
+    """The reviewer's plan: gemma-2-2b on 8 A100-80GB at 1,024 tokens had been planned at micro-batch 8 (80.1 GB,
+    sdpa estimated as flash), which OOMs under the eager attention transformers falls back to."""
+    args = ["plan", "--model", "gemma-2-2b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "1024"]
+    code, default = run_json(capsys, *args)
+    _, eager = run_json(capsys, *args, "--attention", "eager")
+    assert code == 0 and default["decision"]["micro_batch_size"] == 4
+    assert (default["decision"], default["memory"], default["performance"]) == \
+        (eager["decision"], eager["memory"], eager["performance"])
+    said = [w for w in default["warnings"] if "sdpa" in w]
+    assert len(said) == 1 and "pass --attention flash" in said[0]
+    assert "attn_implementation='flash_attention_2'" in said[0]
+
+
 def test_malformed_config_json_is_one_line_exit_2(capsys, tmp_path):
     code, stdout, stderr = run(capsys, "plan", "--model", _malformed(tmp_path), "--gpu", "h100-80gb",
                                "--seq-len", "512")

@@ -25,7 +25,9 @@ log-probabilities of the loss), so each layout is a small function built from sh
 kernels, MLPs, MoE routing, loss). Which layout a ``model_type`` uses, and its defaults, come from the one family
 registry, ``zerokit.models.params.FAMILIES``. It costs a few microseconds (memoised per config object), which the
 planner needs. ``zerokit.memory.calibrate.calibrate`` is the measured mode for architectures not modelled here.
-Unknown ``model_type`` values fall back to a llama-like layout and come back with ``generic=True``.
+Unknown ``model_type`` values fall back to a llama-like layout and come back with ``generic=True``. A family that
+transformers builds without sdpa (``NO_SDPA``: gemma2) runs eager attention when sdpa is asked (the default load falls
+back to it), so ``attention="sdpa"`` is estimated as eager there, with a note.
 
 LoRA (``lora=LoraSetup(...)``): the base weights are frozen, so every tensor that only a weight gradient needed is
 gone (a frozen linear's input, a norm's normalised input), and each adapted module adds what PEFT's ``lora.Linear``
@@ -64,12 +66,30 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit.models.params import FAMILIES, Layout, complete_config
 
-__all__ = ["DEVICES", "MODELLED_FAMILIES", "ActivationEstimate", "LoraSetup", "analytic_figures", "estimate_activations"]
+__all__ = ["DEVICES", "MODELLED_FAMILIES", "NO_SDPA", "ActivationEstimate", "LoraSetup", "analytic_figures",
+           "estimate_activations", "kernel_run", "no_sdpa_note"]
 
 _DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _ATTENTION = ("sdpa", "flash", "eager")
 DEVICES = ("cuda", "cpu")
 """`device=` values; "cuda" (the default) is what a GPU plan uses, "cpu" matches measure_activations.py."""
+NO_SDPA = frozenset({"gemma2"})
+"""Modelled families transformers 5.23 builds without sdpa (`_supports_sdpa = False`; gemma2: sdpa cannot softcap
+the scores, modeling_gemma2.py). `get_correct_attn_implementation` (modeling_utils.py) turns a load that names no
+kernel into eager and raises on `attn_implementation="sdpa"`: either way such a run computes eager attention."""
+
+
+def kernel_run(model_type: str, attention: str) -> str:
+    """The attention kernel a run asking for `attention` computes: eager where sdpa is asked of a family without it."""
+    return "eager" if attention == "sdpa" and model_type in NO_SDPA else attention
+
+
+def no_sdpa_note(model_type: str) -> str:
+    """The warning of a plan made for eager attention because the family has no sdpa (`kernel_run`)."""
+    return (f"{model_type} has no sdpa attention in transformers: a default load runs eager attention and "
+            "attn_implementation='sdpa' raises, so this is planned as --attention eager (score matrices kept); with "
+            "flash-attn installed, pass --attention flash and load the model with "
+            "attn_implementation='flash_attention_2' for a plan without them")
 
 
 @dataclass(frozen=True)
@@ -357,8 +377,8 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
         b1 = 2 * e * kv  # v stays a view of the whole fused qkv storage
     n_win = _windowed_layers(c, L, window_rule)
     window = c.get("sliding_window") if n_win else None
-    if gemma == 2 or kernel == "math" or attention != "sdpa":  # flash handles windows natively
-        window = None  # eager adds the mask without keeping it; math-kernel and gemma2 cases are modelled above
+    if kernel == "math" or attention != "sdpa":  # flash handles windows natively
+        window = None  # eager adds the mask without keeping it; the math kernel's case is modelled above
     rotary_tables = 2 if gemma == 3 and 0 < n_win < L else 1
     if rotary_tables == 2 and attention_cut:  # the first layer's table goes unless another layer of its type keeps it
         types = list(c.get("layer_types") or [])[:L]
@@ -782,7 +802,7 @@ def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: i
     e = _check(dtype, attention, device)
     if seq_len < 1 or micro_batch < 1:
         raise ValueError(f"seq_len and micro_batch must be >= 1, got {seq_len} and {micro_batch}")
-    arch = _arch(config, e, attention, device, lora)
+    arch = _arch(config, e, kernel_run(str(config.get("model_type", "")), attention), device, lora)
     generic, note = _note(config, attention, arch)
     figures = _figures(arch, e, seq_len, micro_batch, gradient_checkpointing)
     return ActivationEstimate(figures[0], figures[1], generic, note, *figures[2:])
@@ -797,7 +817,7 @@ def analytic_figures(config: Mapping[str, Any], *, attention: str = "sdpa", dtyp
     The planner's search asks for a dozen micro-batches of one setting per plan; the setting is checked here, the
     sequence length and micro-batch (>= 1) are the caller's to check."""
     e = _check(dtype, attention, device)
-    arch = _arch(config, e, attention, device, lora)
+    arch = _arch(config, e, kernel_run(str(config.get("model_type", "")), attention), device, lora)
     terms: dict[tuple[int, bool], tuple] = {}
 
     def figures(seq_len: int, micro_batch: int, checkpointing: bool) -> tuple[int, ...]:
@@ -827,8 +847,8 @@ def _note(config: Mapping[str, Any], attention: str, arch: _Arch) -> tuple[bool,
     if model_type not in FAMILIES:
         return True, (f"model_type {model_type or '(missing)'!r} is not modelled: llama-like layout assumed; "
                       "use zerokit.memory.calibrate for an exact figure")
-    if model_type == "gemma2" and attention == "sdpa":
-        return False, "transformers refuses sdpa for gemma2 (attention softcapping): estimated as flash"
+    if kernel_run(model_type, attention) != attention:
+        return False, no_sdpa_note(model_type)
     return False, arch.note
 
 

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 
-from zerokit.memory.activations import ActivationEstimate
+from zerokit.memory.activations import ActivationEstimate, kernel_run, no_sdpa_note
 from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
 from zerokit.memory.estimate import costs_of
 from zerokit.memory.host import host_memory
@@ -35,8 +35,15 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
     `zerokit.memory.calibrate.CalibratedActivations.estimate`); `activations_source` names it in the plan.
     `machine` is what the step-time model times candidates on: a probe profile or a preset with overrides
     (`zerokit.perf.build_machine`); None = the GPU preset's published figures.
+
+    A family without sdpa is planned for the eager attention a run asking for sdpa computes (memory and step time
+    alike).
     """
     extra_warnings = []
+    kernel = kernel_run(model.model_type, training.attention)
+    if kernel != training.attention:
+        training = replace(training, attention=kernel)
+        extra_warnings.append(no_sdpa_note(model.model_type))
     if machine is None:
         machine, note = default_machine(hardware)
         if note:
