@@ -2,7 +2,8 @@
 three token budgets per step, planned as `zerokit plan --global-batch-tokens N` plans it (the multiple of the GPUs
 within 5% that trains fastest) against the nearest multiple (what the planner used before, and still uses when no
 other multiple beats it by more than 2%). Predictions of the step-time model on the GPU presets' published figures;
-no GPU runs here.
+no GPU runs here. A preset with learned positions is planned only at the lengths it takes (gpt2 at none of them, opt
+at 2,048): past its positions a plan is bad input (`check_positions`).
 
     python benchmarks/batch_rounding.py            # about a minute
     python benchmarks/batch_rounding.py --top 20
@@ -16,7 +17,7 @@ import statistics
 from zerokit.hardware import resolve_hardware
 from zerokit.models.presets import PRESET_NAMES
 from zerokit.models.resolve import resolve_model
-from zerokit.planner.engine import plan, run_rules
+from zerokit.planner.engine import learned_position_limit, plan, run_rules
 from zerokit.planner.types import Training
 
 HARDWARE = (
@@ -39,12 +40,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--top", type=int, default=10, help="rows of the largest gains to print")
     args = parser.parse_args()
-    rows, planned, fitting = [], 0, 0
+    rows, planned, fitting, skipped = [], 0, 0, 0
     for name in PRESET_NAMES:
         model = resolve_model(name)
+        limit = learned_position_limit(model)
+        seq_lens = [s for s in SEQ_LENS if limit is None or s <= limit]
+        skipped += (len(SEQ_LENS) - len(seq_lens)) * len(HARDWARE) * len(TOKENS)
         for h in HARDWARE:
             hw = resolve_hardware(**h)
-            for seq in SEQ_LENS:
+            for seq in seq_lens:
                 for tokens in TOKENS:
                     training = Training(seq_len=seq, global_batch_tokens=tokens)
                     chosen = plan(model, hw, training)
@@ -64,7 +68,8 @@ def main() -> int:
                                  was.setup.micro_batch_size if was.fits else None, batch, d.micro_batch_size))
     rows.sort(key=lambda r: -r[0])
     print(f"{planned} plans with --global-batch-tokens ({len(PRESET_NAMES)} presets x {len(HARDWARE)} hardware x "
-          f"{len(SEQ_LENS)} seq lens x {len(TOKENS)} token budgets), {fitting} fit")
+          f"{len(SEQ_LENS)} seq lens x {len(TOKENS)} token budgets, less {skipped} past a model's learned positions), "
+          f"{fitting} fit")
     print(f"  another multiple than the nearest: {len(rows)} ({len(rows) / max(fitting, 1):.0%} of those that fit)")
     if rows:
         gains = [r[0] for r in rows]

@@ -255,6 +255,23 @@ def test_bad_input_is_one_line_exit_2(capsys, args, message):
     assert message in stderr
 
 
+@pytest.mark.parametrize("args", [["--model", "gpt2", "--gpu", "a100-40gb", "--seq-len", "4096"],
+                                  ["--model", "gpt2", "--gpu", "a100-40gb", "--seq-len", "4096", "--target",
+                                   "deepspeed", "--format", "json"]])
+def test_a_sequence_past_learned_positions_is_bad_input_and_writes_nothing(capsys, tmp_path, args):
+    """gpt2 learns 1,024 positions: at 4,096 tokens its first step fails with an index out of range, so the plan
+    would have written a config sure to crash, with exit 0."""
+    out = tmp_path / "ds_config.json"
+    code, stdout, stderr = run(capsys, "plan", *args, "-o", str(out))
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    assert stderr == ("zerokit plan: error: --seq-len 4,096 is past the 1,024 positions gpt2 learns (n_positions): "
+                      "its first step fails with an index out of range; use --seq-len 1024 or less, or raise "
+                      "n_positions in config.json (the new positions start untrained)\n")
+    assert list(tmp_path.iterdir()) == []
+    code, _, _ = run(capsys, "plan", *["1024" if a == "4096" else a for a in args], "-o", str(out))
+    assert code == 0 and out.exists()  # at its 1,024 positions it plans and writes
+
+
 def test_gemma2_with_the_default_attention_is_planned_as_the_eager_it_runs(capsys):
     """The reviewer's plan: gemma-2-2b on 8 A100-80GB at 1,024 tokens had been planned at micro-batch 8 (80.1 GB,
     sdpa estimated as flash), which OOMs under the eager attention transformers falls back to."""

@@ -178,6 +178,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
+    from zerokit.planner.engine import check_positions
     from zerokit.planner.engine import plan as make_plan
 
     machine, profile_memory, profile_notes = build_perf(gpu, hardware_profile, intra_node_bandwidth,
@@ -193,6 +194,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
         hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
     spec = resolve_model(model)
+    check_positions(spec, settings.seq_len)  # before a calibration, which can take a minute
     spec, activations, source, settings = calibration(spec, hardware, settings, skip=no_calibrate)
     result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
                        machine=machine)

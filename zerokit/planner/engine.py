@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 
+from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, kernel_run, no_sdpa_note
 from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
 from zerokit.memory.estimate import costs_of
@@ -36,9 +37,10 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
     `machine` is what the step-time model times candidates on: a probe profile or a preset with overrides
     (`zerokit.perf.build_machine`); None = the GPU preset's published figures.
 
-    A family without sdpa is planned for the eager attention a run asking for sdpa computes (memory and step time
-    alike).
+    Raises BadInput for a sequence longer than a learned-position model's positions (`check_positions`). A family
+    without sdpa is planned for the eager attention a run asking for sdpa computes (memory and step time alike).
     """
+    check_positions(model, training.seq_len)
     extra_warnings = []
     kernel = kernel_run(model.model_type, training.attention)
     if kernel != training.attention:
@@ -177,30 +179,51 @@ def batch_by_speed(ctx: Context, reasons: list[str], activations: ActivationMode
                      batch_note=why)
 
 
-LEARNED_POSITIONS = frozenset({"gpt2", "opt", "gpt_bigcode", "gpt_neo", "biogpt", "xglm"})
-"""Families whose positions are an embedding table (transformers' `wpe`, `embed_positions`): a token past its
-rows is an index out of range, on the first step. The others (rotary, ALiBi) run any length."""
+LEARNED_POSITIONS = frozenset({"gpt2", "opt", "gpt_bigcode", "gpt_neo", "biogpt"})
+"""Families whose positions are an embedding table with a row per position (transformers' `wpe`, `embed_positions`):
+a token past its rows is an index out of range, on the first step. The others (rotary, ALiBi, xglm's sinusoids,
+which transformers extends on demand) run any length."""
+
+
+def position_limit(model: ModelSpec) -> tuple[str, int] | None:
+    """(config key, positions) the model's config.json gives it: max_position_embeddings, or GPT-2's own n_positions;
+    None for a bare count (a borrowed shape) or a config without a usable one."""
+    if model.source == "count":
+        return None
+    config = model.config
+    key = next((k for k in ("n_positions", "max_position_embeddings") if k in config), None)
+    limit = config.get(key) if key else None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        return None
+    return key, limit
+
+
+def learned_position_limit(model: ModelSpec) -> int | None:
+    """The longest sequence a learned-position model takes (`LEARNED_POSITIONS`); None where any length runs."""
+    found = position_limit(model)
+    return found[1] if found and model.model_type in LEARNED_POSITIONS else None
+
+
+def check_positions(model: ModelSpec, seq_len: int) -> None:
+    """BadInput for a sequence past a learned-position model's positions: its first step would fail."""
+    limit = learned_position_limit(model)
+    if limit is not None and seq_len > limit:
+        key = position_limit(model)[0]
+        raise BadInput(f"--seq-len {seq_len:,} is past the {limit:,} positions {model.model_type} learns ({key}): "
+                       f"its first step fails with an index out of range; use --seq-len {limit} or less, or raise "
+                       f"{key} in config.json (the new positions start untrained)")
 
 
 def context_notes(model: ModelSpec, seq_len: int) -> list[str]:
-    """A warning when the sequence is longer than the positions the model's config.json gives it
-    (max_position_embeddings, or GPT-2's n_positions): an error at the first step for learned positions, a context
-    the model was not trained for with rotary ones."""
-    if model.source == "count":  # a borrowed shape: no positions of its own
+    """A warning when the sequence is longer than the positions the model's config.json gives it and the model still
+    runs it (rotary, ALiBi): a context the model was not trained for. Learned positions are `check_positions`'."""
+    found = position_limit(model)
+    if found is None or seq_len <= found[1] or model.model_type in LEARNED_POSITIONS:
         return []
-    config = model.config
-    key = next((k for k in ("n_positions", "max_position_embeddings") if k in config), None)  # GPT-2's own name
-    limit = config.get(key) if key else None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1 or seq_len <= limit:
-        return []
-    family = model.model_type
-    if family in LEARNED_POSITIONS:
-        return [(f"--seq-len {seq_len:,} is past the {limit:,} positions {family} learns ({key}): the first step fails "
-                f"with an index out of range. Train at --seq-len {limit} or less, or raise {key} in config.json "
-                "(the new positions start untrained)")]
-    return [(f"--seq-len {seq_len:,} is past {family}'s {key} ({limit:,}): transformers runs it, but the model was "
-            "trained on shorter sequences; extend its context with RoPE scaling (rope_scaling in config.json, which "
-            f"sets {key} too) or train at --seq-len {limit}")]
+    key, limit = found
+    return [(f"--seq-len {seq_len:,} is past {model.model_type}'s {key} ({limit:,}): transformers runs it, but the "
+             f"model was trained on shorter sequences; train at --seq-len {limit}, or extend its context first (a "
+             f"rotary model: rope_scaling in config.json, which sets {key} too)")]
 
 
 def _off(g: int, asked: int) -> str:
