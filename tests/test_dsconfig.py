@@ -246,15 +246,65 @@ def test_deepspeed_parser_is_strict_enough_for_these_tests_to_fail(deepspeed_dis
         parse_with_deepspeed(build_ds_config(make_plan(2, gpus_per_node=8)), 4)
 
 
-@pytest.mark.parametrize("total_steps", [None, 1000])
-def test_deepspeed_builds_the_scheduler_from_the_written_params(total_steps):
+def _deepspeed_rates(config: dict, steps: int) -> list[float]:
+    """The rate each of the first `steps` optimizer steps trains at, as DeepSpeed's engine runs the scheduler the
+    config names: built once with `scheduler(optimizer, **params)` on the optimizer the config defines, stepped after
+    every optimizer step (engine._take_model_step)."""
     torch = pytest.importorskip("torch")
     from deepspeed.runtime import lr_schedules
 
-    scheduler = build_ds_config(make_plan(2, warmup_steps=0, total_steps=total_steps))["scheduler"]
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-5)
-    built = getattr(lr_schedules, scheduler["type"])(optimizer, **scheduler["params"])
-    assert built.get_lr() == [0.0]  # warmup starts at warmup_min_lr
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=config["optimizer"]["params"]["lr"])
+    scheduler = getattr(lr_schedules, config["scheduler"]["type"])(optimizer, **config["scheduler"]["params"])
+    rates = []
+    for _ in range(steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def test_deepspeed_would_start_a_warmup_of_one_step_at_zero_for_two_steps():
+    """Why a run without warm-up cannot be written as warmup_num_steps 1 from 0: WarmupLR raises it to 2 and sets
+    warmup_min_lr at construction and at the first step(), so steps 1 and 2 train at 0 and step 3 at half the rate."""
+    config = build_ds_config(make_plan(2, lr=1e-4, warmup_steps=5))
+    config["scheduler"]["params"].update(warmup_num_steps=1, warmup_min_lr=0)
+    assert _deepspeed_rates(config, 4) == pytest.approx([0.0, 0.0, 0.5e-4, 1e-4])
+
+
+def test_without_warmup_deepspeed_trains_at_the_rate_from_the_first_step():
+    config = build_ds_config(make_plan(2, lr=1e-4))
+    assert config["scheduler"] == {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 1e-4, "warmup_max_lr": 1e-4, "warmup_num_steps": 1, "warmup_type": "linear"}}
+    assert _deepspeed_rates(config, 3) == [1e-4, 1e-4, 1e-4]
+
+
+def test_without_warmup_deepspeed_decays_as_the_trainers_linear_schedule():
+    """With --total-steps and no warm-up, step k of T trains at lr x (T - k + 1) / T from the first step on: what
+    transformers' get_linear_schedule_with_warmup(optimizer, 0, T) gives the Trainer."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = build_ds_config(make_plan(2, lr=1e-4, total_steps=10))
+    assert config["scheduler"] == {"type": "WarmupDecayLR", "params": {
+        "warmup_min_lr": 0, "warmup_max_lr": 1e-4, "warmup_num_steps": 1, "warmup_type": "linear",
+        "total_num_steps": 12, "last_batch_iteration": 2}}
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-4)
+    hf = transformers.get_linear_schedule_with_warmup(optimizer, 0, 10)
+    trainer = []
+    for _ in range(12):
+        trainer.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        hf.step()
+    assert _deepspeed_rates(config, 12) == pytest.approx(trainer)
+    assert trainer[:3] == pytest.approx([1e-4, 0.9e-4, 0.8e-4])
+
+
+@pytest.mark.parametrize("target", ["trainer", "accelerate"])
+def test_a_consumer_that_fills_the_scheduler_keeps_its_own_no_warmup_handling(target):
+    """The Trainer and Accelerate fill warmup_min_lr and warmup_num_steps themselves (0 and max(1, warmup))."""
+    params = build_ds_config(make_plan(2, target=target, total_steps=10))["scheduler"]["params"]
+    assert (params["warmup_min_lr"], params["warmup_num_steps"]) == (AUTO, AUTO)
+    assert "last_batch_iteration" not in params
+    assert params["total_num_steps"] == (AUTO if target == "trainer" else 10)
 
 
 # ---------------------------------------------------------------- transformers' HfTrainerDeepSpeedConfig

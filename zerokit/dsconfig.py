@@ -43,6 +43,8 @@ NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_BUFFER_SIZE = 100_000_000
 NVME_OPTIMIZER_BUFFER_COUNT = 4
 DEFAULT_NVME_PATH = "/local_nvme"
+DEEPSPEED_WARMUP_FLOOR = 2
+"""WarmupLR's `max(2, warmup_num_steps)` (deepspeed/runtime/lr_schedules.py): its warm-up is never shorter."""
 _TRAINING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Training)}
 
 _KEPT_EXPLICIT = {"trainer": frozenset(ACCELERATE_PLUGIN_DEFAULTS), "accelerate": ACCELERATE_OWN_DEFAULTS,
@@ -211,20 +213,32 @@ def _offload(plan: Plan, device: str, param: bool) -> dict[str, Any]:
 
 def _scheduler(plan: Plan) -> dict[str, Any]:
     """Linear warmup (`warmup_type`, which DeepSpeed would take as "log") then linear decay (the Trainer's default
-    shape) when the total is known or filled."""
+    shape) when the total is known or filled.
+
+    DeepSpeed's WarmupLR/WarmupDecayLR (lr_schedules.py, 0.19) raise warmup_num_steps to at least 2 and set the rate
+    to warmup_min_lr at construction and again at the first step(): with a minimum of 0 the first two optimizer steps
+    train at 0 and the third at half the rate. A run without warm-up (`--target deepspeed`; the others fill the
+    params themselves) therefore gets, at a constant rate, a warm-up from the rate to itself; with a decay, a schedule
+    that starts past DeepSpeed's two warm-up steps (`last_batch_iteration` 2, so construction leaves the optimizer's
+    own rate for the first step) and ends 2 steps later: step k of T trains at lr x (T - k + 1) / T, as the Trainer's
+    linear schedule without warm-up."""
     t = plan.training
+    no_warmup = t.target == "deepspeed" and not t.warmup_steps
+    decays = t.total_steps is not None or t.target == "trainer"
     params: dict[str, Any] = {
-        "warmup_min_lr": 0,
+        "warmup_min_lr": t.lr if no_warmup and not decays else 0,
         "warmup_max_lr": t.lr,
         # DeepSpeed >= 0.19.6 rejects warmup_num_steps <= 0; the Trainer and Accelerate fill max(1, ...) too.
         "warmup_num_steps": max(1, t.warmup_steps),
         # DeepSpeed's Warmup* schedulers default to a logarithmic warmup (half the peak a tenth of the way in)
         "warmup_type": "linear",
     }
-    decays = t.total_steps is not None or t.target == "trainer"
     if not decays:
         return {"type": "WarmupLR", "params": params}
     params["total_num_steps"] = t.total_steps if t.total_steps is not None else max(1, t.warmup_steps)
+    if no_warmup:
+        params["total_num_steps"] += DEEPSPEED_WARMUP_FLOOR
+        params["last_batch_iteration"] = DEEPSPEED_WARMUP_FLOOR
     return {"type": "WarmupDecayLR", "params": params}
 
 
