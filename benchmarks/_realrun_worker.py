@@ -210,6 +210,10 @@ def main() -> int:
     result.update(rank=rank, losses=losses, finite=all(math.isfinite(x) for x in losses),
                   optimizer=type(engine.optimizer).__name__,
                   basic_optimizer=type(getattr(engine, "basic_optimizer", None)).__name__)
+    if ds_config.get("zero_optimization", {}).get("sub_group_size") is not None:
+        # ZeRO-3's optimizer sub-groups as DeepSpeed cut them: (partition elements, tensors) of each
+        result["sub_groups"] = [[sum(p.partition_numel() for p in group), len(group)]
+                                for group in engine.optimizer.fp16_groups]
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result, indent=1))
     dist.barrier()
     dist.destroy_process_group()

@@ -4,6 +4,7 @@
     python benchmarks/realrun_memory.py                  # the table, from the committed golden measurements
     python benchmarks/realrun_memory.py --run CASE ...   # re-measure cases live (real 2-rank DeepSpeed runs)
     python benchmarks/realrun_memory.py --run all --update-golden   # regenerate tests/data/realrun/memory.json
+    python benchmarks/realrun_memory.py --run subgroups --update-golden   # regenerate .../realrun/subgroups.json
 
 Each case is planned by zerokit (`plan()` with the case's forced options, `--target deepspeed`, no overhead
 reserve), and its ds_config trains a miniature model for a few optimizer steps through the real `deepspeed`
@@ -16,6 +17,12 @@ target is 3% on every case.
 
 Golden data: tests/data/realrun/memory.json holds every case's measurement with the library versions; the fast
 tests (tests/test_realrun_golden.py) re-plan each case and compare, without torch.
+
+ZeRO-3's optimizer sub-groups (SUBGROUP_CASES, golden file tests/data/realrun/subgroups.json, tests in
+tests/test_subgroup_step.py): DeepSpeed steps the optimizer one `sub_group_size` sub-group at a time, and the
+cases above all have partitions below the default 1e9 elements, one sub-group. These cases set `sub_group_size` in
+the plan's ds_config below the rank's partition (2.5M elements of the miniature llama) and predict with the
+same value (`estimate()` with the plan's buffers and that `sub_group_size`).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from zerokit.launch.runner import free_port, remove_shm_buffers
 
 GOLDEN = ROOT / "tests" / "data" / "realrun" / "memory.json"
+SUBGROUP_GOLDEN = ROOT / "tests" / "data" / "realrun" / "subgroups.json"
 MODELS = ROOT / "tests" / "data" / "realrun" / "models"
 WORKER = ROOT / "benchmarks" / "_realrun_worker.py"
 PHASES = ("forward", "backward", "optimizer_step")
@@ -47,12 +55,14 @@ WORLD = 2
 def _case(name: str, model: str, stage: int, *, opt: str = "none", param: str = "none", ckpt: bool = False,
           ga: int = 1, precision: str = "bf16", seq: int = 128, mb: int = 2, attention: str = "sdpa",
           steps: int = 3, peft: str = "none", lora_rank: int = 16, lora_targets: str = "all-linear",
-          lora_dropout: float = 0.05) -> dict:
+          lora_dropout: float = 0.05, sub_group_size: int | None = None) -> dict:
     case = {"name": name, "model": model, "zero_stage": stage, "offload_optimizer": opt, "offload_param": param,
             "gradient_checkpointing": ckpt, "gradient_accumulation": ga, "precision": precision, "seq_len": seq,
             "micro_batch": mb, "attention": attention, "steps": steps}
     if peft != "none":  # the full fine-tuning cases keep the golden file's case dicts as they were
         case.update(peft=peft, lora_rank=lora_rank, lora_targets=lora_targets, lora_dropout=lora_dropout)
+    if sub_group_size is not None:  # written into the ds_config, and the estimate uses it
+        case["sub_group_size"] = sub_group_size
     return case
 
 
@@ -90,7 +100,20 @@ CASES = [
     _case("llama-qlora-z2-ckpt", "llama", 2, ckpt=True, peft="qlora"),
     _case("llama-qlora-z3", "llama", 3, peft="qlora"),
 ]
-BY_NAME = {c["name"]: c for c in CASES}
+# ZeRO-3 with the rank's partition (2,499,712 elements of the miniature llama on 2 ranks) in several optimizer
+# sub-groups: 750,000 gives three (798,720, 813,568 and 887,424 elements), the largest's 16-bit flat copy and fp32
+# cast the step's peak; 100,000 gives ten, the embedding alone in the first (a view: no flat copy), where the
+# norm's fp64 copy of the embedding's gradient (524,288 elements) is the peak
+SUBGROUP_CASES = [
+    _case("llama-z3-subgroups", "llama", 3, sub_group_size=750_000),
+    _case("llama-z3-subgroups-small", "llama", 3, sub_group_size=100_000),
+]
+BY_NAME = {c["name"]: c for c in CASES + SUBGROUP_CASES}
+
+
+def golden_file(name: str) -> Path:
+    """The golden file that holds a case's measurement."""
+    return SUBGROUP_GOLDEN if any(c["name"] == name for c in SUBGROUP_CASES) else GOLDEN
 
 
 def model_config(case: dict) -> dict:
@@ -120,8 +143,26 @@ def plan_case(case: dict, nvme_path: str | None = None):
     return plan(spec, hardware, training)
 
 
-def predicted_phases(result) -> dict:
+def predicted_phases(result, case: dict | None = None) -> dict:
+    """The plan's phase totals; for a case that sets `sub_group_size`, the estimate of the plan's setup with it."""
+    if case is not None and "sub_group_size" in case:
+        return {p: m.total for p, m in estimate_case(result, case["sub_group_size"]).phases.items()}
     return {p: m.total for p, m in result.phases.items()}
+
+
+def estimate_case(result, sub_group_size: int):
+    """`zerokit.memory.estimate.estimate()` of the plan's own setup and buffers with another ZeRO-3
+    `sub_group_size` (the value the case's ds_config gets)."""
+    from zerokit.memory.buffers import BufferSettings
+    from zerokit.memory.estimate import estimate
+    from zerokit.planner.types import Setup
+
+    d = result.decision
+    setup = Setup(d.zero_stage, d.offload_optimizer, d.offload_param, d.micro_batch_size, d.gradient_checkpointing,
+                  d.gradient_accumulation_steps)
+    buffers = BufferSettings(d.overlap_comm, d.reduce_bucket_size, d.allgather_bucket_size, d.prefetch_bucket_size,
+                             d.param_persistence_threshold, d.max_live_parameters, False, sub_group_size)
+    return estimate(result.model, result.hardware, result.training, setup, buffers=buffers)
 
 
 def measured_phases(rank: dict, steps: int) -> dict:
@@ -168,6 +209,9 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
     nvme_dir.mkdir(exist_ok=True)
     result = plan_case(case, str(nvme_dir))
     ds_config = result.ds_config or build_ds_config(result)
+    if "sub_group_size" in case:
+        ds_config = dict(ds_config, zero_optimization=dict(ds_config["zero_optimization"],
+                                                           sub_group_size=case["sub_group_size"]))
     spec = {"ds_config": ds_config, "model_config": model_config(case), "seq_len": case["seq_len"],
             "steps": case["steps"], "attention": case["attention"],
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
@@ -189,8 +233,11 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
         print(f"  warning: {case['name']}: a loss is not finite: {ranks[0]['losses']}", file=sys.stderr)
     if diagnose:
         return {"case": case, "diagnose": ranks[0]["diagnose"]}
-    return {"seconds": round(time.time() - t0, 1), "optimizer": ranks[0]["optimizer"], "finite": finite,
-            "ranks": [{"phases": rk["phases"], "losses": rk["losses"]} for rk in ranks]}
+    out = {"seconds": round(time.time() - t0, 1), "optimizer": ranks[0]["optimizer"], "finite": finite,
+           "ranks": [{"phases": rk["phases"], "losses": rk["losses"]} for rk in ranks]}
+    if "sub_groups" in ranks[0]:  # the cases that set sub_group_size: DeepSpeed's own sub-groups, rank 0's
+        out["sub_groups"] = ranks[0]["sub_groups"]
+    return out
 
 
 def measure_case(case: dict, repeats: int) -> dict:
@@ -226,7 +273,7 @@ def compare(measurement: dict) -> list[dict]:
     offloads. Each phase's error is relative to the measured peak of the step (the figure that must fit)."""
     case = measurement["case"]
     result = plan_case(case)
-    predicted = predicted_phases(result)
+    predicted = predicted_phases(result, case)
     got = measured(measurement)
     peak = max(m for m, _ in got.values())
     rows = []
@@ -282,10 +329,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, help="with --diagnose: train this many steps (the last one is listed)")
     a = ap.parse_args()
     if a.list:
-        for c in CASES:
+        for c in CASES + SUBGROUP_CASES:
             print(c["name"])
         return 0
-    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {"cases": {}}
+    goldens = {path: json.loads(path.read_text()) if path.exists() else {"cases": {}}
+               for path in (GOLDEN, SUBGROUP_GOLDEN)}
     if a.diagnose:
         with tempfile.TemporaryDirectory(prefix="zk-realrun-diag-") as d:
             case = dict(BY_NAME[a.diagnose], steps=a.steps or BY_NAME[a.diagnose]["steps"])
@@ -297,7 +345,8 @@ def main() -> int:
                     print(f"  {size / 1e6:9.3f} MB {count:4d}x  {site[:220]}")
         return 0
     if a.run is not None:
-        names = [c["name"] for c in CASES] if a.run in ([], ["all"]) else a.run
+        names = ([c["name"] for c in CASES + SUBGROUP_CASES] if a.run in ([], ["all"]) else
+                 [c["name"] for c in SUBGROUP_CASES] if a.run == ["subgroups"] else a.run)
         unknown = [n for n in names if n not in BY_NAME]
         if unknown:
             print(f"unknown case(s): {', '.join(unknown)}; --list shows them", file=sys.stderr)
@@ -307,15 +356,19 @@ def main() -> int:
             print(f"measuring {n} ...", file=sys.stderr, flush=True)
             live[n] = measure_case(BY_NAME[n], a.repeats)
             if a.update_golden:  # after every case: a long regeneration that breaks keeps what it measured
+                path = golden_file(n)
+                golden = goldens[path]
                 golden.setdefault("cases", {})[n] = live[n]
                 golden["versions"] = versions()
-                golden["command"] = "python benchmarks/realrun_memory.py --run all --update-golden"
-                tmp = GOLDEN.with_suffix(".tmp")
+                golden["command"] = ("python benchmarks/realrun_memory.py --run " +
+                                     ("subgroups" if path == SUBGROUP_GOLDEN else "all") + " --update-golden")
+                tmp = path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(golden, indent=1) + "\n")
-                os.replace(tmp, GOLDEN)
+                os.replace(tmp, path)
         measurements = list(live.values())
     else:
-        measurements = [golden["cases"][c["name"]] for c in CASES if c["name"] in golden.get("cases", {})]
+        measurements = [goldens[golden_file(c["name"])]["cases"][c["name"]] for c in CASES + SUBGROUP_CASES
+                        if c["name"] in goldens[golden_file(c["name"])].get("cases", {})]
     rows = [row for m in measurements for row in compare(m)]
     print_table(rows)
     return 0

@@ -27,6 +27,9 @@ OVERLAP_FACTOR = 4.5
 NO_OVERLAP_FACTOR = 2.0
 STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
 DEFAULT_MAX_LIVE_PARAMETERS = 1_000_000_000  # DeepSpeed's default stage3_max_live_parameters
+DEFAULT_SUB_GROUP_SIZE = 1_000_000_000
+"""DeepSpeed's default `zero_optimization.sub_group_size` (runtime/zero/config.py): ZeRO-3 steps its optimizer one
+sub-group of about this many partition elements at a time. zerokit's ds_configs leave it at this default."""
 
 # Overhead: the CUDA context (300-600 MiB with cuBLAS/cuDNN handles), NCCL's communicators and channel buffers
 # (a few hundred MiB per process group) and the caching allocator's fragmentation, which grows with the pool.
@@ -46,6 +49,9 @@ class BufferSettings(NamedTuple):
     hf_auto: bool
     """True when the sizes are exactly what HF Trainer / Accelerate fill for "auto" (reduce = hidden^2,
     prefetch = 0.9 hidden^2, persistence = 10 hidden), so a trainer/accelerate config can leave them "auto"."""
+    sub_group_size: int = DEFAULT_SUB_GROUP_SIZE
+    """ZeRO-3's `sub_group_size`: the optimizer step casts one sub-group's gradients to fp32 at a time. The planner
+    keeps DeepSpeed's default and writes nothing; a ds_config that sets another value is estimated with it."""
 
 
 def hf_auto_settings(hidden_size: int, overlap_comm: bool = True,
@@ -97,6 +103,9 @@ def zero_buffer_keys(settings: Any, zero_stage: int) -> dict[str, Any]:
                     stage3_param_persistence_threshold=settings.param_persistence_threshold,
                     stage3_max_live_parameters=settings.max_live_parameters,
                     stage3_max_reuse_distance=settings.max_live_parameters)
+        sub_group = getattr(settings, "sub_group_size", DEFAULT_SUB_GROUP_SIZE)
+        if sub_group != DEFAULT_SUB_GROUP_SIZE:  # the default is DeepSpeed's own: a plan's ds_config leaves it out
+            keys["sub_group_size"] = sub_group
     return keys
 
 

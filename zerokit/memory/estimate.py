@@ -12,7 +12,8 @@ A step has three phases, each with its own peak (CONTRACT.md `memory.phases`):
 - backward: the largest of three moments: the loss backward (fp32 gradients of log-probabilities and logits
   while every activation is still held), the lm_head backward (its weight gradient, the first gradient reduce
   and DeepSpeed's gradient buffers), and one decoder layer's working set (with checkpointing: its recompute);
-- optimizer_step: gradients flattened and cast to fp32, the optimizer, no activations.
+- optimizer_step: gradients flattened and cast to fp32 (at ZeRO-3 one sub-group at a time), the optimizer, no
+  activations.
 
 What DeepSpeed 0.19 allocates, read from its code and confirmed on traced runs (benchmarks/realrun_memory.py).
 P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the training dtype's width:
@@ -40,8 +41,38 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   backward re-gathers the rest as it goes. Parameters below `stage3_param_persistence_threshold` elements stay
   whole on every rank. One rank gathers nothing (each parameter is its whole partition), unless the parameters
   are offloaded: then every fetched one stays on the GPU until backward, up to the live limit (measured on an
-  H100; the reuse window would free 40% of a 0.9B llama). The step flattens the partition's gradients (eP/N) and
-  casts them to fp32 (4P/N).
+  H100; the reuse window would free 40% of a 0.9B llama). The step works one sub-group at a time (below).
+- ZeRO-3's optimizer step (runtime/zero/stage3.py of DeepSpeed 0.19.8; S = `zero_optimization.sub_group_size`,
+  1e9 by default, config.py:182, handed over at engine.py:2775; zerokit's ds_configs leave it at that):
+  - the rank's partition is cut into sub-groups at initialisation (`_create_fp16_sub_groups`, 1210-1233): the
+    parameters in order, each counting its partition ceil(numel/N), a sub-group closing at the tensor that brings
+    it to S elements (1226), the whole partition one sub-group when it is at most S (1215). Each sub-group has its
+    own fp32 master tensor and Adam states (`fp32_partitioned_groups_flat`, `_create_fp32_partitions` at
+    1081): 12P/N in all, as with one sub-group.
+  - held through the step: the 16-bit partition eP/N, master and moments 12P/N, and `grad_partitions_flat_buffer`
+    (eP/N, 791), whose slices are each sub-group's `averaged_gradients` (the backward epilogue, 1424); gathered
+    parameters are released first (`_partition_all_parameters`, 2878).
+  - before the loop: fp16 only, the overflow check's `torch.isinf`/`isnan` of the whole gradient buffer, a
+    boolean copy of 1 byte x P/N (2815-2816, 3013); then the gradient norm (`_get_norm_groups`, 2886), which
+    casts each gradient partition to fp64 one at a time (`get_grad_norm_direct`, 2457: 8 bytes x the largest
+    tensor's partition). `zero_grad` drops the parameters' own `.grad` (2907).
+  - the loop (2910-2927), one sub-group at a time: `_prepare_sub_group` -> `_prepare_fp32_grad_for_sub_group`
+    (2683-2699) flattens the sub-group's gradient slices (a new e x s copy: torch's `flatten_dense_tensors`,
+    torch/_utils.py:602, concatenates, except that one tensor alone comes back as a view) and casts the flat
+    copy to fp32 (4s; the 16-bit copy dies once the cast is done; in fp32 the cast is the copy itself), the fp32
+    master's `.grad`; `unscale_and_clip_grads` scales it in place (2988); the optimizer steps that one fp32
+    tensor (FusedAdam, DeepSpeed's CPU Adam: no temporaries); the master is copied into the 16-bit partition in
+    place (2858); and `_release_sub_group` drops the fp32 gradient (2735) before the next sub-group is prepared.
+  So the step's peak beyond the states and the gradient buffer is max(e x s + 4s over the sub-groups of several
+  tensors, 4s over those of one tensor, 8 x the largest tensor's partition, fp16: P/N) (`_zero3_step`), s a
+  sub-group's elements: (e + 4)P/N when the partition is one sub-group, as every traced run with a partition
+  below 1e9 elements shows, about (e + 4) x S when it is larger (a 32B model on 8 GPUs: 6.4 GB, not 24.6 GB).
+  Traced with sub-groups (benchmarks/realrun_memory.py SUBGROUP_CASES): the peak is the 887,424-element
+  sub-group's 16-bit flat copy and fp32 cast (1.775 + 3.550 MB), and with 100,000-element sub-groups the norm's
+  fp64 copy of the embedding's gradient (4.194 MB). The sub-groups come from the model's tensors in
+  `model.parameters()` order (`step_sub_groups`); the HF Trainer's no-decay group (norms, biases) makes a second
+  parameter group, which moves the boundaries by those small tensors only. With the optimizer offloaded, the
+  fp32 gradients are already on the host (1419) and `_prepare_sub_group` casts nothing on the GPU (2706).
 - LoRA/QLoRA at ZeRO-3 (traced): backward never reaches the modules before the first adapted computation (the
   embedding, the first layer's q, k, v base weights), so without checkpointing the trace releases them after
   forward. LoRA's adapters stay fp32 on a zero.Init model; QLoRA's base loads without zero.Init, so the engine
@@ -145,7 +176,8 @@ class StepCosts:
         self.buffers_backward = buffers_backward
         """IPG buckets, alive from the first gradient to the end of backward."""
         self.step_grads = step_grads
-        """Gradients at the step beyond grads_rest: the partition, its flat copy and its fp32 cast."""
+        """Gradients at the step beyond grads_rest: the partition, its flat copy and its fp32 cast (ZeRO-3: the
+        largest sub-group's flat copy and cast, or the norm's fp64 copy of one gradient, `_zero3_step`)."""
         self.step_transient = step_transient
         """Other step temporaries (ZeRO-0's fp32 casts of every gradient)."""
         self.end_grads = end_grads
@@ -263,7 +295,8 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
                zero_stage: int, offload_optimizer: str = "none", offload_param: str = "none",
                precision: str = "bf16", accumulation: int = 1, buffers: BufferSettings, overhead: int = 0,
                modules: tuple[int, ...] = (), persistent: int = 0, largest_layer: int = 0,
-               gloo: bool = False, adapter_bytes: int | None = None) -> StepCosts:
+               gloo: bool = False, adapter_bytes: int | None = None,
+               sub_groups: tuple[int, int, int] | None = None) -> StepCosts:
     """The micro-batch-independent bytes of one setup (see the module docstring for where each comes from).
 
     `parameters` counts every parameter; `trainable` those with gradients and optimizer states (None: all);
@@ -274,11 +307,12 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
     module (ZeRO-3 gathers at least it; ZeRO-Offload stages gradients through a buffer of its size). `gloo`: the
     ranks communicate over gloo (DeepSpeed's CPU accelerator), which has no all_gather_into_tensor: torch
     emulates it with a temporary the size of the output, so ZeRO-1/2's all-gather of the updated parameters
-    costs eP after the step.
+    costs eP after the step. `sub_groups`: ZeRO-3's optimizer sub-groups as `step_sub_groups` gives them (None:
+    bounded from the partition, `buffers.sub_group_size` and `largest_layer`).
     """
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest_layer, gloo,
-                       adapter_bytes)
+                       adapter_bytes, 0, 0, sub_groups)
 
 
 _KEPT = IdentityMemo(1024)
@@ -295,7 +329,8 @@ def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
-                gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0) -> StepCosts:
+                gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
+                sub_groups: tuple[int, int, int] | None = None) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -359,7 +394,12 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     released = max(0, min(front, kept - (sum(modules) - front))) if front else 0
     window = max(kept - persistent, largest_layer, 0)
     kept = max(kept - released - persistent, largest_layer, 0)
-    step = e * tn + (FP32 * tn if mixed else 0) if opt_on_gpu else 0
+    if opt_on_gpu:  # one sub-group's gradients at a time (module docstring): the largest sub-group's, or the norm's
+        if sub_groups is None:
+            sub_groups = sub_group_bound(tn, buffers.sub_group_size, _div(largest_layer, n) if trainable is None else 0)
+        step = _zero3_step(sub_groups, e, mixed, precision == "fp16", tn)
+    else:
+        step = 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
         adapters_gathered = ab * t * min(window, parameters) // max(parameters, 1)
     gathered, persistent_bytes = e * min(kept, parameters) + adapters_gathered, e * persistent
@@ -452,9 +492,110 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
             model, buffers.param_persistence_threshold)
     else:
         modules, persistent, front = module_trace(model, buffers.param_persistence_threshold)
+    # ZeRO-3's optimizer sub-groups, from the model's parameters in order (full fine-tuning; LoRA's adapters are
+    # bounded from their partition: a few hundred million elements at most, one sub-group at the default size)
+    groups = step_sub_groups(model, world_size, buffers.sub_group_size) \
+        if zero_stage == 3 and offload_optimizer == "none" and trainable is None and not replicated_bytes else None
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
-                       adapter_bytes, replicated_bytes, front if front_released and trainable is not None else 0)
+                       adapter_bytes, replicated_bytes, front if front_released and trainable is not None else 0,
+                       groups)
+
+
+NORM_BYTES = 8
+"""ZeRO-3's gradient norm casts each gradient partition to fp64, one at a time (`get_norm_dtype`: fp64 wherever the
+accelerator has it, CUDA and CPU included)."""
+
+
+def _zero3_step(sub_groups: tuple[int, int, int], e: int, mixed: bool, fp16: bool, tn: int) -> int:
+    """The bytes ZeRO-3's optimizer step holds beyond the gradient partitions at its peak (module docstring): the
+    largest of the fp16 overflow check's boolean copy of the partition, the norm's fp64 copy of the largest
+    gradient, and one sub-group's flat 16-bit copy (when it has more than one tensor) and its fp32 cast."""
+    several, single, tensor = sub_groups
+    fp32 = FP32 if mixed else 0  # in fp32 `.to(fp32)` is the flat copy itself
+    return max(e * several + fp32 * several, fp32 * single, NORM_BYTES * tensor, tn if fp16 else 0)
+
+
+def sub_group_bound(partition: int, sub_group_size: int, largest_tensor: int) -> tuple[int, int, int]:
+    """`step_sub_groups` where the parameters' sizes are unknown: the whole partition when it is at most
+    `sub_group_size` (one group), else a group of at most `sub_group_size` plus the largest tensor's partition less
+    one element (a group closes at the tensor that takes it to the size), counted as several tensors."""
+    if partition <= sub_group_size:
+        return partition, 0, largest_tensor
+    return min(partition, sub_group_size + max(largest_tensor - 1, 0)), 0, largest_tensor
+
+
+def step_sub_groups(model: Any, world_size: int, sub_group_size: int) -> tuple[int, int, int]:
+    """ZeRO-3's optimizer sub-groups on one rank (`DeepSpeedZeroOptimizer_Stage3._create_fp16_sub_groups`): (the
+    largest sub-group of several tensors, the largest of one tensor, the largest tensor), in partition elements.
+
+    DeepSpeed walks the parameter group in order and closes a sub-group at the tensor that brings it to
+    `sub_group_size` elements (each tensor counts `ceil(numel / N)`, its partition); the whole group is one
+    sub-group when it holds no more than that. The tensors are the model's in `model.parameters()` order, as
+    `model_parts` lists its modules (a linear's weight and bias apart, a stacked expert tensor apart, any other
+    module's parameters as one tensor); a model zerokit cannot split is bounded (`sub_group_bound`)."""
+    tn = _div(model.parameters, world_size)
+    sizes = _tensor_sizes(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else None
+    if not sizes:
+        return sub_group_bound(tn, sub_group_size, _div(model.largest_layer_parameters, world_size))
+    return _sub_groups(sizes, world_size, sub_group_size, tn)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sub_groups(sizes: tuple[int, ...], n: int, sub_group_size: int, tn: int) -> tuple[int, int, int]:
+    parts = [_div(s, n) for s in sizes]
+    largest = max(parts)
+    if sum(parts) <= sub_group_size:  # `sub_group_size >= params_group_numel`: one sub-group, the partition
+        return (tn, 0, largest) if len(parts) > 1 else (0, tn, largest)
+    several = single = group = count = 0
+    last = len(parts) - 1
+    for i, p in enumerate(parts):
+        group += p
+        count += 1
+        if group >= sub_group_size or i == last:
+            if count > 1:
+                several = max(several, group)
+            else:
+                single = max(single, group)
+            group = count = 0
+    return several, single, largest
+
+
+@functools.lru_cache(maxsize=256)
+def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
+    """The elements of each trainable tensor in `model.parameters()` order (None: not a family zerokit splits)."""
+    from zerokit.errors import BadInput
+    from zerokit.models.params import model_parts
+
+    try:
+        parts = model_parts(dict(config_key))
+    except (BadInput, KeyError, TypeError):
+        return None
+    if not parts or layers < 1:
+        return None
+
+    def tensors(p) -> list[int]:
+        if p.stacked:  # transformers 5's fused expert stacks (and the router) are tensors of their own
+            stacked = [experts * a * b for _, experts, a, b in p.stacked]
+            return stacked + ([p.params - sum(stacked)] if p.params > sum(stacked) else [])
+        if p.linear is not None and p.bias:
+            weight = p.linear[0] * p.linear[1]
+            return [weight, p.params - weight]
+        return [p.params]
+
+    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
+    first = parts[:parts.index(per_layer[0])] if per_layer else parts
+    last = [p for p in parts[len(first):] if p not in per_layer]
+    out: list[int] = []
+    for p in first:
+        out += tensors(p)
+    for layer in range(layers):
+        for p in per_layer:  # copies spread over the layers (a multiple of them for experts of their own)
+            out += tensors(p) * ((p.copies * (layer + 1)) // layers - (p.copies * layer) // layers)
+    for p in last:
+        if not p.tied:  # a tied head's weight is the embedding's, one tensor
+            out += tensors(p)
+    return tuple(s for s in out if s > 0) or None
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int]:
