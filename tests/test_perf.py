@@ -786,3 +786,28 @@ def test_a_plan_from_a_profile_probed_oversubscribed_says_so(tmp_path, capsys):
         warnings = json.loads(capsys.readouterr().out)["warnings"]
         assert code in (0, 1)
         assert [w for w in warnings if w.startswith("the profile was probed")] == expected, measured
+
+
+def test_eager_attention_moves_its_score_matrix_through_memory_pass_by_pass():
+    """transformers' eager_attention_forward scales, masks, softmaxes in fp32 and casts back the whole s x s score
+    matrix (gemma2 also soft-caps it): passes sdpa and flash fuse into the score kernel. At the elementwise rate of
+    the flat machine, 1e12 B/s, every pass is priced; the matmuls are the same FLOPs as sdpa's full-square scores."""
+    from zerokit.perf.model import eager_score_bytes
+
+    assert eager_score_bytes(2) == (4 + 4 + 6 + 6, 6 + 12 + 6 + 4) == (20, 28)
+    assert eager_score_bytes(4) == (24, 20)  # fp32: no casts
+    assert eager_score_bytes(2, softcap=True) == (20 + 12, 28 + 14)
+    cfg = dict(TINY_LLAMA)
+    n = count_parameters(cfg)[0]
+    slow = replace(FLAT, elementwise=((1.0, 1e9),))  # FLAT's elementwise passes are free
+
+    def extra(config: dict, attention: str) -> float:
+        """What a finite elementwise rate adds to the compute (the per-token passes, and eager's score passes)."""
+        return (step_time(config, slow, parameters=n, seq_len=64, micro_batch=2, attention=attention).compute_s
+                - step_time(config, FLAT, parameters=n, seq_len=64, micro_batch=2, attention=attention).compute_s)
+
+    heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    elements = layers * heads * 64 * 64 * 2  # eager scores full squares, both sequences of the micro-batch
+    assert extra(cfg, "eager") - extra(cfg, "sdpa") == pytest.approx(elements * (20 + 28) / 1e9)
+    capped = dict(cfg, attn_logit_softcapping=50.0)
+    assert extra(capped, "eager") - extra(capped, "sdpa") == pytest.approx(elements * (32 + 42) / 1e9)

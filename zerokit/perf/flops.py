@@ -75,6 +75,9 @@ class ModelFlops:
     `stage3_param_persistence_threshold` and keeps the others whole on every rank."""
     elementwise_per_token: float = 0.0
     """Element passes of the forward's elementwise kernels per token, all layers (`elementwise_passes`)."""
+    score_softcap: bool = False
+    """Attention logits are soft-capped (gemma2's `attn_logit_softcapping`): eager runs three more passes over the
+    score matrix (divide, tanh, multiply)."""
     _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -307,7 +310,8 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         vocab_size=c["vocab_size"], intermediate_size=width, layer_matmuls=tuple(m for m in layer if m.copies > 0),
         head_matmuls=tuple(head), attention=attention, parameter_modules=int(modules),
         module_sizes=tuple((p.params, p.copies) for p in parts),
-        elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder))
+        elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder),
+        score_softcap=bool(c.get("attn_logit_softcapping")))
     return _CACHE.put(id(config), config, result)
 
 

@@ -274,19 +274,42 @@ def _compute_parts(mf: ModelFlops, perf: MachinePerf, micro_batch: int, seq_len:
         score_flops += f
     nbytes = _BYTES[dtype]
     elem = tokens * mf.elementwise_per_token * nbytes / perf.elementwise_at(tokens * mf.hidden_size * nbytes)
+    score_fwd = score_bwd = 0.0
+    if attention == "eager":  # the s x s score matrix goes through memory, pass by pass (`eager_score_bytes`)
+        fwd_b, bwd_b = eager_score_bytes(nbytes, mf.score_softcap)
+        for g, pairs in mf.attention_pairs(seq_len, attention):
+            elements = g.heads * pairs * micro_batch  # one layer's scores
+            rate = perf.elementwise_at(elements * nbytes)
+            score_fwd += g.layers * elements * fwd_b / rate
+            score_bwd += g.layers * elements * bwd_b / rate
+    elem_fwd, elem_bwd = elem + score_fwd, 2.0 * elem + score_bwd
     logits = tokens * mf.vocab_size * 4.0
     loss = logits * _LOSS_PASSES / perf.elementwise_at(logits)
     ops = (_OPS_PER_LAYER * mf.num_layers + 10) * perf.op_overhead_s
     k = perf.compute_scale  # what a DeepSpeed engine adds to the kernels' own time (probe-measured, or the preset's)
-    result = (k * (forward + score_t + elem + loss / 3.0 + ops),                         # forward
-              k * (backward + 2.0 * score_t + 2.0 * elem + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
+    result = (k * (forward + score_t + elem_fwd + loss / 3.0 + ops),                     # forward
+              k * (backward + 2.0 * score_t + elem_bwd + loss * 2.0 / 3.0 + 2.0 * ops),  # backward: input gradients
               k * weight_grad,                                                           # backward: weight gradients
-              k * (layer_fwd + score_t + elem + ops),                                    # recomputing the layers
+              k * (layer_fwd + score_t + elem_fwd + ops),                                # recomputing the layers
               weight_flops, score_flops, perf.peak_flops(dtype), _mfu_peak(perf, dtype))
     if len(mf._cache) > 4096:
         mf._cache.clear()
     mf._cache[key] = (perf, result)
     return result
+
+
+def eager_score_bytes(e: int, softcap: bool = False) -> tuple[int, int]:
+    """Bytes that move per element of eager attention's score matrix, (forward, backward), as transformers 5's
+    `eager_attention_forward` runs it in the activation dtype of `e` bytes: the scaling and the mask each read and
+    write the matrix (2e, 2e), softmax reads it and writes fp32 (e + 4), the cast back reads that and writes e
+    (4 + e; none in fp32). Backward: the cast's gradient (e + 4), softmax's (reads its output and the gradient in
+    fp32, writes one: 12), the cast to the activation dtype (4 + e) and the scaling's (2e). A soft-capped model
+    (gemma2) divides, takes tanh and multiplies: 6e forward, 7e backward (tanh's reads its output too). The passes
+    run at the machine's elementwise rate; sdpa and flash fuse them into the score kernel."""
+    cast = 4 + e if e != 4 else 0
+    forward = 2 * e + 2 * e + (e + 4) + cast + (6 * e if softcap else 0)
+    backward = cast + 12 + cast + 2 * e + (7 * e if softcap else 0)
+    return forward, backward
 
 
 def _mfu_peak(perf: MachinePerf, dtype: str) -> float:
