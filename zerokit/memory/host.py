@@ -35,11 +35,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from zerokit.memory.buffers import DEFAULT_SUB_GROUP_SIZE
+
 OFFLOADED_OPTIMIZER_BYTES = 16  # fp32 master + fp32 gradient + momentum + variance
 NVME_OPT_BUFFER_COUNT = 4
 NVME_PARAM_BUFFER_COUNT = 5
 NVME_PARAM_BUFFER_SIZE = 100_000_000
-SUB_GROUP_SIZE = 1_000_000_000
+SUB_GROUP_SIZE = DEFAULT_SUB_GROUP_SIZE  # what a plan's ds_config leaves DeepSpeed's own (`zero_buffer_keys`)
 CHECKPOINT_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 """config.json's dtype names (transformers writes torch's, without the `torch.` prefix) and their widths."""
 
