@@ -73,10 +73,10 @@ def test_include_replaces_gpu_count_and_conflicts_with_it():
 
 
 def test_many_nodes_write_hostfile_and_deepspeed_env(tmp_path):
-    s = spec(hosts=(("node1", 8), ("node2", 8)), launcher="openmpi", master_addr="node1", master_port=29600,
+    s = spec(hosts=(("node1", 8), ("node2", 8)), launcher="mpich", master_addr="node1", master_port=29600,
              env=(("NCCL_DEBUG", "INFO"), ("NCCL_SOCKET_IFNAME", "eth0")), files_dir=str(tmp_path))
     argv, env = build_command(s)
-    assert argv == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--launcher", "openmpi",
+    assert argv == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--launcher", "mpich",
                     "--master_addr", "node1", "--master_port", "29600", "train.py", "--deepspeed", "/cfg/ds.json"]
     assert env == {"PYTHONUNBUFFERED": "1", "DS_ENV_FILE": str(tmp_path / ".deepspeed_env"),
                    "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"}
@@ -119,7 +119,7 @@ def test_hostile_hostname_through_the_cli_is_one_line_and_exit_2(capsys):
     code = main(["launch", "--hosts", "a;rm -rf ~:2,$(id):2", "--dry-run", "train.py"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == "zerokit launch: error: host 'a;rm -rf ~' is not a valid hostname; use letters, digits, '-' and '.' only\n"
+    assert err == "zerokit launch: error: host 'a;rm -rf ~' is not a valid hostname; use letters, digits, '-', '_' and '.' only\n"
 
 
 def test_hosts_option_parses_slots_and_defaults():

@@ -291,7 +291,7 @@ def test_sbatch_pins_the_nodelist_and_every_argument_arrives(tmp_path, monkeypat
     text = (tmp_path / "job.sbatch").read_text()
     directives = [line.split(None, 1)[1] for line in text.splitlines() if line.startswith("#SBATCH")]
     assert directives == ["--job-name=zerokit", "--nodes=2", "--nodelist=gpu-a,gpu-b", "--ntasks-per-node=1",
-                          "--gpus-per-node=8", "--output=zerokit-%j.out", "--time=01:00:00"]
+                          "--exclusive", "--gpus-per-node=8", "--output=zerokit-%j.out", "--time=01:00:00"]
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "gpu-[a-b]",
            "SLURM_JOB_ID": "42", "SLURM_SUBMIT_DIR": str(tmp_path)}
     subprocess.run(["bash", "job.sbatch"], env=env, check=True, cwd=tmp_path, timeout=60)

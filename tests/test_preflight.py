@@ -544,3 +544,112 @@ def test_preflight_does_not_repeat_deepspeeds_cpu_accelerator_warning():
     assert r.returncode in (0, 3), r.stderr
     assert "Setting accelerator to CPU" not in r.stderr + r.stdout
     assert " accelerator: " in r.stdout
+
+
+# ---------------------------------------------------------------- the job's hosts, its config's needs, DeepSpeed's ssh
+
+def test_nodes_include_and_exclude_narrow_the_hosts_and_ranks_the_checks_see(tmp_path):
+    # DeepSpeed's runner: parse_inclusion_exclusion, then apply_num_nodes_and_gpus (the first --num_nodes hosts)
+    hostfile = tmp_path / "hf2"
+    hostfile.write_text("node1 slots=4\nnode2 slots=4\n")
+    whole = preflight.make_target(hostfile=str(hostfile))
+    assert whole.hosts == {"node1": 4, "node2": 4} and whole.world_size == 8
+    first = preflight.make_target(hostfile=str(hostfile), nodes=1)
+    assert first.hosts == {"node1": 4} and first.world_size == 4
+    one = preflight.make_target(hostfile=str(hostfile), include="node1:0")
+    assert one.hosts == {"node1": 1} and one.world_size == 1
+    assert preflight.make_target(hostfile=str(hostfile), include="node2").hosts == {"node2": 4}
+    assert preflight.make_target(hostfile=str(hostfile), exclude="node2").hosts == {"node1": 4}
+    assert preflight.make_target(hostfile=str(hostfile), exclude="node1:0,3@node2").hosts == {"node1": 2}
+    assert preflight.make_target(hostfile=str(hostfile), gpus_per_node=2).hosts == {"node1": 2, "node2": 2}
+    with pytest.raises(preflight.BadInput, match="node3 is not one of the job's hosts"):
+        preflight.make_target(hostfile=str(hostfile), include="node3")
+
+
+def test_launch_preflight_checks_ssh_to_the_selected_hosts_only(tmp_path, monkeypatch, capsys):
+    hostfile = tmp_path / "hf2"
+    hostfile.write_text("node1.invalid slots=4\nnode2.invalid slots=4\n")
+    script = tmp_path / "train.py"
+    script.write_text("")
+    asked = []
+    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")  # pdsh "present"
+    for extra in (["--nodes", "1"], ["--include", "node1.invalid:0"]):
+        asked.clear()
+        code = main(["launch", "--hostfile", str(hostfile), "--master-port", str(free_port()), *extra, str(script)])
+        err = capsys.readouterr().err
+        assert code == 3 and asked == ["node1.invalid"], err
+        assert "node2.invalid" not in err
+
+
+def test_offloaded_lion_and_adagrad_check_their_own_cpu_ops():
+    from deepspeed.accelerator import get_accelerator
+
+    offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    for kind, op, builder in (("Lion", "cpu_lion", "CPULionBuilder"), ("adagrad", "cpu_adagrad", "CPUAdagradBuilder"),
+                              ("AdamW", "cpu_adam", "CPUAdamBuilder")):
+        needs = needs_from_config({**offload, "optimizer": {"type": kind, "params": {"lr": 1e-4}}})
+        assert (needs.cpu_adam, needs.cpu_optimizer_op) == (True, op)
+        check = preflight.check_cpu_adam(Target(needs=needs))
+        compatible = get_accelerator().create_op_builder(builder).is_compatible(verbose=False)
+        assert check.name == f"op {op}" and check.ok == compatible
+    assert needs_from_config(offload).cpu_optimizer_op == "cpu_adam"  # no optimizer block: the Trainer's AdamW
+
+
+def test_fp16_on_a_device_without_it_fails_with_the_fix(tmp_path, capsys):
+    from deepspeed.accelerator import get_accelerator
+
+    fp16 = bool(get_accelerator().is_fp16_supported())
+    bf16 = bool(get_accelerator().is_bf16_supported())
+    cfg = tmp_path / "fp16.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}))
+    code = main(["preflight", "--config", str(cfg), "--gpus-per-node", "2", "--master-port", str(free_port()),
+                 "--format", "json"])
+    check = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["precision"]
+    assert check["ok"] == fp16 and (code == 3) == (not fp16)
+    if not fp16:  # this CPU: torch._C._is_mkldnn_fp16_supported() is False
+        assert "Type fp16 is not supported on your device." in check["detail"]
+        assert ("bf16.enabled to true" in check["fix"]) == bf16 and "fp32" in check["fix"]
+    assert preflight.check_dtypes(Target(needs=needs_from_config({"bf16": {"enabled": "auto"}}))) is None
+
+
+def test_batch_size_against_the_jobs_world_size_is_lints_zk201(tmp_path, capsys):
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 2}))
+    lint = main(["lint", "--world-size", "3", str(cfg)])
+    assert lint == 1 and "ZK201" in capsys.readouterr().out
+    code = main(["preflight", "--config", str(cfg), "--gpus-per-node", "3", "--master-port", str(free_port()),
+                 "--format", "json"])
+    check = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}["batch size"]
+    assert code == 3 and not check["ok"] and "ZK201" in check["detail"] and "12" in check["fix"]
+    ok = preflight.check_batch_size(preflight.make_target(config=str(cfg), gpus_per_node=2))
+    assert ok.ok and "world size 2" in ok.detail
+
+
+def test_ssh_check_is_deepspeeds_and_writes_no_host_keys(monkeypatch):
+    seen = []
+
+    def run(argv, **kwargs):
+        seen.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(preflight.subprocess, "run", run)
+    assert preflight.probe_ssh("node1") == (True, "")
+    argv = seen[0]
+    assert argv[0] == "ssh" and argv[-2:] == ["node1", "hostname"]  # runner.py: ssh -o PasswordAuthentication=no H hostname
+    options = [argv[i + 1] for i, a in enumerate(argv) if a == "-o"]
+    assert "PasswordAuthentication=no" in options and "BatchMode=yes" in options
+    assert any(o.startswith("ConnectTimeout=") for o in options)
+    assert not any(o.startswith(("StrictHostKeyChecking", "UserKnownHostsFile")) for o in options)
+
+
+def test_cpu_accelerator_line_names_the_backend_deepspeed_picks(monkeypatch):
+    import torch
+    from deepspeed.accelerator import get_accelerator
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has GPUs")
+    monkeypatch.setattr(get_accelerator(), "_communication_backend_name", "ccl")  # oneccl_bindings_for_pytorch
+    check = preflight.check_accelerator(Target(gpus_per_node=2))
+    assert check.detail == "no GPU found: 2 ranks run on DeepSpeed's CPU accelerator (ccl)"

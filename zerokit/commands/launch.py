@@ -60,7 +60,10 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
 @target_options
 @click.option("--nodes", type=click.IntRange(min=1), help="Use the first N hosts of the hostfile.")
 @click.option("--include", help="DeepSpeed's resource filter instead of --gpus-per-node, e.g. localhost:0,1.")
-@click.option("--master-addr", help="Address of rank 0's node (default: the first host).")
+@click.option("--exclude", help="DeepSpeed's resource filter of ranks NOT to use, in --include's grammar, e.g. "
+              "node2 or node1:0 (not with --include).")
+@click.option("--master-addr", help="Address of rank 0's node (default: DeepSpeed's runner takes the first address "
+              "`ssh HOST hostname -I` prints on the job's first host; 127.0.0.1 on one node).")
 @click.option("--no-ssh", is_flag=True,
               help="No ssh between nodes (Kubernetes, srun): run the same command on every node with its "
                    "--node-rank; each starts its own ranks. Needs --hosts/--hostfile and --master-addr.")
@@ -85,9 +88,9 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
               help="Seconds the ranks get after Ctrl-C/SIGTERM before they are killed.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, master_addr,
-            no_ssh, node_rank, watch_port, env, files_dir, emit_sbatch, emit_script, force, time_limit, dry_run,
-            no_preflight, grace, script, script_args) -> int:
+def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
+            master_addr, no_ssh, node_rank, watch_port, env, files_dir, emit_sbatch, emit_script, force, time_limit,
+            dry_run, no_preflight, grace, script, script_args) -> int:
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name one.
@@ -101,6 +104,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     """
     from zerokit.launch import preflight, runner
 
+    if script.startswith("-"):  # an option click did not know took the script's place, and the rest went to it
+        raise BadInput(_unknown_option(script))
     grace = parse_finite(grace, "--grace", minimum=0.0, maximum=MAX_GRACE_S)
     if not script.strip():
         raise BadInput("SCRIPT is empty; give the training script to run")
@@ -117,7 +122,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
              if path is not None}
     spec = runner.LaunchSpec(
         script=script, script_args=tuple(script_args), config=config, gpus_per_node=gpus_per_node, nodes=nodes,
-        include=include, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
+        include=include, exclude=exclude, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
         master_addr=master_addr, master_port=master_port, env=_env_pairs(env), files_dir=files_dir,
         runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
     )
@@ -148,7 +153,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         return 0
 
     argv, env_add = runner.build_command(spec)
-    job_hosts = runner.hosts_of(spec) if spec.multi_node else {}
+    for note in runner.notes(spec):
+        click.echo(f"zerokit launch: warning: {note}", err=True)
+    job_hosts = runner.hosts_of(spec) if spec.multi_node or spec.local_only else {}
     if spec.no_ssh:
         _check_node_rank(spec, job_hosts)
     if not spec.remote_shell:
@@ -167,12 +174,15 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         target = preflight.make_target(config=config, plan=plan_file, hosts=job_hosts, hostfile=hostfile,
                                        gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                        no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr,
-                                       env=dict(spec.env))
+                                       env=dict(spec.env), nodes=spec.nodes, include=spec.include,
+                                       exclude=spec.exclude)  # the hosts and ranks the runner picks
         checks = preflight.run_checks(target)
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):
             click.echo("zerokit launch: preflight failed; fix the ✗ above or pass --no-preflight", err=True)
             return watch.finish(EXIT_PREFLIGHT) if watch is not None else EXIT_PREFLIGHT
+        if "deepspeed.accelerator" in sys.modules:  # the preflight imported it: no import added to the launch
+            runner.check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
     from zerokit.fileio import write_atomic
 
     try:
@@ -185,6 +195,27 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     click.echo(f"zerokit launch: {runner.shell_line(argv, env_add)}", err=True)
     pdsh = spec.remote_shell and launcher == "pdsh"
     return runner.run(argv, env_add, grace=grace, pdsh=pdsh, watch=watch, master_port=spec.master_port)
+
+
+DEEPSPEED_SPELLINGS = {"--num-gpus": "--gpus-per-node", "--gpus": "--gpus-per-node", "--num-nodes": "--nodes",
+                       "-H": "--hostfile", "-i": "--include", "-e": "--exclude", "--deepspeed": "--config",
+                       "--deepspeed-config": "--config", "--ds-config": "--config"}
+"""The deepspeed runner's (and the HF Trainer's) names for zerokit launch's options, for did-you-mean."""
+
+
+def _unknown_option(word: str) -> str:
+    """The error for an unknown option found where the script goes (click passes it on as SCRIPT because the
+    script's own options must pass through): which zerokit option was meant, and where the script's go."""
+    import difflib
+
+    name = word.split("=", 1)[0]
+    options = [opt for param in command.params for opt in param.opts if opt.startswith("--")]
+    spelled = name.replace("_", "-") if name.startswith("--") else name
+    guess = (spelled if spelled in options else DEEPSPEED_SPELLINGS.get(spelled)
+             or next(iter(difflib.get_close_matches(spelled, options, n=1, cutoff=0.75)), None))
+    hint = f" (did you mean {guess}?)" if guess else " (see 'zerokit launch --help')"
+    return (f"unknown option {name!r}{hint}; zerokit launch's options go before the training script, "
+            "the script's own arguments after it: zerokit launch [OPTIONS] SCRIPT [ARGS]...")
 
 
 def _check_node_rank(spec, hosts: dict[str, int]) -> None:

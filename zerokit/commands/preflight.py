@@ -41,8 +41,12 @@ def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | N
 
 @click.command("preflight")
 @target_options
+@click.option("--nodes", type=click.IntRange(min=1), help="As launch --nodes: check the first N hosts only.")
+@click.option("--include", help="As launch --include: check only the hosts and ranks of DeepSpeed's filter.")
+@click.option("--exclude", help="As DeepSpeed's --exclude: leave these hosts or slots out of the checks.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, fmt) -> int:
+def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
+            fmt) -> int:
     """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
 
     \b
@@ -53,7 +57,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
 
     target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node, hostfile),
                                    hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
-                                   master_port=master_port)
+                                   master_port=master_port, nodes=nodes, include=include, exclude=exclude)
     checks = preflight.run_checks(target)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))

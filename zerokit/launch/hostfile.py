@@ -12,12 +12,16 @@ import re
 from zerokit.errors import BadInput
 from zerokit.units import MAX_GPUS_PER_NODE
 
-# RFC 1123 labels (letters, digits, hyphen; no leading/trailing hyphen), dot-separated; IPv4 literals match too.
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# RFC 1123 labels (letters, digits, hyphen; no leading/trailing hyphen), dot-separated; IPv4 literals match too. An
+# underscore is allowed as well: /etc/hosts, ssh and pdsh take `node_1` (Docker and Kubernetes names have them), and so
+# does DeepSpeed's runner; it is inert in a shell.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 HOSTNAME_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
-# DeepSpeed's runner matches r'^(\S+)\s+slots=(\d+)': no spaces around '='. ASCII digits only here (\d also takes
-# '²', on which DeepSpeed's int() then fails).
-_HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots=(?P<slots>\S+)")
+# deepspeed.launcher.runner._parse_hostfile: re.search(r'^(\S+)\s+slots=(\d+)', line.strip()), so no spaces around
+# '=' and whatever follows the digits is ignored (OpenMPI's `node1 slots=4 max_slots=4`, a trailing `# comment`).
+_HOSTFILE_LINE = re.compile(r"(?P<host>\S+)\s+slots=(?P<slots>\d+)")
+_SLOTS_GIVEN = re.compile(r"\S+\s+slots=(?P<slots>\S*)")
+"""A line DeepSpeed refuses for its slots alone (`slots=two`): said as such."""
 MAX_SLOTS = MAX_GPUS_PER_NODE
 """Ranks on one node; DeepSpeed lists every slot (range(slots)), so an absurd count is refused here."""
 MAX_HOSTS = 4096
@@ -28,7 +32,7 @@ one of them."""
 def validate_hostname(host: str) -> str:
     """The hostname itself, or BadInput when it is not a plain DNS name or IPv4 address."""
     if len(host) > 253 or not HOSTNAME_RE.fullmatch(host):
-        raise BadInput(f"host {_short(host)} is not a valid hostname; use letters, digits, '-' and '.' only")
+        raise BadInput(f"host {_short(host)} is not a valid hostname; use letters, digits, '-', '_' and '.' only")
     return host
 
 
@@ -49,16 +53,22 @@ def read_hostfile(path: str, what: str = "--hostfile") -> dict[str, int]:
 
 
 def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
-    """`{host: slots}` in file order from DeepSpeed's format (`worker-1 slots=8`, `#` comments)."""
+    """`{host: slots}` in file order, read as DeepSpeed's _parse_hostfile reads it (`worker-1 slots=8`, a line
+    starting with `#` is a comment, the rest of a line after the slots is ignored); what it accepts is accepted,
+    except a host name a shell would read."""
     hosts: dict[str, int] = {}
     for lineno, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):  # the lines open() gives DeepSpeed
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+        line = raw.strip()
+        if not line or line.startswith("#"):
             continue
         if lineno == 1 and line.startswith("\ufeff"):
             raise BadInput(f"{source}:1: starts with a UTF-8 byte-order mark, which DeepSpeed reads as part of the "
                            "first host's name; save the file without it")
-        m = _HOSTFILE_LINE.fullmatch(line)
+        m = _HOSTFILE_LINE.match(line)
+        given = None if m else _SLOTS_GIVEN.match(line)
+        if given:
+            raise BadInput(f"{source}:{lineno}: slots must be a whole number from 1 to {MAX_SLOTS}, got "
+                           f"{_short(given['slots'])}")
         if not m:
             spaced = (" (no spaces around '=': DeepSpeed's parser refuses them)"
                       if re.search(r"slots\s+=|=\s+[0-9]", line) else "")
@@ -68,14 +78,18 @@ def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
             validate_hostname(host)
         except BadInput as e:
             raise BadInput(f"{source}:{lineno}: {e}") from None
-        if not _slots_ok(m["slots"]):
+        try:
+            slots = int(m["slots"])  # as DeepSpeed's int(): '²' matches \d and fails, '٣' is 3
+        except ValueError:
+            slots = 0
+        if not 1 <= slots <= MAX_SLOTS:
             raise BadInput(f"{source}:{lineno}: slots must be a whole number from 1 to {MAX_SLOTS}, got "
                            f"{_short(m['slots'])}")
         if host in hosts:
             raise BadInput(f"{source}:{lineno}: host {host!r} is listed twice; DeepSpeed refuses duplicate hosts")
         if len(hosts) == MAX_HOSTS:
             raise BadInput(f"{source}:{lineno}: more than {MAX_HOSTS} hosts; split the job or check the file")
-        hosts[host] = int(m["slots"])
+        hosts[host] = slots
     if not hosts:
         raise BadInput(f"{source}: no hosts found; write one 'HOST slots=N' line per node")
     return hosts

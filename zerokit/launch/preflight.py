@@ -65,7 +65,12 @@ class Needs:
     """What the config (and, when given, the plan) asks of this machine."""
 
     cpu_adam: bool = False
-    """The optimizer runs on the CPU (offload_optimizer to cpu or nvme): DeepSpeedCPUAdam, op cpu_adam."""
+    """The optimizer runs on the CPU (offload_optimizer to cpu or nvme): op `cpu_optimizer_op` (cpu_adam for Adam)."""
+    cpu_optimizer_op: str = "cpu_adam"
+    """The op DeepSpeed builds for the offloaded optimizer (engine._configure_basic_optimizer): DeepSpeedCPUAdam
+    needs cpu_adam, DeepSpeedCPULion cpu_lion, DeepSpeedCPUAdagrad cpu_adagrad."""
+    dtypes: tuple[str, ...] = ()
+    """Half types the config enables ("fp16", "bf16"): DeepSpeed's _do_sanity_check refuses one the device lacks."""
     async_io: bool = False
     """Something is offloaded to NVMe: op async_io, which needs libaio."""
     nvme_paths: tuple[str, ...] = ()
@@ -96,10 +101,21 @@ class Target:
     master_addr: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     """Variables the ranks get on top of this environment (launch --env)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The ds_config as read (the batch-size check runs lint's rule on it)."""
+
+    @property
+    def world_size(self) -> int | None:
+        """Ranks in the job: the hosts' slots (after --nodes/--include/--exclude), else --gpus-per-node on one node;
+        None where DeepSpeed counts them itself (every device of this host)."""
+        return sum(self.hosts.values()) if self.hosts else self.gpus_per_node
 
     @property
     def multi_node(self) -> bool:
-        return len(self.hosts) > 1 or any(h not in ("localhost", "127.0.0.1") for h in self.hosts)
+        from zerokit.launch.runner import is_this_host  # here, as parse_resource_filter is: the runner module
+
+        # this machine by any of its names runs without a hostfile, so without ssh (`zerokit launch`'s local_only)
+        return len(self.hosts) > 1 or any(not is_this_host(h) for h in self.hosts)
 
     @property
     def hosts_rendezvous(self) -> bool:
@@ -126,8 +142,12 @@ def needs_from_config(config: dict[str, Any], plan: dict[str, Any] | None = None
                 missing.append(f"zero_optimization.{key}")
     optimizer_device = dict(devices)["offload_optimizer"]
     cpu_adam = optimizer_device in ("cpu", "nvme") or zero.get("cpu_offload") is True
+    optimizer = _dict(config.get("optimizer")).get("type")
+    kind = optimizer.lower() if isinstance(optimizer, str) else ""  # DeepSpeedConfig lowercases its own names
     return Needs(
         cpu_adam=cpu_adam,
+        cpu_optimizer_op=CPU_OPTIMIZER_OPS.get(kind, CPU_OPTIMIZER_OPS["adam"])[0],
+        dtypes=config_dtypes(config),
         async_io=any(d == "nvme" for _, d in devices),
         nvme_paths=tuple(dict.fromkeys(paths)),
         nvme_missing=tuple(missing),
@@ -135,6 +155,24 @@ def needs_from_config(config: dict[str, Any], plan: dict[str, Any] | None = None
         cpu_bytes=_plan_size(plan, "memory", "per_node_cpu", "total"),
         gpu_bytes=_plan_size(plan, "memory", "per_gpu", "total"),
     )
+
+
+CPU_OPTIMIZER_OPS = {
+    # optimizer.type (lowercased) -> (op, its builder): what DeepSpeed's engine builds when zero_use_cpu_optimizer()
+    "adam": ("cpu_adam", "CPUAdamBuilder"),
+    "lion": ("cpu_lion", "CPULionBuilder"),
+    "adagrad": ("cpu_adagrad", "CPUAdagradBuilder"),
+}
+
+
+def config_dtypes(config: dict[str, Any]) -> tuple[str, ...]:
+    """"fp16" and "bf16" where the config enables them, as DeepSpeedConfig reads it (bf16, else the old name
+    bfloat16). "auto" (the HF Trainer fills it from its own arguments) enables nothing here."""
+    from zerokit.lint.rules import _bf16_key, _is_true
+
+    fp16 = _is_true(_dict(config.get("fp16")).get("enabled"))
+    bf16 = _is_true(_dict(config.get(_bf16_key(config))).get("enabled"))
+    return tuple(name for name, on in (("fp16", fp16), ("bf16", bf16)) if on)
 
 
 def _dict(value: Any) -> dict:
@@ -169,6 +207,34 @@ def probe_accelerator() -> str:
     from deepspeed.accelerator import get_accelerator
 
     return get_accelerator().device_name()
+
+
+def probe_comm_backend() -> str:
+    """The collective backend DeepSpeed's accelerator picks (its CPU accelerator: ccl where
+    oneccl_bindings_for_pytorch imports, else gloo)."""
+    from deepspeed.accelerator import get_accelerator
+
+    return get_accelerator().communication_backend_name()
+
+
+DTYPES_CODE = ("from deepspeed.accelerator import get_accelerator as g; a = g(); "
+               "print(int(bool(a.is_fp16_supported())), int(bool(a.is_bf16_supported())))")
+
+
+def probe_dtypes(env: dict[str, str] | None = None) -> dict[str, bool]:
+    """{"fp16": supported, "bf16": supported} as DeepSpeed's accelerator answers (engine._do_sanity_check asks the
+    same). On DeepSpeed's CPU accelerator it is asked here (deepspeed is imported already); on a GPU accelerator in a
+    child process with the ranks' environment (DS_ALLOW_DEPRECATED_FP16, CUDA_VISIBLE_DEVICES), so that this
+    process, which stays up while the job runs, holds no CUDA context on a GPU the ranks use."""
+    if probe_accelerator() == "cpu" and not env:
+        from deepspeed.accelerator import get_accelerator
+
+        accelerator = get_accelerator()
+        return {"fp16": bool(accelerator.is_fp16_supported()), "bf16": bool(accelerator.is_bf16_supported())}
+    r = subprocess.run([sys.executable, "-c", DTYPES_CODE], check=True, capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    fp16, bf16 = r.stdout.split()[-2:]
+    return {"fp16": fp16 == "1", "bf16": bf16 == "1"}
 
 
 def probe_threads() -> tuple[int, int]:
@@ -348,9 +414,12 @@ SSH_FAILURES_SHOWN = 5
 
 
 def probe_ssh(host: str) -> tuple[bool, str]:
-    """Whether `ssh HOST true` succeeds without a password prompt (BatchMode) within a short timeout."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "-o",
-            "StrictHostKeyChecking=accept-new", host, "true"]
+    """Whether DeepSpeed's own check, `ssh -o PasswordAuthentication=no HOST hostname` (launcher/runner.py), succeeds,
+    within a short timeout and without any prompt (BatchMode): an unknown host key fails here, as it stops
+    DeepSpeed's check at a prompt, and nothing is written to ~/.ssh/known_hosts. The user's ssh config applies, as it
+    does to DeepSpeed's ssh and pdsh's."""
+    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+            host, "hostname"]
     try:
         r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
                            stdin=subprocess.DEVNULL)
@@ -395,8 +464,10 @@ def check_accelerator(t: Target) -> Check:
     if not gpus:
         name = probe_accelerator()
         if name == "cpu":
-            ranks = f"{t.gpus_per_node} ranks" if t.gpus_per_node else "ranks"
-            return Check("accelerator", True, f"no GPU found: {ranks} run on DeepSpeed's CPU accelerator (gloo)")
+            ranks = f"{t.gpus_per_node} ranks" if t.gpus_per_node else (
+                f"{max(t.hosts.values())} ranks" if t.hosts else "ranks")
+            return Check("accelerator", True, f"no GPU found: {ranks} run on DeepSpeed's CPU accelerator "
+                         f"({probe_comm_backend()})")
         return Check("accelerator", True, f"DeepSpeed accelerator: {name}")
     return gpu_verdict(gpus, t.gpus_per_node, t.needs.gpu_bytes)
 
@@ -466,11 +537,55 @@ def _op_check(label: str, builder: str, why: str, fix: str) -> Check:
 
 
 def check_cpu_adam(t: Target) -> Check | None:
+    """The CPU optimizer's op (cpu_adam, cpu_lion or cpu_adagrad, by the config's optimizer.type)."""
     if not t.needs.cpu_adam:
         return None
-    return _op_check("op cpu_adam", "CPUAdamBuilder", "the config offloads the optimizer",
-                     "install a C++ compiler (apt-get install build-essential) or DS_BUILD_CPU_ADAM=1 pip install "
-                     "deepspeed")
+    op = t.needs.cpu_optimizer_op
+    builder = next(b for o, b in CPU_OPTIMIZER_OPS.values() if o == op)
+    return _op_check(f"op {op}", builder, "the config offloads the optimizer",
+                     f"install a C++ compiler (apt-get install build-essential) or DS_BUILD_{op.upper()}=1 pip "
+                     "install deepspeed")
+
+
+def check_dtypes(t: Target) -> Check | None:
+    """fp16/bf16 the config enables against the local accelerator: DeepSpeed raises "Type fp16 is not supported on
+    your device." at initialize (engine._do_sanity_check) otherwise."""
+    if not t.needs.dtypes:
+        return None
+    supported = probe_dtypes(t.env)
+    missing = [d for d in t.needs.dtypes if not supported[d]]
+    if not missing:
+        return Check("precision", True, f"{' and '.join(t.needs.dtypes)} supported on this device")
+    if missing == ["fp16"] and supported["bf16"]:
+        fix = "set fp16.enabled to false and bf16.enabled to true (this device has bf16), or disable both for fp32"
+    elif missing == ["bf16"] and supported["fp16"]:
+        fix = "set bf16.enabled to false, and fp16.enabled to true or leave both off for fp32"
+    else:
+        fix = f"set {' and '.join(d + '.enabled' for d in missing)} to false: train in fp32"
+    return Check("precision", False, f"the config enables {' and '.join(missing)}, which DeepSpeed's "
+                 f"{probe_accelerator()} accelerator does not support here: initialize raises 'Type {missing[0]} is not "
+                 "supported on your device.'", fix)
+
+
+def check_batch_size(t: Target) -> Check | None:
+    """Lint's ZK201 (train_batch_size = micro batch x gradient accumulation x world size, which DeepSpeedConfig
+    asserts at initialize) with the job's world size."""
+    from zerokit.lint.loader import Document
+    from zerokit.lint.rules import Context, batch_size_mismatch
+
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    if not any(k in t.config for k in keys):
+        return None
+    world = t.world_size
+    hits = list(batch_size_mismatch(Document("ds_config", t.config), Context(world_size=world)))
+    if hits:
+        return Check("batch size", False, f"{hits[0].message} (lint: ZK201)",
+                     f"set train_batch_size to {hits[0].suggestion}, or change the ranks" if hits[0].suggestion else
+                     "make train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                     "world size")
+    shown = {k: t.config[k] for k in keys if k in t.config}
+    return Check("batch size", True, ", ".join(f"{k} {v}" for k, v in shown.items())
+                 + (f" fit world size {world}" if world else ""))
 
 
 def check_async_io(t: Target) -> Check | None:
@@ -594,7 +709,8 @@ def check_ssh(t: Target) -> Check | None:
         if len(failed) > SSH_FAILURES_SHOWN:
             shown += f" and {len(failed) - SSH_FAILURES_SHOWN} more of the {len(hosts)} hosts"
         return Check("ssh", False, "no passwordless ssh to " + shown,
-                     "ssh-copy-id to each host and accept its host key (ssh HOST true must work without a prompt)")
+                     "ssh-copy-id to each host and accept its host key once (ssh HOST hostname must work without "
+                     "a prompt: DeepSpeed's runner checks exactly that)")
     return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
 
 
@@ -641,6 +757,8 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_cuda_toolkit,
     check_accelerator,
     check_cpu_threads,
+    check_dtypes,
+    check_batch_size,
     check_cpu_adam,
     check_async_io,
     check_ninja,
@@ -654,8 +772,8 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_master_addr,
     check_master_port,
 )
-NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_threads, check_cpu_adam, check_async_io,
-                   check_ninja}
+NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_threads, check_dtypes, check_cpu_adam,
+                   check_async_io, check_ninja}
 
 
 @contextlib.contextmanager
@@ -840,11 +958,46 @@ def read_plan(path: str) -> dict[str, Any]:
     return data
 
 
+def select_hosts(hosts: dict[str, int], nodes: int | None = None, include: str | None = None,
+                 exclude: str | None = None, gpus_per_node: int | None = None) -> dict[str, int]:
+    """`{host: ranks}` of the job, as DeepSpeed's runner picks them from the hostfile's slots: --include/--exclude
+    first (parse_inclusion_exclusion: hostfile order, each slot once), then the first --nodes hosts and --gpus-per-node
+    ranks on each (apply_num_nodes_and_gpus, as --num_nodes/--num_gpus). The filters are parsed by the runner's
+    parse_resource_filter; a host or slot the hosts lack is bad input, as DeepSpeed refuses it."""
+    from zerokit.launch.runner import parse_resource_filter
+
+    pool = {host: list(range(slots)) for host, slots in hosts.items()}
+    for option, text in (("--include", include), ("--exclude", exclude)):
+        if text is None:
+            continue
+        picked = parse_resource_filter(text, option)
+        for host, slots in picked.items():
+            if host not in pool:
+                raise BadInput(f"{option} {text!r}: host {host} is not one of the job's hosts "
+                               f"({', '.join(list(pool)[:5])}{' ...' if len(pool) > 5 else ''}); DeepSpeed refuses it")
+            bad = [s for s in slots if s not in pool[host]]
+            if bad:
+                raise BadInput(f"{option} {text!r}: {host} has {len(pool[host])} slots, not slot {bad[0]}")
+        if option == "--include":
+            pool = {h: list(dict.fromkeys(picked[h])) or pool[h] for h in pool if h in picked}
+        else:
+            pool = {h: [s for s in pool[h] if picked[h] and s not in picked[h]] if h in picked else pool[h]
+                    for h in pool}
+    selected = {h: len(slots) for h, slots in pool.items() if slots}
+    if nodes:
+        selected = dict(list(selected.items())[:nodes])
+    if gpus_per_node:
+        selected = dict.fromkeys(selected, gpus_per_node)
+    return selected
+
+
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
-                master_addr: str | None = None, env: dict[str, str] | None = None) -> Target:
-    """Read the config and plan files and describe the job the checks check against."""
+                master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
+                include: str | None = None, exclude: str | None = None) -> Target:
+    """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
+    narrowed to the hosts and ranks the runner will use (select_hosts)."""
     ds_config = read_config(config) if config is not None else {}
     plan_data = read_plan(plan) if plan is not None else None
     if plan_data is not None and gpus_per_node is None:
@@ -854,6 +1007,14 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
 
         with contextlib.suppress(BadInput):  # the hostfile check reports what is wrong with it
             hosts = read_hostfile(hostfile)
+    if hosts:  # --no-ssh too: DeepSpeed's --node_rank indexes the hosts left after the filters
+        hosts = select_hosts(hosts, nodes, include, exclude, gpus_per_node)
+    elif include is not None:  # one node: the ranks --include names on it, where it names slots
+        from zerokit.launch.runner import parse_resource_filter
+
+        picked = parse_resource_filter(include)
+        hosts = {h: len(set(slots)) for h, slots in picked.items()} if all(picked.values()) else {}
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
-                  node_rank=node_rank, master_addr=master_addr, env=dict(env or {}))
+                  node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config)
+

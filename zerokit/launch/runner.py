@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
 
 LAUNCHERS = ("pdsh", "openmpi", "mvapich", "slurm", "mpich", "impi")
 DEFAULT_MASTER_PORT = 29500
+MPI_LAUNCHERS = ("openmpi", "mvapich", "mpich", "impi")
+"""DeepSpeed's MPI backends run every slot of the hostfile: their validate_args refuse --num_nodes, --num_gpus,
+--include and --exclude (deepspeed/launcher/multinode_runner.py)."""
+EQUAL_SLOTS_LAUNCHERS = ("mvapich", "mpich", "impi", "slurm")
+"""Backends that start the same number of ranks on every node (mpirun -ppn; srun's validate_active_resources)."""
+DISCOVERY_LAUNCHERS = ("openmpi", "mvapich", "slurm")
+"""Backends whose command never passes MASTER_ADDR/MASTER_PORT: the ranks find rank 0 through DeepSpeed's
+mpi_discovery (mpi4py; rank 0's `hostname -I`, port 29500; deepspeed/comm/comm.py)."""
 GRACE_SECONDS = 10.0
 """After forwarding SIGINT/SIGTERM, how long the ranks get to exit before the process group is SIGKILLed."""
 
@@ -58,6 +67,8 @@ class LaunchSpec:
     """Use the first N hosts of the hostfile."""
     include: str | None = None
     """DeepSpeed's resource filter, e.g. `localhost:0,1` or `worker-0@worker-1:0,2`."""
+    exclude: str | None = None
+    """DeepSpeed's `--exclude`: the ranks not to use, in --include's grammar (e.g. `worker-1:0` or `worker-1`)."""
     hostfile: str | None = None
     """A DeepSpeed hostfile (`HOST slots=N` lines); makes the launch multi-node."""
     hosts: tuple[tuple[str, int], ...] = ()
@@ -65,7 +76,8 @@ class LaunchSpec:
     launcher: str = "pdsh"
     """How the runner reaches the other nodes: pdsh, openmpi, mvapich, slurm, mpich or impi."""
     master_addr: str | None = None
-    """Address of rank 0's node; default: the first host (the runner asks it over ssh)."""
+    """Address of rank 0's node; default: the first address `ssh HOST hostname -I` prints for the job's first host
+    (DeepSpeed's runner asks it), 127.0.0.1 on one node."""
     master_port: int = DEFAULT_MASTER_PORT
     """TCP port of the rendezvous on the master node."""
     env: tuple[tuple[str, str], ...] = ()
@@ -84,7 +96,18 @@ class LaunchSpec:
 
     @property
     def multi_node(self) -> bool:
-        return bool(self.hostfile or self.hosts) or (self.nodes or 1) > 1
+        """Whether DeepSpeed takes its multi-node path (a hostfile: ssh check, launcher); a job whose only host is
+        this machine takes the single-node one instead (see `local_only`)."""
+        return (bool(self.hostfile or self.hosts) or (self.nodes or 1) > 1) and not self.local_only
+
+    @property
+    def local_only(self) -> bool:
+        """--hosts/--hostfile name one host, this machine: DeepSpeed would still ssh to it whenever a hostfile is
+        given (runner.py's ssh check), so the job runs without one, on DeepSpeed's single-node path."""
+        if self.no_ssh or (self.nodes or 1) > 1:
+            return False
+        hosts = _known_hosts(self)
+        return len(hosts) == 1 and is_this_host(next(iter(hosts)))
 
     @property
     def remote_shell(self) -> bool:
@@ -98,6 +121,22 @@ class LaunchSpec:
     @property
     def env_file(self) -> str:
         return str(Path(self.files_dir).absolute() / ".deepspeed_env")
+
+
+def is_this_host(host: str) -> bool:
+    """localhost, 127.0.0.1 or this machine's hostname (short or full)."""
+    name = socket.gethostname()
+    return host in ("localhost", "127.0.0.1", name, name.split(".")[0])
+
+
+def _known_hosts(spec: LaunchSpec) -> dict[str, int]:
+    """`{host: slots}` of --hosts or a readable --hostfile; `{}` when zerokit cannot know them."""
+    if spec.hosts:
+        return dict(spec.hosts)
+    if spec.hostfile:
+        with contextlib.suppress(BadInput, OSError):  # a broken hostfile is the preflight's to describe
+            return read_hostfile(spec.hostfile)
+    return {}
 
 
 def names_config(args: tuple[str, ...] | list[str]) -> bool:
@@ -117,8 +156,10 @@ def script_argv(spec: LaunchSpec) -> list[str]:
     return [spec.script, *args]
 
 
-def validate(spec: LaunchSpec) -> None:
-    """Refuse, with one line each, anything the runner would misread or a remote shell would execute."""
+def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
+    """Refuse, with one line each, anything the runner would misread or a remote shell would execute.
+
+    `launcher_limits`: also what the --launcher backend cannot do (off for the sbatch, whose runners use none)."""
     if spec.launcher not in LAUNCHERS:
         raise BadInput(f"--launcher {spec.launcher!r} is not one of {', '.join(LAUNCHERS)}")
     if not 1 <= spec.master_port <= 65535:
@@ -127,10 +168,14 @@ def validate(spec: LaunchSpec) -> None:
         validate_hostname(spec.master_addr)
     if spec.hostfile and spec.hosts:
         raise BadInput("give either --hostfile or --hosts, not both")
-    if spec.include is not None:
+    if spec.include is not None and spec.exclude is not None:
+        raise BadInput("give either --include or --exclude, not both (DeepSpeed refuses both)")
+    for option, value in (("--include", spec.include), ("--exclude", spec.exclude)):
+        if value is None:
+            continue
         if spec.gpus_per_node is not None or spec.nodes is not None:
-            raise BadInput("--include picks the ranks itself; drop --gpus-per-node/--nodes (DeepSpeed refuses both)")
-        _check_filter(spec, parse_resource_filter(spec.include))
+            raise BadInput(f"{option} picks the ranks itself; drop --gpus-per-node/--nodes (DeepSpeed refuses both)")
+        _check_filter(spec, parse_resource_filter(value, option), option)
     if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
         raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
     if spec.nodes is not None and (spec.hostfile or spec.hosts):
@@ -165,12 +210,75 @@ def validate(spec: LaunchSpec) -> None:
         if spec.remote_shell and not _SHELL_SAFE.fullmatch(value):
             raise BadInput(f"--env {key}: value {value!r} has shell characters; DeepSpeed's .deepspeed_env "
                            "cannot carry them to other nodes safely")
+    if spec.remote_shell and launcher_limits:
+        _check_launcher_limits(spec)
     if spec.remote_shell and spec.launcher == "pdsh":
         # pdsh joins the command into one string for a remote shell: every word must be inert there.
         for word in [*script_argv(spec), str(Path.cwd())]:
             if not _SHELL_SAFE.fullmatch(word):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
                                "through one); rename it or use --launcher openmpi")
+
+
+def _check_launcher_limits(spec: LaunchSpec) -> None:
+    """What the chosen DeepSpeed backend cannot do, refused before the preflight rather than by its traceback."""
+    launcher, known = spec.launcher, _known_hosts(spec)
+    used = dict(list(known.items())[:spec.nodes]) if spec.nodes else known
+    if launcher in MPI_LAUNCHERS:
+        fix = "list only the hosts and slots to use in --hosts/--hostfile, or use --launcher pdsh"
+        if spec.include is not None or spec.exclude is not None:
+            option = "--include" if spec.include is not None else "--exclude"
+            raise BadInput(f"{option}: --launcher {launcher} runs every slot of the hostfile (DeepSpeed's {launcher} "
+                           f"backend refuses --include/--exclude); {fix}")
+        if spec.nodes is not None and spec.nodes != len(known):
+            raise BadInput(f"--nodes {spec.nodes}: --launcher {launcher} cannot limit the nodes (DeepSpeed's "
+                           f"{launcher} backend refuses --num_nodes); {fix}")
+        if spec.gpus_per_node is not None and (not known or set(known.values()) != {spec.gpus_per_node}):
+            raise BadInput(f"--gpus-per-node {spec.gpus_per_node}: --launcher {launcher} cannot limit the GPUs of a "
+                           f"node (DeepSpeed's {launcher} backend refuses --num_gpus); {fix}")
+    if launcher == "slurm" and spec.include is not None:
+        for host, slots in parse_resource_filter(spec.include).items():
+            if slots and slots != list(range(len(slots))):
+                raise BadInput(f"--include {spec.include!r}: --launcher slurm cannot pick device ids (srun places "
+                               f"ranks by count); keep the first slots ({host}:{','.join(map(str, range(len(slots))))}"
+                               "), filter whole hosts, or use --launcher pdsh")
+        if known:
+            used = {host: len(slots) or known.get(host, 0) for host, slots in parse_resource_filter(spec.include).items()}
+    if launcher in EQUAL_SLOTS_LAUNCHERS and len(set(used.values())) > 1 and not (
+            launcher == "slurm" and spec.gpus_per_node is not None and spec.include is None):
+        counts = ", ".join(f"{host} {slots}" for host, slots in list(used.items())[:5])
+        fix = "give every host the same slots" + (" or --gpus-per-node N" if launcher == "slurm" else "")
+        raise BadInput(f"--launcher {launcher} starts the same number of ranks on every node, and the hosts' slots "
+                       f"differ ({counts}); {fix}, or use --launcher pdsh|openmpi")
+    if launcher in DISCOVERY_LAUNCHERS:
+        for option, value, default in (("--master-addr", spec.master_addr, None),
+                                       ("--master-port", spec.master_port, DEFAULT_MASTER_PORT)):
+            if value != default:
+                raise BadInput(f"{option} {value} has no effect with --launcher {launcher}: DeepSpeed's {launcher} "
+                               "backend does not pass it, and the ranks find rank 0 through MPI discovery (mpi4py, "
+                               f"port {DEFAULT_MASTER_PORT}); drop {option}, or use --launcher pdsh|mpich|impi")
+
+
+def notes(spec: LaunchSpec) -> list[str]:
+    """Warnings about the job that are not errors: what the launch depends on that zerokit does not check."""
+    if spec.remote_shell and spec.launcher in DISCOVERY_LAUNCHERS:
+        return [(f"with --launcher {spec.launcher} the ranks find rank 0 through DeepSpeed's MPI discovery, which "
+                 "needs mpi4py (built against the job's MPI) on every node and uses port "
+                 f"{DEFAULT_MASTER_PORT} on rank 0's node; --master-addr/--master-port do not reach them")]
+    return []
+
+
+def check_include_devices(spec: LaunchSpec, device_count: int) -> None:
+    """On one node DeepSpeed reads --include against the devices its accelerator counts (the CPU accelerator: NUMA
+    nodes with cores), whatever --hosts said; a slot beyond them is refused here rather than by its traceback."""
+    if spec.include is None or spec.multi_node:
+        return
+    for slots in parse_resource_filter(spec.include).values():
+        for slot in slots:
+            if slot >= device_count:
+                raise BadInput(f"--include {spec.include!r}: DeepSpeed counts {device_count} device"
+                               f"{'s' if device_count != 1 else ''} on this machine (slots 0 to {device_count - 1}),"
+                               f" not slot {slot}; for N ranks give --gpus-per-node N instead of --include")
 
 
 def parse_resource_filter(text: str, option: str = "--include") -> dict[str, list[int]]:
@@ -197,9 +305,10 @@ def parse_resource_filter(text: str, option: str = "--include") -> dict[str, lis
     return nodes
 
 
-def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]]) -> None:
-    """Hosts and slots of --include against the job's, where zerokit knows them (--hosts, a readable hostfile):
-    DeepSpeed refuses any other with a traceback, after the preflight."""
+def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]], option: str = "--include") -> None:
+    """Hosts and slots of --include/--exclude against the job's, where zerokit knows them (--hosts, a readable
+    hostfile): DeepSpeed refuses any other with a traceback, after the preflight, and fails on an empty job."""
+    text = spec.include if option == "--include" else spec.exclude
     known = dict(spec.hosts)
     if spec.hostfile and not known:
         with contextlib.suppress(BadInput):  # a broken hostfile is the preflight's to describe
@@ -209,12 +318,16 @@ def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]]) -> None:
     for host, slots in nodes.items():
         if host not in known:
             listed = ", ".join(list(known)[:5]) + (f" and {len(known) - 5} more" if len(known) > 5 else "")
-            raise BadInput(f"--include {spec.include!r}: host {host} is not one of the job's hosts ({listed}); "
+            raise BadInput(f"{option} {text!r}: host {host} is not one of the job's hosts ({listed}); "
                            "DeepSpeed refuses it")
         for slot in slots:
             if slot >= known[host]:
-                raise BadInput(f"--include {spec.include!r}: {host} has {known[host]} slots (0 to "
+                raise BadInput(f"{option} {text!r}: {host} has {known[host]} slots (0 to "
                                f"{known[host] - 1}), not slot {slot}")
+    # DeepSpeed's parse_resource_filter drops a host named without slots and the slots named; none left fails later
+    if option == "--exclude" and all(host in nodes and (not nodes[host] or set(range(slots)) <= set(nodes[host]))
+                                     for host, slots in known.items()):
+        raise BadInput(f"--exclude {text!r} leaves no rank to run; exclude fewer hosts or slots")
 
 
 def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
@@ -231,26 +344,62 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
             argv += ["--master_addr", spec.master_addr]
         if spec.env:
             env["DS_ENV_FILE"] = spec.env_file  # the runner joins it to ~ and .; an absolute path wins both
-    if spec.nodes is not None:
+    # An MPI backend refuses --num_nodes/--num_gpus; validate let them through only where they restate the hostfile.
+    restated = spec.remote_shell and spec.launcher in MPI_LAUNCHERS
+    if spec.nodes is not None and not restated and not spec.local_only:
         argv += ["--num_nodes", str(spec.nodes)]
-    if spec.gpus_per_node is not None:
+    # no hostfile: the ranks are --num_gpus, not the host's slots
+    if spec.local_only and spec.include is None and spec.exclude is None:
+        argv += ["--num_gpus", str(spec.gpus_per_node or next(iter(_known_hosts(spec).values())))]
+    elif spec.gpus_per_node is not None and not restated:
         argv += ["--num_gpus", str(spec.gpus_per_node)]
-    if spec.include is not None:
-        argv += ["--include", spec.include]
+    if spec.include is not None:  # without a hostfile DeepSpeed's only host is "localhost"
+        argv += ["--include", _localhost_filter(spec.include) if spec.local_only else spec.include]
+    if spec.exclude is not None:
+        argv += ["--exclude", _localhost_filter(spec.exclude) if spec.local_only else spec.exclude]
     argv += ["--master_port", str(spec.master_port), *spec.extra_runner_args]
     argv += script_argv(spec)
     env.update(dict(spec.env))
     return argv, env
 
 
+def _localhost_filter(text: str) -> str:
+    return "@".join("localhost" + node[len(node.partition(":")[0]):] for node in text.split("@"))
+
+
 def render_files(spec: LaunchSpec) -> dict[str, str]:
     """The files the launch writes before starting: `{absolute path: content}` (empty on one node)."""
     files: dict[str, str] = {}
-    if spec.hosts:
+    if spec.hosts and spec.multi_node:
         files[spec.written_hostfile] = render("hostfile.j2", hosts=dict(spec.hosts))
     if spec.remote_shell and spec.env:
-        files[spec.env_file] = render("deepspeed_env.j2", env=dict(spec.env))
+        files[spec.env_file] = render("deepspeed_env.j2", env={**users_deepspeed_env(), **dict(spec.env)})
     return files
+
+
+def users_deepspeed_env() -> dict[str, str]:
+    """The variables DeepSpeed's runner would read from the user's own env files, which zerokit's DS_ENV_FILE (an
+    absolute path, joined to ~ and . alike) hides: `$DS_ENV_FILE` or `.deepspeed_env`, in ~ then in the working
+    directory, a later line winning (deepspeed.launcher.runner: DEEPSPEED_ENVIRONMENT_NAME/_PATHS, main())."""
+    name = os.environ.get("DS_ENV_FILE", ".deepspeed_env")
+    found: dict[str, str] = {}
+    for directory in (os.path.expanduser("~"), "."):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:  # text mode: the lines DeepSpeed's readlines() gives it
+                lines = f.readlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"{path}: cannot read it ({e}); DeepSpeed's runner reads it for --env, fix or move "
+                           "it") from None
+        for lineno, line in enumerate(lines, 1):
+            key, sep, value = line.partition("=")
+            if not sep or not _ENV_KEY.fullmatch(key.strip()):
+                raise BadInput(f"{path}:{lineno}: expected KEY=VALUE, got {line.strip()[:40]!r}; DeepSpeed's runner "
+                               "fails on such a line: fix or remove it")
+            found[key.strip()] = value.strip()  # deepspeed.launcher.multinode_runner's add_export strips both
+    return found
 
 
 def hosts_of(spec: LaunchSpec) -> dict[str, int]:
@@ -294,15 +443,26 @@ SLURM_TIME = re.compile(r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIM
 def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_name: str = "zerokit",
                   time_limit: str | None = None) -> str:
     """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
-    validate(replace(spec, launcher="slurm"))  # srun, not pdsh: every word below is quoted for bash
-    if spec.include is not None:  # the script's --nodelist and --num_gpus pick the ranks; it would be dropped
-        raise BadInput(f"--include {spec.include!r} has no place in an sbatch script: SLURM picks the nodes "
-                       "(#SBATCH --nodelist) and every GPU of each; give the nodes with --hosts, or drop --include")
+    validate(replace(spec, launcher="slurm"), launcher_limits=False)  # srun, not pdsh: every word below is quoted for bash
+    for option, value in (("--include", spec.include), ("--exclude", spec.exclude)):
+        if value is not None:  # the script's --nodelist and --num_gpus pick the ranks; it would be dropped
+            raise BadInput(f"{option} {value!r} has no place in an sbatch script: SLURM picks the nodes (#SBATCH "
+                           f"--nodelist) and every GPU of each; give the nodes with --hosts, or drop {option}")
+    if spec.master_addr is not None:  # the script takes the job's first node from scontrol
+        raise BadInput(f"--master-addr {spec.master_addr} has no place in an sbatch script: the job's first node "
+                       "(scontrol show hostnames) is the master; drop --master-addr")
+    if spec.launcher in MPI_LAUNCHERS:  # srun starts one runner per node, with --no_ssh: no launcher is used
+        raise BadInput(f"--launcher {spec.launcher} has no place in an sbatch script: srun starts one deepspeed "
+                       "runner per node; drop --launcher, or use --emit-script for an mpirun launch")
     hosts = hosts_of(spec) if (spec.hostfile or spec.hosts) else {}
     nodes = spec.nodes or len(hosts) or 1
     if hosts and nodes > len(hosts):
         raise BadInput(f"--nodes {nodes} is more than the {len(hosts)} hosts given")
     nodelist = list(hosts)[:nodes]
+    if len({hosts[h] for h in nodelist}) > 1:  # --gpus-per-node, slots= and --num_gpus below are one number
+        counts = ", ".join(f"{h}:{hosts[h]}" for h in nodelist[:5])
+        raise BadInput(f"--emit-sbatch: the hosts have different slots ({counts}) and Slurm's --gpus-per-node is one "
+                       "number; give every host the same slots, or emit one sbatch per group of equal hosts")
     gpus = spec.gpus_per_node or (next(iter(hosts.values())) if hosts else None)
     if gpus is None:
         raise BadInput("--emit-sbatch needs --gpus-per-node N (or --hosts/--hostfile with slots)")

@@ -1,0 +1,122 @@
+"""What DeepSpeed's launcher backends cannot do, refused by `zerokit launch` before the preflight rather than by a
+traceback after it (deepspeed/launcher/multinode_runner.py and runner.py, 0.19); and one-host jobs that need no ssh."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from zerokit.cli import main
+from zerokit.errors import BadInput
+from zerokit.launch.runner import LaunchSpec, build_command, check_include_devices, render_files, render_sbatch
+
+
+def spec(**kw) -> LaunchSpec:
+    return LaunchSpec(**{"script": "train.py", "config": "/cfg/ds.json", "runner": "deepspeed", **kw})
+
+
+def dry_run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["launch", "--dry-run", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("launcher", ["openmpi", "mvapich", "mpich", "impi"])
+def test_mpi_backends_get_no_limits_that_only_restate_the_hostfile(launcher, tmp_path):
+    s = spec(hosts=(("node1", 8), ("node2", 8)), gpus_per_node=8, nodes=2, launcher=launcher, files_dir=str(tmp_path))
+    argv, _ = build_command(s)
+    assert "--num_gpus" not in argv and "--num_nodes" not in argv
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    mnr = pytest.importorskip("deepspeed.launcher.multinode_runner")
+    args = runner.parse_args(argv[1:])
+    backend = {"openmpi": mnr.OpenMPIRunner, "mvapich": mnr.MVAPICHRunner, "mpich": mnr.MPICHRunner,
+               "impi": mnr.IMPIRunner}[launcher]
+    backend.validate_args(_with_args(backend, args))  # DeepSpeed's own check
+
+
+def _with_args(cls, args):
+    obj = cls.__new__(cls)
+    obj.args = args
+    return obj
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--hosts", "node1:8,node2:8", "--gpus-per-node", "4", "--launcher", "openmpi"],
+     "--gpus-per-node 4: --launcher openmpi cannot limit the GPUs of a node"),
+    (["--hosts", "node1:8,node2:8", "--nodes", "1", "--launcher", "mvapich"],
+     "--nodes 1: --launcher mvapich cannot limit the nodes"),
+    (["--hosts", "node1:8,node2:8", "--include", "node1:0", "--launcher", "mpich"],
+     "--include: --launcher mpich runs every slot of the hostfile"),
+    (["--hosts", "node1:8,node2:4", "--launcher", "impi"],
+     "--launcher impi starts the same number of ranks on every node, and the hosts' slots differ (node1 8, node2 4)"),
+    (["--hosts", "node1:8,node2:4", "--launcher", "slurm"], "--launcher slurm starts the same number of ranks"),
+    (["--hosts", "node1:2,node2:2", "--launcher", "slurm", "--include", "node1:1"],
+     "--include 'node1:1': --launcher slurm cannot pick device ids"),
+    (["--hosts", "node1:2,node2:2", "--launcher", "openmpi", "--master-port", "29611"],
+     "--master-port 29611 has no effect with --launcher openmpi"),
+    (["--hosts", "node1:2,node2:2", "--launcher", "slurm", "--master-addr", "node1"],
+     "--master-addr node1 has no effect with --launcher slurm"),
+])
+def test_what_the_backend_refuses_is_bad_input_in_one_line(capsys, argv, message):
+    code, _, err = dry_run(capsys, *argv, "train.py")
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_what_the_backends_accept_passes(capsys):
+    assert build_command(spec(hosts=(("node1", 2), ("node2", 2)), launcher="slurm", include="node1:0,1@node2"))
+    assert build_command(spec(hosts=(("node1", 8), ("node2", 4)), launcher="slurm", gpus_per_node=4))
+    assert build_command(spec(hosts=(("node1", 8), ("node2", 4)), launcher="openmpi"))
+    assert build_command(spec(hosts=(("node1", 8), ("node2", 8)), launcher="mpich", master_port=29611))
+
+
+@pytest.mark.parametrize("launcher", ["openmpi", "mvapich", "slurm"])
+def test_discovery_launchers_warn_that_ranks_need_mpi4py(capsys, launcher):
+    code, _, err = dry_run(capsys, "--hosts", "node1:2,node2:2", "--launcher", launcher, "train.py")
+    assert code == 0 and "warning: with --launcher " + launcher in err and "mpi4py" in err
+    _, _, err = dry_run(capsys, "--hosts", "node1:2,node2:2", "--launcher", "mpich", "train.py")
+    assert "warning" not in err
+
+
+def test_sbatch_refuses_unequal_slots_master_addr_and_mpi_launchers(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv, message in [
+        (["--hosts", "gpu-a:8,gpu-b:4"], "--emit-sbatch: the hosts have different slots (gpu-a:8, gpu-b:4)"),
+        (["--hosts", "gpu-a:8,gpu-b:8", "--master-addr", "gpu-a"], "--master-addr gpu-a has no place in an sbatch"),
+        (["--hosts", "gpu-a:8,gpu-b:8", "--launcher", "openmpi"], "--launcher openmpi has no place in an sbatch"),
+    ]:
+        code, _, err = dry_run(capsys, *argv, "--emit-sbatch", "j3.sbatch", "train.py")
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "j3.sbatch").exists()
+
+
+def test_sbatch_takes_whole_nodes_and_keeps_a_custom_master_port(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = render_sbatch(spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), master_port=29611), "zerokit launch ...", "j.sbatch")
+    assert "#SBATCH --exclusive\n" in text and "export MASTER_PORT=29611\n" in text
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", socket.gethostname()])
+def test_a_job_on_this_host_alone_runs_without_a_hostfile(host, tmp_path):
+    """DeepSpeed ssh-checks the first host whenever a hostfile exists (runner.py main), even localhost."""
+    s = spec(hosts=((host, 2),), master_port=29611, env=(("A", "B"),), files_dir=str(tmp_path))
+    argv, env = build_command(s)
+    assert argv == ["deepspeed", "--num_gpus", "2", "--master_port", "29611", "train.py", "--deepspeed", "/cfg/ds.json"]
+    assert env == {"PYTHONUNBUFFERED": "1", "A": "B"} and render_files(s) == {}
+    argv, _ = build_command(spec(hosts=((host, 2),), include=f"{host}:1", files_dir=str(tmp_path)))
+    assert argv[1:3] == ["--include", "localhost:1"]
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    assert runner.parse_inclusion_exclusion({"localhost": 2}, "localhost:1", "") == {"localhost": [1]}
+
+
+def test_a_remote_one_host_job_keeps_its_hostfile(tmp_path):
+    argv, _ = build_command(spec(hosts=(("node1", 2),), files_dir=str(tmp_path)))
+    assert argv[1:3] == ["--hostfile", str(tmp_path / "hostfile")]
+
+
+def test_one_node_include_is_checked_against_the_devices_deepspeed_counts():
+    check_include_devices(spec(include="localhost:0"), 1)
+    with pytest.raises(BadInput, match=r"^--include 'localhost:0,1': DeepSpeed counts 1 device on this machine "
+                                       r"\(slots 0 to 0\), not slot 1; for N ranks give --gpus-per-node N"):
+        check_include_devices(spec(include="localhost:0,1"), 1)
+    check_include_devices(spec(hosts=(("node1", 2), ("node2", 2)), include="node1:1"), 1)  # not this machine's

@@ -1,0 +1,148 @@
+"""The launch review's findings: an unknown option in the script's place, --exclude, the user's own .deepspeed_env
+under --env, hostfiles DeepSpeed accepts, and --master-addr's default."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from zerokit.cli import main
+from zerokit.errors import BadInput
+from zerokit.launch.hostfile import parse_hostfile
+from zerokit.launch.runner import LaunchSpec, build_command, render_files
+
+TWO_NODES = ["--hosts", "node1:8,node2:8", "--master-addr", "node1"]
+
+
+def spec(**kw) -> LaunchSpec:
+    return LaunchSpec(**{"script": "train.py", "config": "/cfg/ds.json", "runner": "deepspeed", **kw})
+
+
+@pytest.mark.parametrize("words, meant", [
+    (["--exclude-node", "node2", "--dry-run"], "--exclude"),
+    (["--frobnicate"], None),
+    (["--num-gpus", "2"], "--gpus-per-node"),
+    (["--num_gpus=2"], "--gpus-per-node"),
+    (["--master_port", "29501"], "--master-port"),
+    (["--dryrun"], "--dry-run"),
+])
+def test_an_unknown_option_before_the_script_is_bad_input_not_the_script(capsys, tmp_path, monkeypatch, words,
+                                                                          meant):
+    """It took the script's place and everything after it (--dry-run included) went to the script: a dry run became a
+    real launch (exit 3 from the preflight), or `script --num-gpus: no such file`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    code = main(["launch", *TWO_NODES, *words, "--dry-run", "train.py"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captured.err.count("\n") == 1, captured
+    assert f"unknown option {words[0].split('=')[0]!r}" in captured.err
+    assert (f"did you mean {meant}?" in captured.err) if meant else "see 'zerokit launch --help'" in captured.err
+    assert "the script's own arguments after it" in captured.err
+    assert not (tmp_path / ".zerokit").exists()
+
+
+def test_exclude_reaches_the_runner_and_deepspeed_reads_it(capsys, tmp_path, monkeypatch):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    code = main(["launch", "--config", "ds.json", *TWO_NODES, "--exclude", "node2", "--dry-run", "train.py"]) \
+        if (tmp_path / "ds.json").write_text("{}") else None
+    out = capsys.readouterr().out
+    assert code == 0 and "--exclude node2 --master_port 29500 train.py" in out, out
+    argv, _ = build_command(spec(hosts=(("node1", 2), ("node2", 2)), exclude="node1:1@node2"))
+    args = runner.parse_args(argv[1:])
+    assert (args.exclude, args.include) == ("node1:1@node2", "")
+    assert runner.parse_inclusion_exclusion({"node1": 2, "node2": 2}, args.include, args.exclude) == {"node1": [0]}
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"include": "node1", "exclude": "node2"}, "give either --include or --exclude, not both"),
+    ({"exclude": "node2", "gpus_per_node": 2}, "--exclude picks the ranks itself"),
+    ({"exclude": "node3"}, "--exclude 'node3': host node3 is not one of the job's hosts"),
+    ({"exclude": "node1:2"}, "--exclude 'node1:2': node1 has 2 slots (0 to 1), not slot 2"),
+    ({"exclude": "node1:x"}, "--exclude 'node1:x': slot 'x' of node1 is not a whole number"),
+    ({"exclude": "node1@node2:0,1"}, "--exclude 'node1@node2:0,1' leaves no rank to run"),
+])
+def test_exclude_is_checked_as_include_is(kw, message):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        build_command(spec(hosts=(("node1", 2), ("node2", 2)), **kw))
+
+
+def test_env_file_keeps_the_users_own_deepspeed_env_files(tmp_path, monkeypatch):
+    """zerokit's DS_ENV_FILE is absolute, so DeepSpeed's join with ~ and . gave zerokit's file twice and the user's
+    ~/.deepspeed_env and ./.deepspeed_env were no longer read."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".deepspeed_env").write_text("NCCL_IB_DISABLE=1\nWANDB_PROJECT = home \nNCCL_DEBUG=WARN\n")
+    (work / ".deepspeed_env").write_text("WANDB_PROJECT=work\nHF_HOME=/data/hf")  # no final newline
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DS_ENV_FILE", raising=False)
+    monkeypatch.chdir(work)
+    s = spec(hosts=(("node1", 8), ("node2", 8)), env=(("NCCL_DEBUG", "INFO"),), files_dir=str(tmp_path / "zk"))
+    written = render_files(s)[str(tmp_path / "zk" / ".deepspeed_env")]
+    assert written == "NCCL_IB_DISABLE=1\nWANDB_PROJECT=work\nNCCL_DEBUG=INFO\nHF_HOME=/data/hf\n"
+
+    # DeepSpeed's runner reads what zerokit wrote, as it read the user's files before
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    env_file = tmp_path / "zk" / ".deepspeed_env"
+    env_file.parent.mkdir()
+    env_file.write_text(written)
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    pdsh = PDSHRunner(runner.parse_args(["train.py"]), "")
+    for line in env_file.read_text().splitlines(keepends=True):
+        key, val = line.split("=", maxsplit=1)
+        pdsh.add_export(key, val)
+    assert pdsh.exports == {"NCCL_IB_DISABLE": "1", "WANDB_PROJECT": "work", "NCCL_DEBUG": "INFO",
+                            "HF_HOME": "/data/hf"}
+
+    # the user's own DS_ENV_FILE name is the one DeepSpeed would have read
+    (home / "cluster.env").write_text("FROM_NAMED=1\n")
+    monkeypatch.setenv("DS_ENV_FILE", "cluster.env")
+    assert render_files(s)[str(env_file)] == "FROM_NAMED=1\nNCCL_DEBUG=INFO\n"
+
+    # a line DeepSpeed's `key, val = var.split('=', maxsplit=1)` fails on is refused, naming it
+    monkeypatch.delenv("DS_ENV_FILE")
+    (work / ".deepspeed_env").write_text("A=1\n\n")
+    with pytest.raises(BadInput, match=r"^\./\.deepspeed_env:2: expected KEY=VALUE"):
+        render_files(s)
+
+
+@pytest.mark.parametrize("line, hosts", [
+    ("node1 slots=4 max_slots=4", {"node1": 4}),
+    ("node_1 slots=4", {"node_1": 4}),
+    ("node1 slots=4 # the big one", {"node1": 4}),
+    ("  # a comment", None),
+])
+def test_hostfile_lines_deepspeed_accepts_are_accepted(line, hosts):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    text = f"node0 slots=2\n{line}\n"
+    assert runner._parse_hostfile(text.splitlines()) == {"node0": 2, **(hosts or {})}
+    assert parse_hostfile(text) == {"node0": 2, **(hosts or {})}
+
+
+@pytest.mark.parametrize("line", ["node1 slots = 4", "node1 slots=two", "node1", "node1 # slots=4", "slots=4",
+                                  "node1 slots=\u00b2"])
+def test_hostfile_lines_deepspeed_refuses_are_refused(line):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    with pytest.raises(ValueError):
+        runner._parse_hostfile(["node0 slots=2\n", line + "\n"])
+    with pytest.raises(BadInput, match="hostfile:2: "):
+        parse_hostfile(f"node0 slots=2\n{line}\n")
+
+
+def test_a_hostfile_with_an_underscore_host_launches(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostfile").write_text("node_1 slots=4 max_slots=4\nnode_2 slots=4 max_slots=4\n")
+    code = main(["launch", "--hostfile", "hostfile", "--master-addr", "node_1", "--dry-run", "train.py"])
+    out = capsys.readouterr().out
+    assert code == 0 and "--hostfile hostfile --launcher pdsh --master_addr node_1" in out
+
+
+def test_master_addr_help_says_what_deepspeed_does(capsys):
+    """DeepSpeed's runner takes the first word of `ssh FIRST_HOST hostname -I`, not the host's name."""
+    assert main(["launch", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "hostname -I" in text and "default: the first host)" not in text
