@@ -110,6 +110,45 @@ def test_env_file_keeps_the_users_own_deepspeed_env_files(tmp_path, monkeypatch)
         render_files(s)
 
 
+def test_the_users_secrets_stay_private_the_launch_writes_0600_and_a_script_reads_them_when_it_runs(
+        capsys, tmp_path, monkeypatch):
+    """The merged env file may carry the user's tokens: the launch writes it readable by the user alone (even over
+    a 0644 one), and --emit-script, whose file is 0755, reads the user's files when it runs instead of copying them."""
+    import os
+    import stat
+    import subprocess
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".deepspeed_env").write_text("SECRET_TOKEN=hush\nNCCL_DEBUG=WARN")  # no final newline
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DS_ENV_FILE", raising=False)
+    monkeypatch.chdir(work)
+    (work / "ds.json").write_text("{}")
+    (work / "train.py").write_text("")
+    args = ["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO"]
+    assert main([*args, "--emit-script", "run.sh", "train.py"]) == 0
+    script = (work / "run.sh").read_text()
+    assert "hush" not in script and "SECRET_TOKEN" not in script
+    lines = script.splitlines()
+    lines[-1] = "true"  # everything but the runner itself
+    (work / "run.sh").write_text("\n".join(lines) + "\n")
+    subprocess.run(["bash", str(work / "run.sh")], check=True, env={**os.environ, "HOME": str(home)})
+    env_file = work / ".zerokit" / ".deepspeed_env"
+    assert env_file.read_text() == "SECRET_TOKEN=hush\nNCCL_DEBUG=WARN\nNCCL_DEBUG=INFO\n"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    os.chmod(env_file, 0o644)  # the launch's own write replaces a world-readable one with a private one
+    from zerokit.fileio import write_atomic
+    from zerokit.launch.runner import render_files as files_of
+
+    s = spec(hosts=(("node1", 8), ("node2", 8)), env=(("NCCL_DEBUG", "INFO"),), files_dir=str(work / ".zerokit"))
+    text = files_of(s)[str(env_file)]
+    assert "SECRET_TOKEN=hush" in text
+    write_atomic(str(env_file), text, "--files-dir", force=True, mode=0o600, keep_mode=False)
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+
+
 @pytest.mark.parametrize("line, hosts", [
     ("node1 slots=4 max_slots=4", {"node1": 4}),
     ("node_1 slots=4", {"node_1": 4}),

@@ -165,12 +165,13 @@ def _mode_for(path: str, mode: int) -> int:
 
 
 def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, mode: int = 0o666,
-                 make_parents: bool = False) -> None:
+                 make_parents: bool = False, keep_mode: bool = True) -> None:
     """Write a temp file beside `path`, then rename it over `path`: a reader never sees half a file. Whatever goes
     wrong (a full disk, a file size limit, a read-only directory, Ctrl-C), the temp file is removed and `path` is
     left as it was. A new file gets `mode` filtered through the umask, as any file the user creates; a file replaced
     (`force`) keeps its permission bits, as an editor's save does (a read-only one stays read-only), plus the execute
-    bits `mode` asks for (a script written over a plain file can run)."""
+    bits `mode` asks for (a script written over a plain file can run); `keep_mode=False` gives it `mode` all the same
+    (a file of secrets, 0o600, whatever the one it replaces allowed)."""
     import tempfile  # only when writing: it pulls in random and shutil
 
     if make_parents and str(path).strip():
@@ -190,7 +191,7 @@ def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, m
             os.fsync(f.fileno())
             umask = os.umask(0)
             os.umask(umask)
-            os.fchmod(f.fileno(), _mode_for(path, mode & ~umask))
+            os.fchmod(f.fileno(), _mode_for(path, mode & ~umask) if keep_mode else mode & ~umask)
         check_target(path, what, force)  # nothing appeared there meanwhile
         os.replace(tmp, path)
         tmp = None

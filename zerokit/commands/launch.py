@@ -187,7 +187,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
 
     try:
         for path, text in files.items():
-            write_atomic(path, text, "--files-dir", force=True, make_parents=True)
+            private = path == spec.env_file  # it may carry the user's own .deepspeed_env: tokens, keys
+            write_atomic(path, text, "--files-dir", force=True, make_parents=True, mode=0o600 if private else 0o666,
+                         keep_mode=not private)
     except BadInput:
         if watch is not None:
             watch.finish(2)

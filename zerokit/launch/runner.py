@@ -367,13 +367,16 @@ def _localhost_filter(text: str) -> str:
     return "@".join("localhost" + node[len(node.partition(":")[0]):] for node in text.split("@"))
 
 
-def render_files(spec: LaunchSpec) -> dict[str, str]:
-    """The files the launch writes before starting: `{absolute path: content}` (empty on one node)."""
+def render_files(spec: LaunchSpec, users_env: bool = True) -> dict[str, str]:
+    """The files the launch writes before starting: `{absolute path: content}` (empty on one node). `users_env`:
+    the env file starts with the user's own variables (`users_deepspeed_env`); an emitted script reads those when it
+    runs instead, so that no secret of theirs is copied into it."""
     files: dict[str, str] = {}
     if spec.hosts and spec.multi_node:
         files[spec.written_hostfile] = render("hostfile.j2", hosts=dict(spec.hosts))
     if spec.remote_shell and spec.env:
-        files[spec.env_file] = render("deepspeed_env.j2", env={**users_deepspeed_env(), **dict(spec.env)})
+        files[spec.env_file] = render("deepspeed_env.j2",
+                                      env={**(users_deepspeed_env() if users_env else {}), **dict(spec.env)})
     return files
 
 
@@ -416,9 +419,10 @@ def render_launch_script(spec: LaunchSpec, zerokit_command: str) -> str:
     if spec.hostfile and not spec.hosts:
         read_hostfile(spec.hostfile)  # the runner reads it when the script runs: refused now, as --dry-run refuses it
     argv, env = build_command(spec)
-    files = render_files(spec)
+    files = render_files(spec, users_env=False)
     return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command,
-                  files=files, dirs=sorted({str(Path(path).parent) for path in files}), eof=HEREDOC_END)
+                  files=files, dirs=sorted({str(Path(path).parent) for path in files}), eof=HEREDOC_END,
+                  env_file=spec.env_file if spec.env_file in files else None)
 
 
 HEREDOC_END = "ZEROKIT_EOF"
