@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def benchmark(script: str, name: str | None = None, register: bool = True) -> ModuleType:
+    """`benchmarks/<script>.py` imported as a module `name` (default: the script's), for the tests that check its
+    golden data; `register` puts it in sys.modules first, where its dataclasses look for their module."""
+    spec = importlib.util.spec_from_file_location(name or script, ROOT / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    if register:
+        sys.modules.setdefault(name or script, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def free_port() -> int:

@@ -18,24 +18,19 @@ taken with the runs) and compare.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from itertools import combinations
 from pathlib import Path
 
 import pytest
+from _support import benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "gpu"
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location("gpu_runs", ROOT / "benchmarks" / "gpu_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gpu_runs", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("gpu_runs")
 
 
 harness = _harness()

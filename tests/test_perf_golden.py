@@ -33,13 +33,13 @@ and not held here.)
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
 
 import pytest
+from _support import benchmark
 
 from zerokit.models.params import count_parameters
 from zerokit.perf import load_profile, profile_from_json, step_time
@@ -248,10 +248,7 @@ def test_every_case_ranked_as_measured_with_the_short_reference_engines():
 
 
 def _step_time_benchmark():
-    spec = importlib.util.spec_from_file_location("step_time_benchmark", ROOT / "benchmarks" / "step_time.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("step_time", "step_time_benchmark", register=False)
 
 
 def test_the_median_profile_takes_each_point_over_the_rounds_that_measured_it():

@@ -8,23 +8,18 @@ a small sample live.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _support import benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "realrun" / "memory.json"
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location("realrun_memory", ROOT / "benchmarks" / "realrun_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("realrun_memory", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("realrun_memory")
 
 
 harness = _harness()

@@ -10,12 +10,11 @@ DeepSpeed's rule by hand (see zerokit/memory/estimate.py's docstring), not paste
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from _support import benchmark
 
 from zerokit.memory.buffers import DEFAULT_SUB_GROUP_SIZE, BufferSettings, hf_auto_settings, zero_buffer_keys
 from zerokit.memory.estimate import _zero3_step, step_costs, step_sub_groups, sub_group_bound
@@ -26,11 +25,7 @@ MB = 1e6
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location("realrun_memory", ROOT / "benchmarks" / "realrun_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("realrun_memory", module)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark("realrun_memory")
 
 
 harness = _harness()
