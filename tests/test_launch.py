@@ -159,6 +159,11 @@ def test_env_values_for_other_nodes_must_be_inert():
     (["--hosts", "node1:2,node2:2", "--nodes", "5", "t.py"], "--nodes 5 is more than the 2 hosts given"),
     (["--no-ssh", "--hosts", "node1:2,node2:2", "--master-addr", "node1", "--node-rank", "0", "--watch-port", "29500",
       "t.py"], "--watch-port 29500 is the master port"),
+    # DeepSpeed's --node_rank indexes the hosts its filters keep: with node2 excluded there is one node
+    (["--no-ssh", "--hosts", "node1:2,node2:2", "--exclude", "node2", "--master-addr", "node1", "--node-rank", "1",
+      "t.py"], "--node-rank 1 is not one of the job's 1 nodes (0 to 0)"),
+    (["--no-ssh", "--hosts", "node1:2,node2:2,node3:2", "--nodes", "2", "--master-addr", "node1", "--node-rank", "2",
+      "t.py"], "--node-rank 2 is not one of the job's 2 nodes (0 to 1)"),
     (["--hosts", "", "t.py"], "--hosts is empty"),
     (["--hostfile", "", "t.py"], "--hostfile is empty"),
     (["--gpus-per-node", "99999999999", "t.py"], "99999999999 is not in the range 1<=x<=4096"),
