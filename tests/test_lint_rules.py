@@ -969,6 +969,7 @@ def test_a_did_you_mean_never_changes_the_values_type():
     ({"monitor_config": {"tensorboard": {"enabled": True}}}, "monitor_config", None, "at the top level: move them"),
     ({"compile": {"disable": False}}, "compile.disable", None, "engine.compile(backend=...)"),
     ({"bf16": {"enabled": True, "loss_scale": 0}}, "bf16.loss_scale", None, "bf16 needs no loss scaling"),
+    ({"bf16": {"enabled": True, "auto_cast": False}}, "bf16.auto_cast", None, "bf16 section has none: delete it"),
 ])
 def test_moved_and_renamed_keys_say_what_to_do(extra, key, fix, words):
     [f] = lint(with_(ZERO0, extra))

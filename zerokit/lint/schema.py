@@ -240,6 +240,8 @@ MOVED = {
     "compile.backend": (None, _OLD_COMPILE),
     **{f"bf16.{k}": (None, _BF16_SCALING) for k in ("loss_scale", "initial_scale_power", "loss_scale_window",
                                                      "hysteresis", "consecutive_hysteresis", "min_loss_scale")},
+    "bf16.auto_cast": (None, (" (fp16's key, which casts the inputs to fp16; DeepSpeed's bf16 section has none: "
+                              "delete it)")),
 }
 """Unknown keys whose fix a did-you-mean would get wrong: renamed, moved out of a section, or meaningless where
 they are (dotted path -> the suggestion, or None, and the hint)."""
