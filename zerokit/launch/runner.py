@@ -9,6 +9,7 @@ the runner's whole process group, so no rank outlives zerokit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shlex
@@ -106,8 +107,19 @@ class LaunchSpec:
         given (runner.py's ssh check), so the job runs without one, on DeepSpeed's single-node path."""
         if self.no_ssh or (self.nodes or 1) > 1:
             return False
-        hosts = _known_hosts(self)
+        hosts = self.known_hosts
         return len(hosts) == 1 and is_this_host(next(iter(hosts)))
+
+    @functools.cached_property
+    def known_hosts(self) -> dict[str, int]:
+        """`{host: slots}` of --hosts or a readable --hostfile; `{}` when zerokit cannot know them. Read once per
+        spec: `local_only`, and so `multi_node`, ask it on every use."""
+        if self.hosts:
+            return dict(self.hosts)
+        if self.hostfile:
+            with contextlib.suppress(BadInput, OSError):  # a broken hostfile is the preflight's to describe
+                return read_hostfile(self.hostfile)
+        return {}
 
     @property
     def remote_shell(self) -> bool:
@@ -127,16 +139,6 @@ def is_this_host(host: str) -> bool:
     """localhost, 127.0.0.1 or this machine's hostname (short or full)."""
     name = socket.gethostname()
     return host in ("localhost", "127.0.0.1", name, name.split(".")[0])
-
-
-def _known_hosts(spec: LaunchSpec) -> dict[str, int]:
-    """`{host: slots}` of --hosts or a readable --hostfile; `{}` when zerokit cannot know them."""
-    if spec.hosts:
-        return dict(spec.hosts)
-    if spec.hostfile:
-        with contextlib.suppress(BadInput, OSError):  # a broken hostfile is the preflight's to describe
-            return read_hostfile(spec.hostfile)
-    return {}
 
 
 def names_config(args: tuple[str, ...] | list[str]) -> bool:
@@ -222,7 +224,7 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
 
 def _check_launcher_limits(spec: LaunchSpec) -> None:
     """What the chosen DeepSpeed backend cannot do, refused before the preflight rather than by its traceback."""
-    launcher, known = spec.launcher, _known_hosts(spec)
+    launcher, known = spec.launcher, spec.known_hosts
     used = dict(list(known.items())[:spec.nodes]) if spec.nodes else known
     if launcher in MPI_LAUNCHERS:
         fix = "list only the hosts and slots to use in --hosts/--hostfile, or use --launcher pdsh"
@@ -237,13 +239,14 @@ def _check_launcher_limits(spec: LaunchSpec) -> None:
             raise BadInput(f"--gpus-per-node {spec.gpus_per_node}: --launcher {launcher} cannot limit the GPUs of a "
                            f"node (DeepSpeed's {launcher} backend refuses --num_gpus); {fix}")
     if launcher == "slurm" and spec.include is not None:
-        for host, slots in parse_resource_filter(spec.include).items():
+        picked = parse_resource_filter(spec.include)
+        for host, slots in picked.items():
             if slots and slots != list(range(len(slots))):
                 raise BadInput(f"--include {spec.include!r}: --launcher slurm cannot pick device ids (srun places "
                                f"ranks by count); keep the first slots ({host}:{','.join(map(str, range(len(slots))))}"
                                "), filter whole hosts, or use --launcher pdsh")
         if known:
-            used = {host: len(slots) or known.get(host, 0) for host, slots in parse_resource_filter(spec.include).items()}
+            used = {host: len(slots) or known.get(host, 0) for host, slots in picked.items()}
     if launcher in EQUAL_SLOTS_LAUNCHERS and len(set(used.values())) > 1 and not (
             launcher == "slurm" and spec.gpus_per_node is not None and spec.include is None):
         counts = ", ".join(f"{host} {slots}" for host, slots in list(used.items())[:5])
@@ -309,10 +312,7 @@ def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]], option: str = "
     """Hosts and slots of --include/--exclude against the job's, where zerokit knows them (--hosts, a readable
     hostfile): DeepSpeed refuses any other with a traceback, after the preflight, and fails on an empty job."""
     text = spec.include if option == "--include" else spec.exclude
-    known = dict(spec.hosts)
-    if spec.hostfile and not known:
-        with contextlib.suppress(BadInput):  # a broken hostfile is the preflight's to describe
-            known = read_hostfile(spec.hostfile)
+    known = spec.known_hosts
     if not known:
         return
     for host, slots in nodes.items():
@@ -350,7 +350,7 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
         argv += ["--num_nodes", str(spec.nodes)]
     # no hostfile: the ranks are --num_gpus, not the host's slots
     if spec.local_only and spec.include is None and spec.exclude is None:
-        argv += ["--num_gpus", str(spec.gpus_per_node or next(iter(_known_hosts(spec).values())))]
+        argv += ["--num_gpus", str(spec.gpus_per_node or next(iter(spec.known_hosts.values())))]
     elif spec.gpus_per_node is not None and not restated:
         argv += ["--num_gpus", str(spec.gpus_per_node)]
     if spec.include is not None:  # without a hostfile DeepSpeed's only host is "localhost"
