@@ -177,7 +177,13 @@ def measured_phases(rank: dict, steps: int) -> dict:
     return out
 
 
-def measured(measurement: dict) -> dict:
+def clean_start(measurement: dict) -> int:
+    """The fewest bytes any rank of any run held when the measured step began: a start without leftovers."""
+    steps = measurement["case"]["steps"]
+    return min(measured_phases(rk, steps)["start"] for run in measurement["runs"] for rk in run["ranks"])
+
+
+def measured(measurement: dict, base: int | None = None) -> dict:
     """Per phase: (the peak of the rank that needs most, the largest raw figure), device side.
 
     On DeepSpeed's CPU accelerator a few parameter gradients (seen: 1 to 4 weight or embedding gradients) stay
@@ -186,10 +192,13 @@ def measured(measurement: dict) -> dict:
     rank's figure is taken from its run with the fewest leftovers, less what it still started with above the
     cleanest start of any rank; the ranks themselves differ legitimately (which one holds the lm_head's
     gradient in its partition, say), so the larger rank counts.
+
+    One run can leave leftovers on every rank; `base`, the clean start of earlier runs of the same case
+    (`clean_start` of its golden figures), nets them out of it too.
     """
     steps = measurement["case"]["steps"]
     per_run = [[measured_phases(rk, steps) for rk in run["ranks"]] for run in measurement["runs"]]
-    base = min(r["start"] for ranks in per_run for r in ranks)
+    base = min([r["start"] for ranks in per_run for r in ranks] + ([base] if base is not None else []))
     out = {}
     for p in PHASES:
         by_rank = [min(ranks[i][p] - (ranks[i]["start"] - base) for ranks in per_run)
@@ -268,13 +277,14 @@ def measured_host(measurement: dict) -> int:
                for k, v in rk["phases"].items() if k != "load" and int(k.split(":")[1]) == steps)
 
 
-def compare(measurement: dict) -> list[dict]:
+def compare(measurement: dict, base: int | None = None) -> list[dict]:
     """One row per phase: predicted (plan) vs measured (the larger rank), device side; a host row when the case
-    offloads. Each phase's error is relative to the measured peak of the step (the figure that must fit)."""
+    offloads. Each phase's error is relative to the measured peak of the step (the figure that must fit). `base`:
+    as `measured`'s."""
     case = measurement["case"]
     result = plan_case(case)
     predicted = predicted_phases(result, case)
-    got = measured(measurement)
+    got = measured(measurement, base)
     peak = max(m for m, _ in got.values())
     rows = []
     for phase in PHASES:

@@ -75,14 +75,20 @@ def test_leftover_gradients_are_taken_out_rank_by_rank():
     got = harness.measured(case)
     assert got["forward"] == (140, 150)  # rank 0 started 10 bytes up: 150 - 10
     assert got["backward"] == (155, 160)  # rank 1's 155 is its own, above rank 0's 160 - 10
+    # a cleaner start seen in another run of the case: both ranks' leftovers come out
+    assert harness.clean_start(case) == 100
+    assert harness.measured(case, base=95)["forward"] == (135, 150)
+    assert harness.measured(case, base=120)["forward"] == (140, 150)  # a dirtier base changes nothing
 
 
 @pytest.mark.slow
 def test_a_live_sample_reproduces_the_golden_figures(tmp_path):
-    """Re-measure two cases for real (ZeRO-2 and ZeRO-3, 2 ranks through the deepspeed runner)."""
+    """Re-measure two cases for real (ZeRO-2 and ZeRO-3, 2 ranks through the deepspeed runner). One run can leave
+    leftover gradients on both ranks (the golden llama-z3 has a rank that began its step 5.1 MB up): they are
+    netted out against the golden runs' clean start."""
     pytest.importorskip("deepspeed")
     for name in ("llama-z2", "llama-z3"):
         live = harness.measure_case(harness.BY_NAME[name], repeats=1)
-        for row in harness.compare(live):
+        for row in harness.compare(live, base=harness.clean_start(GOLDEN_DATA["cases"][name])):
             if row["peak"]:
                 assert abs(row["error"]) <= harness.TOLERANCE, row

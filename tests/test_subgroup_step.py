@@ -188,11 +188,38 @@ def test_the_plan_writes_no_sub_group_size():
     assert "sub_group_size" not in (result.ds_config or build_ds_config(result))["zero_optimization"]
 
 
+def _step_held(rank: dict, steps: int) -> tuple[int, int]:
+    """The last optimizer step of one rank: (bytes live when it began, its peak above that)."""
+    step = rank["phases"][f"optimizer_step:{steps}:0"]
+    return step["start"] - step["start_host"], step["peak"] - step["host"] - (step["start"] - step["start_host"])
+
+
+def _check_step(measurement: dict) -> None:
+    """Each rank's step holds the largest sub-group's bf16 flat copy and fp32 cast above what it began with, and
+    began with at least the plan's steady state. A rank may begin with more: DeepSpeed on the CPU accelerator
+    sometimes keeps a gradient or two into the next step (`realrun_memory.measured`), and one run on its own,
+    both ranks alike, cannot net those out; they sit under the step, not in it."""
+    step = next(r for r in harness.compare(measurement) if r["phase"] == "optimizer_step")
+    transient = 6 * 887_424  # test_the_step_peak_of_each_case_by_hand
+    steady = step["predicted"] - transient
+    for run in measurement["runs"]:
+        for rank in run["ranks"]:
+            began, held = _step_held(rank, measurement["case"]["steps"])
+            assert abs(held - transient) <= harness.TOLERANCE * step["predicted"], (began, held)
+            assert began >= steady - harness.TOLERANCE * step["predicted"], (began, steady)
+
+
+def test_the_golden_steps_hold_one_sub_group_above_their_start():
+    _check_step(GOLDEN_DATA["cases"]["llama-z3-subgroups"])
+
+
 @pytest.mark.slow
 def test_a_live_run_reproduces_the_golden_sub_groups_and_step():
     """Re-measure the three-sub-group case for real (2 ranks through the deepspeed runner)."""
     pytest.importorskip("deepspeed")
     live = harness.measure_case(harness.BY_NAME["llama-z3-subgroups"], repeats=1)
     assert [tuple(g) for g in live["runs"][0]["sub_groups"]] == _sub_groups_by_hand(750_000)
-    step = next(r for r in harness.compare(live) if r["phase"] == "optimizer_step")
-    assert abs(step["predicted"] - step["measured"]) <= harness.TOLERANCE * step["measured"], step
+    _check_step(live)
+    golden = GOLDEN_DATA["cases"]["llama-z3-subgroups"]
+    for row in harness.compare(live, base=harness.clean_start(golden)):
+        assert abs(row["error"]) <= harness.TOLERANCE, row
