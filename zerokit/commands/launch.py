@@ -125,6 +125,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         include=include, exclude=exclude, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
         master_addr=master_addr, master_port=master_port, env=_env_pairs(env), files_dir=files_dir,
         runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
+        # an emitted script runs later, under the variable it finds then (it checks that one itself)
+        visible_devices=None if emits else runner.visible_devices(os.environ, runner.gpus_present()),
     )
     if time_limit is not None and emit_sbatch is None:
         raise BadInput("--time is the SLURM time limit of --emit-sbatch; give --emit-sbatch FILE too, or drop --time")

@@ -469,12 +469,26 @@ def check_accelerator(t: Target) -> Check:
             return Check("accelerator", True, f"no GPU found: {ranks} run on DeepSpeed's CPU accelerator "
                          f"({probe_comm_backend()})")
         return Check("accelerator", True, f"DeepSpeed accelerator: {name}")
-    return gpu_verdict(gpus, t.gpus_per_node, t.needs.gpu_bytes)
+    return gpu_verdict(visible_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")), t.gpus_per_node,
+                       t.needs.gpu_bytes)
+
+
+def visible_gpus(gpus: list[tuple[str, int]], visible: str | None) -> list[tuple[str, int]]:
+    """The GPUs nvidia-smi lists (all of the machine's) that CUDA_VISIBLE_DEVICES leaves to the ranks, by index
+    (nvidia-smi's order, PCI bus order; CUDA's own differs only where CUDA_DEVICE_ORDER is not PCI_BUS_ID and the
+    GPUs differ); all of them where it is unset or names devices otherwise (UUIDs: the launch refuses those)."""
+    ids = (visible or "").split(",")
+    if not visible or not visible.strip() or not all(i.strip().isdigit() for i in ids):
+        return gpus
+    return [gpus[int(i)] for i in ids if int(i) < len(gpus)]
 
 
 def gpu_verdict(gpus: list[tuple[str, int]], gpus_per_node: int | None, gpu_bytes: int | None) -> Check:
     """GPUs found (name, memory bytes) against the ranks asked for and the plan's per-GPU peak."""
     want = gpus_per_node or len(gpus)
+    if not gpus:  # CUDA_VISIBLE_DEVICES names none of them
+        return Check("accelerator", False, "CUDA_VISIBLE_DEVICES leaves none of this machine's GPUs visible",
+                     "set CUDA_VISIBLE_DEVICES to the indexes nvidia-smi lists, or unset it")
     smallest = min(mem for _, mem in gpus)
     problems = []
     if len(gpus) < want:

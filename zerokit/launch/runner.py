@@ -94,6 +94,9 @@ class LaunchSpec:
     the runner starts only this node's ranks."""
     node_rank: int | None = None
     """This node's index in the hostfile (0 = the master's node), with no_ssh."""
+    visible_devices: str | None = None
+    """CUDA_VISIBLE_DEVICES as the launch found it on a machine with GPUs (`visible_devices`), None where unset: the
+    GPUs a one-node job's ranks may use, which the command keeps (`build_command`)."""
 
     @property
     def multi_node(self) -> bool:
@@ -133,6 +136,57 @@ class LaunchSpec:
     @property
     def env_file(self) -> str:
         return str(Path(self.files_dir).absolute() / ".deepspeed_env")
+
+
+VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+"""The variable DeepSpeed's CUDA accelerator reads the visible GPUs from (`visible_devices_envs`)."""
+
+
+def visible_devices(environ: dict[str, str] | os._Environ, gpus_present: bool) -> str | None:
+    """CUDA_VISIBLE_DEVICES where it picks GPUs: set, not empty, on a machine with GPUs. DeepSpeed's CPU accelerator
+    reads the same variable but counts NUMA nodes, not its ids, so without GPUs it means nothing to the ranks."""
+    value = environ.get(VISIBLE_DEVICES, "").strip()
+    return value if value and gpus_present else None
+
+
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
+"""NVIDIA's and AMD's (ROCm) device nodes: a machine with GPUs for its ranks."""
+
+
+def gpus_present() -> bool:
+    """Whether this machine has NVIDIA or AMD GPU device nodes (and DS_ACCELERATOR does not pick another
+    accelerator): where CUDA_VISIBLE_DEVICES picks the ranks' GPUs."""
+    if os.environ.get("DS_ACCELERATOR", "cuda") != "cuda":
+        return False
+    return any(os.path.exists(node) for node in GPU_DEVICE_NODES)
+
+
+def kept_devices(spec: LaunchSpec) -> list[int] | None:
+    """The GPU ids a one-node job's ranks get under CUDA_VISIBLE_DEVICES, where the command must name them; None
+    where DeepSpeed's runner reads the variable itself or it does not apply.
+
+    DeepSpeed's runner honours CUDA_VISIBLE_DEVICES only without --num_gpus/--include/--exclude, and deletes it
+    either way (deepspeed/launcher/runner.py main()): `--gpus-per-node 4` under CUDA_VISIBLE_DEVICES=4,5,6,7
+    would start its ranks on GPUs 0-3, beside whatever job holds them. The ranks are the first N visible ids,
+    passed as `--include localhost:...` instead."""
+    if spec.visible_devices is None or spec.multi_node or spec.no_ssh or spec.include is not None \
+            or spec.exclude is not None:
+        return None
+    ranks = spec.gpus_per_node or (next(iter(spec.known_hosts.values())) if spec.local_only else None)
+    if ranks is None:
+        return None  # no --num_gpus: the runner turns the variable into --include itself
+    value = spec.visible_devices
+    ids = value.split(",")
+    if not all(_SLOT.fullmatch(i.strip()) for i in ids):
+        raise BadInput(f"{VISIBLE_DEVICES}={value} names GPUs by something other than an index (a UUID, a MIG "
+                       "device), which DeepSpeed's runner cannot pass on: it would start the ranks on GPUs 0 to "
+                       f"{ranks - 1}; give the indexes, e.g. {VISIBLE_DEVICES}=2,3, or --include localhost:2,3")
+    kept = [int(i) for i in ids]
+    if ranks > len(kept):
+        asked = f"--gpus-per-node {ranks}" if spec.gpus_per_node else f"{ranks} slots for this host"
+        raise BadInput(f"{asked}, but {VISIBLE_DEVICES}={value} leaves {len(kept)} GPU{'s' if len(kept) > 1 else ''}"
+                       f" visible; ask for {len(kept)}, or widen {VISIBLE_DEVICES}")
+    return kept[:ranks]
 
 
 def is_this_host(host: str) -> bool:
@@ -264,11 +318,16 @@ def _check_launcher_limits(spec: LaunchSpec) -> None:
 
 def notes(spec: LaunchSpec) -> list[str]:
     """Warnings about the job that are not errors: what the launch depends on that zerokit does not check."""
+    out = []
     if spec.remote_shell and spec.launcher in DISCOVERY_LAUNCHERS:
-        return [(f"with --launcher {spec.launcher} the ranks find rank 0 through DeepSpeed's MPI discovery, which "
-                 "needs mpi4py (built against the job's MPI) on every node and uses port "
-                 f"{DEFAULT_MASTER_PORT} on rank 0's node; --master-addr/--master-port do not reach them")]
-    return []
+        out.append(f"with --launcher {spec.launcher} the ranks find rank 0 through DeepSpeed's MPI discovery, which "
+                   "needs mpi4py (built against the job's MPI) on every node and uses port "
+                   f"{DEFAULT_MASTER_PORT} on rank 0's node; --master-addr/--master-port do not reach them")
+    if spec.visible_devices is not None and (spec.multi_node or spec.no_ssh):
+        out.append(f"{VISIBLE_DEVICES}={spec.visible_devices} does not pick the GPUs of a job with a hostfile: "
+                   "DeepSpeed's runner starts a rank on every slot it lists (and the other nodes never see this "
+                   "shell's variables); pick GPUs with --include host:2,3 or the hosts' slots")
+    return out
 
 
 def check_include_devices(spec: LaunchSpec, device_count: int) -> None:
@@ -346,10 +405,13 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
             env["DS_ENV_FILE"] = spec.env_file  # the runner joins it to ~ and .; an absolute path wins both
     # An MPI backend refuses --num_nodes/--num_gpus; validate let them through only where they restate the hostfile.
     restated = spec.remote_shell and spec.launcher in MPI_LAUNCHERS
-    if spec.nodes is not None and not restated and not spec.local_only:
-        argv += ["--num_nodes", str(spec.nodes)]
+    kept = kept_devices(spec)
+    if spec.nodes is not None and not restated and not spec.local_only and kept is None:
+        argv += ["--num_nodes", str(spec.nodes)]  # (one node: DeepSpeed refuses it beside --include)
+    if kept is not None:  # the GPUs CUDA_VISIBLE_DEVICES leaves, which --num_gpus would make the runner drop
+        argv += ["--include", "localhost:" + ",".join(map(str, kept))]
     # no hostfile: the ranks are --num_gpus, not the host's slots
-    if spec.local_only and spec.include is None and spec.exclude is None:
+    elif spec.local_only and spec.include is None and spec.exclude is None:
         argv += ["--num_gpus", str(spec.gpus_per_node or next(iter(spec.known_hosts.values())))]
     elif spec.gpus_per_node is not None and not restated:
         argv += ["--num_gpus", str(spec.gpus_per_node)]
@@ -420,9 +482,12 @@ def render_launch_script(spec: LaunchSpec, zerokit_command: str) -> str:
         read_hostfile(spec.hostfile)  # the runner reads it when the script runs: refused now, as --dry-run refuses it
     argv, env = build_command(spec)
     files = render_files(spec, users_env=False)
+    # one node with --num_gpus: DeepSpeed's runner would drop a CUDA_VISIBLE_DEVICES the script meets (`kept_devices`)
+    guard = "--num_gpus" in argv and not spec.multi_node and not spec.no_ssh
     return render("launch.sh.j2", argv=argv, env=env, cwd=str(Path.cwd()), zerokit_command=zerokit_command,
                   files=files, dirs=sorted({str(Path(path).parent) for path in files}), eof=HEREDOC_END,
-                  env_file=spec.env_file if spec.env_file in files else None)
+                  env_file=spec.env_file if spec.env_file in files else None,
+                  gpu_nodes=GPU_DEVICE_NODES if guard else ())
 
 
 HEREDOC_END = "ZEROKIT_EOF"
