@@ -121,7 +121,8 @@ def test_full_probe(tmp_path, capsys, monkeypatch):
         (256, 256, 12), (256, 128, 12), (256, 682, 12), (682, 256, 6), (256, 512, 1))]
     assert all(row[4] > 0 for row in raw["linears"]) and raw["curve_compute_s"] > 0
     shapes = measurements["reference_block_shapes"]
-    assert shapes[0] == [128, 512] and len(shapes) == len(perf.elementwise)
+    # one point per activation size: 640 x 512 (a width halved to fit) and 320 x 1024 share one
+    assert shapes[0] == [128, 512] and len({h * t for h, t in shapes}) == len(perf.elementwise)
 
 
 def test_a_reference_step_runs_half_the_tokens_until_the_measured_figures_fit_the_budget():
@@ -250,6 +251,27 @@ def test_compute_scale_at_its_bound_says_so(measured, kept, bounded):
     source = perf.sources["compute_scale"]
     assert (source == "probe") is not bounded
     assert not bounded or f"measured x {measured:.2f}" in source and "re-run the probe on an idle machine" in source
+
+
+def test_llama_blocks_that_meet_at_one_activation_size_give_one_point_a_plan_loads(tmp_path, capsys):
+    """The full probe on this 2-core VM ran the llama blocks at 128 x 512, 320 x 1024 and 640 x 512 (the widest
+    halved to fit the step budget): two points at 655,360 bytes, and `zerokit plan --hardware` refused the profile
+    the probe had just written, "elementwise: sizes must be strictly ascending"."""
+    from zerokit.perf import profile_to_json
+    from zerokit.perf.probe import _machine_from_measurements, ascending_curve
+
+    assert ascending_curve([[655360.0, 6e9], [131072.0, 3e9], [655360.0, 8e9]]) == [[131072.0, 3e9],
+                                                                                   [655360.0, 7e9]]
+    raw = _measurements({"compute_scale": 1.0})
+    raw["elementwise"] = [[131072.0, 3e9], [655360.0, 6e9], [655360.0, 8e9]]
+    raw["reference_block_shapes"] = [[128, 512], [320, 1024], [640, 512]]
+    raw["device_memory_bytes"] = 25_300_000_000
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile_to_json(_machine_from_measurements(raw), raw)))
+    assert load_profile(str(path)).elementwise == ((131072.0, 3e9), (655360.0, 7e9))
+    assert main(["plan", "--hardware", str(path), "--model", "125M", "--seq-len", "128", "--gpus-per-node", "2",
+                 "--format", "json"]) == 0
+    assert "strictly ascending" not in capsys.readouterr().err
 
 
 def test_profiles_before_the_measured_scale_read_as_probed():

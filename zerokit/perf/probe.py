@@ -360,6 +360,17 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
             "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
 
 
+def ascending_curve(points: Sequence[Sequence[float]]) -> list[list[float]]:
+    """[[size, rate], ...] sorted by size, the points at one size merged into one at their mean rate: a profile's
+    curves must ascend strictly. The llama blocks' widths can meet at one activation size where a wide one runs half
+    its tokens (640 x 512 and 320 x 1024 are both 655,360 bytes); the probe wrote both points, and `zerokit plan
+    --hardware` refused the profile it had just written ("sizes must be strictly ascending")."""
+    merged: dict[float, list[float]] = {}
+    for size, rate in points:
+        merged.setdefault(float(size), []).append(float(rate))
+    return [[size, sum(rates) / len(rates)] for size, rates in sorted(merged.items())]
+
+
 def _curves(measured: dict[str, list[list[float]]] | None) -> dict[str, tuple[tuple[float, float], ...]]:
     """A measurement's {dtype: [[size, rate], ...]} as MachinePerf holds its curves (none measured: empty)."""
     return {d: tuple((float(s), float(f)) for s, f in pts) for d, pts in (measured or {}).items()}
@@ -413,7 +424,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
         matmul_input_grad=_curves(m.get("matmul_input_grad")),
         attention=_curves(m.get("attention")),
-        elementwise=tuple((float(s), float(b)) for s, b in m["elementwise"]), op_overhead_s=m["op_overhead_s"],
+        elementwise=tuple((s, b) for s, b in ascending_curve(m["elementwise"])), op_overhead_s=m["op_overhead_s"],
         intra_node_bandwidth=intra, inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
         collective_efficiency=1.0, collective_latency_s=coll.get("latency_s", 30e-6),
         comm_overlaps_compute=m["device"] == "gpu",
@@ -706,8 +717,8 @@ class _Worker:
 
         A width whose step the figures measured so far (`product`: the plain elementwise rate) put beyond
         STEP_BUDGET_S runs half the tokens, down to one 256-token sequence, and is left out if even that does not fit
-        (the first width always runs). Returns {"curve": [[bytes, bytes/s], ...], "shapes": [[hidden, tokens], ...]}
-        of what ran; None without transformers. The block's weight matmuls are priced as their own shapes ran
+        (the first width always runs). Returns {"curve": [[bytes, bytes/s], ...] (one point a size),
+        "shapes": [[hidden, tokens], ...]} of what ran; None without transformers. The block's weight matmuls are priced as their own shapes ran
         (`linears`), not by the curve, so the rate is the elementwise kernels' and not the curve's error."""
         torch = self.torch
         try:
@@ -752,8 +763,7 @@ class _Worker:
             rest = max(t - mm - launches, 0.1 * t)  # a matmul curve taken under other load can overshoot
             curve.append([float(tokens * hidden * 2), self.mean(elem_bytes / rest)])
             ran.append([hidden, tokens])
-        curve.sort()
-        return {"curve": curve, "shapes": ran}
+        return {"curve": ascending_curve(curve), "shapes": ran}
 
     def copies(self) -> dict[str, float]:
         torch = self.torch
