@@ -653,3 +653,46 @@ def test_cpu_accelerator_line_names_the_backend_deepspeed_picks(monkeypatch):
     monkeypatch.setattr(get_accelerator(), "_communication_backend_name", "ccl")  # oneccl_bindings_for_pytorch
     check = preflight.check_accelerator(Target(gpus_per_node=2))
     assert check.detail == "no GPU found: 2 ranks run on DeepSpeed's CPU accelerator (ccl)"
+
+
+@pytest.mark.parametrize("built", ["same", "2.1", "9.9"])
+def test_a_prebuilt_op_for_another_torch_fails_as_deepspeed_refuses_it(built):
+    """DeepSpeed's OpBuilder.load refuses a prebuilt op whose torch differs in major.minor; the preflight says it
+    first, with the same comparison."""
+    torch = pytest.importorskip("torch")
+    builder = pytest.importorskip("deepspeed.ops.op_builder.builder")
+    runtime = ".".join(torch.__version__.split(".")[:2])
+    info = {"version": runtime if built == "same" else built, "cuda_version": "0.0", "hip_version": "0.0"}
+    mismatch = preflight.prebuilt_mismatch(info, torch.__version__, None, None)
+    try:
+        builder.OpBuilder.validate_torch_version(info)
+        refused = False
+    except RuntimeError:
+        refused = True
+    assert refused == (mismatch is not None)
+    if refused:
+        assert mismatch == f"built with torch {built}, this torch is {runtime}"
+
+
+def test_a_prebuilt_op_for_another_cuda_or_hip():
+    info = {"version": "2.4", "cuda_version": "12.1", "hip_version": "6.0"}
+    assert preflight.prebuilt_mismatch(info, "2.4.1+cu121", "12.1", None) is None
+    assert preflight.prebuilt_mismatch(info, "2.4.1+cu124", "12.4", None) == "built for CUDA 12.1, this torch's is 12.4"
+    assert preflight.prebuilt_mismatch(info, "2.4.1", None, None) is None  # no GPU: DeepSpeed does not compare CUDA
+    assert preflight.prebuilt_mismatch(info, "2.4.1+rocm6.1", None, "6.1.40091") == \
+        "built for HIP 6.0, this torch's is 6.1"
+
+
+def test_the_op_check_fails_on_a_mismatched_prebuilt_op(monkeypatch):
+    monkeypatch.setattr(preflight, "probe_op", lambda name: (True, True, False, "built with torch 2.1, this torch is 2.13"))
+    check = preflight._op_check("op cpu_adam", "CPUAdamBuilder", "the config offloads the optimizer", "fix")
+    assert not check.ok and "prebuilt, but built with torch 2.1, this torch is 2.13: DeepSpeed refuses" in check.detail
+    assert "pip install --force-reinstall" in check.fix
+    monkeypatch.setattr(preflight, "probe_op", lambda name: (True, True, False, None))
+    assert preflight._op_check("op cpu_adam", "CPUAdamBuilder", "why", "fix").ok
+
+
+def test_this_install_s_ops_probe_without_a_mismatch():
+    pytest.importorskip("deepspeed")
+    prebuilt, compatible, _, mismatch = preflight.probe_op("CPUAdamBuilder")
+    assert compatible and (mismatch is None or prebuilt)

@@ -280,15 +280,45 @@ def probe_cuda_versions() -> tuple[str | None, str | None]:
     return torch.version.cuda, nvcc_version
 
 
-def probe_op(builder_name: str) -> tuple[bool, bool, bool]:
-    """(prebuilt into this DeepSpeed install, JIT-compatible here, already in the JIT cache) for an op builder."""
+def probe_op(builder_name: str) -> tuple[bool, bool, bool, str | None]:
+    """(prebuilt into this DeepSpeed install for this accelerator, JIT-compatible here, already in the JIT cache,
+    why DeepSpeed would refuse to load the prebuilt one: `prebuilt_mismatch`) for an op builder."""
+    import torch
     from deepspeed.accelerator import get_accelerator
-    from deepspeed.git_version_info import installed_ops
+    from deepspeed.git_version_info import accelerator_name, installed_ops, torch_info
+    from deepspeed.ops.op_builder.builder import CUDAOpBuilder
 
-    builder = get_accelerator().create_op_builder(builder_name)
+    accelerator = get_accelerator()
+    builder = accelerator.create_op_builder(builder_name)
     if builder is None:
-        return False, False, False
-    return bool(installed_ops.get(builder.NAME)), bool(builder.is_compatible(verbose=False)), _jit_cached(builder.NAME)
+        return False, False, False, None
+    # OpBuilder.load takes the prebuilt op only where it was built for this accelerator; else it JIT-builds one
+    prebuilt = bool(installed_ops.get(builder.NAME)) and accelerator_name == accelerator._name
+    mismatch = None
+    if prebuilt:
+        on_cuda = torch.cuda.is_available() and isinstance(builder, CUDAOpBuilder)
+        mismatch = prebuilt_mismatch(torch_info, torch.__version__, torch.version.cuda if on_cuda else None,
+                                     getattr(torch.version, "hip", None) if on_cuda else None)
+    return prebuilt, bool(builder.is_compatible(verbose=False)), _jit_cached(builder.NAME), mismatch
+
+
+def prebuilt_mismatch(torch_info: dict, torch_version: str, cuda: str | None, hip: str | None) -> str | None:
+    """Why DeepSpeed refuses to load a prebuilt op here, or None: OpBuilder.load raises "PyTorch version mismatch"
+    when the torch it was built with differs in major.minor, and on a GPU "CUDA (HIP) version mismatch" when
+    torch's CUDA (HIP) does (deepspeed/ops/op_builder/builder.py validate_torch_version, validate_torch_op_version).
+    `cuda`/`hip`: torch's, given only where DeepSpeed compares them (a CUDA op on an available GPU)."""
+    def minor(version: str) -> str:
+        return ".".join(str(version).split("+")[0].split(".")[:2])
+
+    runtime = ".".join(torch_version.split(".")[:2])  # as DeepSpeed cuts it
+    if str(torch_info.get("version")) != runtime:
+        return f"built with torch {torch_info.get('version')}, this torch is {runtime}"
+    if hip:
+        if str(torch_info.get("hip_version")) != minor(hip):
+            return f"built for HIP {torch_info.get('hip_version')}, this torch's is {minor(hip)}"
+    elif cuda and str(torch_info.get("cuda_version")) != minor(cuda):
+        return f"built for CUDA {torch_info.get('cuda_version')}, this torch's is {minor(cuda)}"
+    return None
 
 
 def _jit_cached(name: str) -> bool:
@@ -540,7 +570,11 @@ def threads_verdict(ranks: int, threads: int, cores: int, asked: bool) -> Check:
 
 
 def _op_check(label: str, builder: str, why: str, fix: str) -> Check:
-    installed, compatible, cached = probe_op(builder)
+    installed, compatible, cached, mismatch = probe_op(builder)
+    if installed and mismatch:
+        return Check(label, False, f"prebuilt, but {mismatch}: DeepSpeed refuses to load it ({why})",
+                     "reinstall deepspeed against this torch (pip install --force-reinstall --no-cache-dir "
+                     "deepspeed; DS_BUILD_OPS=1 to prebuild its ops), or install the torch it was built with")
     if installed:
         return Check(label, True, f"prebuilt ({why})")
     if compatible and cached:
