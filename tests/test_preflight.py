@@ -696,3 +696,48 @@ def test_this_install_s_ops_probe_without_a_mismatch():
     pytest.importorskip("deepspeed")
     prebuilt, compatible, _, mismatch = preflight.probe_op("CPUAdamBuilder")
     assert compatible and (mismatch is None or prebuilt)
+
+
+def test_the_master_port_is_checked_where_rank_0_runs(monkeypatch):
+    """DeepSpeed's runner puts rank 0 on the job's first host: the port is checked there, over ssh, unless that
+    host is this one; a login node's own ports say nothing about it."""
+    asked = []
+    monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port: asked.append((host, port)) or (True, ""))
+    remote = Target(hosts={"gpu-a": 8, "gpu-b": 8}, master_port=29611)
+    assert not remote.hosts_rendezvous
+    check = preflight.check_master_port(remote)
+    assert asked == [("gpu-a", 29611)] and not check.ok
+    assert check.detail == "29611 is in use on gpu-a, rank 0's node" and "--master-port" in check.fix
+    monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port: (None, "ssh failed: refused"))
+    assert preflight.check_master_port(remote) == Check(
+        "master port", True, "29611 on gpu-a (rank 0's node): not checked (ssh failed: refused)")
+    assert preflight.check_master_port(Target(hosts={"gpu-a": 8, "gpu-b": 8}, launcher="slurm")) is None
+    here = Target(hosts={socket.gethostname(): 2, "gpu-b": 2})
+    assert here.hosts_rendezvous and Target().hosts_rendezvous  # this host first; one node
+    assert Target(no_ssh=True, node_rank=0, hosts={"gpu-a": 2, "gpu-b": 2}).hosts_rendezvous
+
+
+def test_the_remote_port_probe_sees_a_listener_and_not_time_wait():
+    """REMOTE_PORT_PROBE as a shell on rank 0's node runs it (here: this host's bash)."""
+    def run(port: int) -> str:
+        import subprocess
+
+        return subprocess.run(["sh", "-c", preflight.REMOTE_PORT_PROBE.format(port=port)], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert run(s.getsockname()[1]) == "busy"
+    try:
+        six = socket.socket(socket.AF_INET6)
+        six.bind(("::1", 0))
+    except OSError:  # no IPv6 loopback on this host
+        six = None
+    if six is not None:
+        with six:
+            six.listen()
+            assert run(six.getsockname()[1]) == "busy"
+    assert run(_time_wait_port()) == "free"
+    busy, why = preflight.probe_remote_port("zk-no-such-host.invalid", 29500)  # no ssh answer: not a verdict
+    assert busy is None and why

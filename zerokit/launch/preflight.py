@@ -119,8 +119,13 @@ class Target:
 
     @property
     def hosts_rendezvous(self) -> bool:
-        """Whether rank 0's rendezvous (TCPStore on the master port) runs on this host."""
-        return not self.no_ssh or self.node_rank == 0
+        """Whether rank 0's rendezvous (TCPStore on the master port) runs on this host: with --no-ssh on node 0; on
+        many nodes where this host is the first of the job's (DeepSpeed's runner starts rank 0 there); on one node."""
+        from zerokit.launch.runner import is_this_host
+
+        if self.no_ssh:
+            return self.node_rank == 0
+        return not self.multi_node or is_this_host(next(iter(self.hosts)))
 
 
 # ---------------------------------------------------------------- pure: what a config or plan needs
@@ -792,12 +797,45 @@ def check_master_addr(t: Target) -> Check | None:
 
 
 def check_master_port(t: Target) -> Check | None:
-    if not t.hosts_rendezvous:
-        return None  # the rendezvous listens on node 0, not here
-    if probe_port_free(t.master_port):
-        return Check("master port", True, f"{t.master_port} is free")
-    return Check("master port", False, f"{t.master_port} is in use on this host",
-                 f"pass --master-port with a free port (e.g. {t.master_port + 1}), or stop the job holding it")
+    fix = f"pass --master-port with a free port (e.g. {t.master_port + 1}), or stop the job holding it"
+    if t.hosts_rendezvous:
+        if probe_port_free(t.master_port):
+            return Check("master port", True, f"{t.master_port} is free")
+        return Check("master port", False, f"{t.master_port} is in use on this host", fix)
+    if t.no_ssh or t.launcher == "slurm":
+        return None  # the rendezvous listens on node 0, which this host does not reach by ssh
+    host = next(iter(t.hosts))  # rank 0's node, which the runner reaches by ssh (check_ssh)
+    busy, why = probe_remote_port(host, t.master_port)
+    if busy is None:
+        return Check("master port", True, f"{t.master_port} on {host} (rank 0's node): not checked ({why})")
+    if busy:
+        return Check("master port", False, f"{t.master_port} is in use on {host}, rank 0's node", fix)
+    return Check("master port", True, f"{t.master_port} is free on {host}, rank 0's node")
+
+
+REMOTE_PORT_PROBE = ("bash -c '(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null || (exec 3<>/dev/tcp/::1/{port}) "
+                     "2>/dev/null' && echo busy || echo free")
+"""Run on rank 0's node: whether something listens on the port there (a connection opens), over loopback IPv4 or
+IPv6, with bash's /dev/tcp (no Python needed on that PATH). A port held only by a finished job's connections
+(TIME_WAIT) opens none, and is free for the rendezvous, as `probe_port_free` has it."""
+
+
+def probe_remote_port(host: str, port: int) -> tuple[bool | None, str]:
+    """(whether `port` is in use on `host`, or None where ssh could not ask; why not), asked over ssh as
+    `probe_ssh` asks (BatchMode, no prompt, a short timeout)."""
+    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+            host, REMOTE_PORT_PROBE.format(port=int(port))]
+    try:
+        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None, "ssh is not installed"
+    except subprocess.TimeoutExpired:
+        return None, "ssh timed out"
+    answer = (r.stdout.strip().splitlines() or [""])[-1]
+    if r.returncode != 0 or answer not in ("busy", "free"):
+        return None, "ssh failed: " + ((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])[:120]
+    return answer == "busy", ""
 
 
 CHECKS: tuple[Callable[[Target], Check | None], ...] = (
