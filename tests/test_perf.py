@@ -155,7 +155,10 @@ def test_profile_round_trip(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"zerokit_profile": None}, "not a zerokit probe profile"),
-    ({"zerokit_profile": 99}, "not a zerokit probe profile"),
+    # another zerokit's version: said so, not "not a profile" (a newer probe's profile read by an older zerokit)
+    ({"zerokit_profile": 99}, (r"a profile of version 99, which this zerokit does not read \(it reads version 1\); "
+                              r"probe again with this zerokit: `zerokit probe -o .* --force`")),
+    ({"zerokit_profile": "1"}, "not a zerokit probe profile"),
     ({"matmul": None}, "missing matmul"),
     ({"bogus": 1}, r"unknown key\(s\) bogus"),
     ({"name": ""}, "name must be a non-empty string"),
@@ -166,6 +169,10 @@ def test_profile_round_trip(tmp_path):
     ({"matmul": {"bf16": [[512, -1]]}}, r"point \[512, -1\] is not \[size > 0, rate 1000\.\.1e\+18\]"),
     ({"matmul": {"bf16": [[512, 5e-324]]}}, r"is not \[size > 0, rate 1000"),
     ({"elementwise": [[1, 1e-300]]}, r"elementwise: point \[1, 1e-300\] is not"),
+    # a size far beyond any product: below it the curve's rate falls in proportion, and the step took 1.8e300 s
+    ({"matmul": {"bf16": [[1e300, 1e17]]}}, r"matmul.bf16: point \[1e\+300, 1e\+17\] has a size outside 1\.\.1e\+06"),
+    ({"attention": {"bf16": [[64, 1e12], [1e7, 1e12]]}}, r"attention.bf16: point .* has a size outside 1\.\.1e\+06"),
+    ({"elementwise": [[0.5, 1e9]]}, r"elementwise: point \[0\.5, 1000000000\.0\] has a size outside 1\.\.1e\+18"),
     ({"matmul": {"bf16": [[512, True]]}}, "is not"),
     ({"matmul_forward": {"bf16": [[512, 1e12], [64, 1e12]]}}, "matmul_forward.bf16: sizes must be strictly"),
     ({"matmul_forward": {"int4": [[1, 1e12]]}}, "matmul_forward has unknown dtype 'int4'"),

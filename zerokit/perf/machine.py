@@ -510,6 +510,9 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     with the fix) for anything that is not one."""
     where = f"--hardware {path}"
     version = data.get("zerokit_profile") if isinstance(data, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version != PROFILE_VERSION:
+        raise BadInput(f"{where}: a profile of version {str(version)[:20]}, which this zerokit does not read (it reads "
+                       f"version {PROFILE_VERSION}); probe again with this zerokit: `zerokit probe -o {path} --force`")
     if isinstance(version, bool) or version != PROFILE_VERSION:
         raise BadInput(f"{where}: not a zerokit probe profile (no \"zerokit_profile\": {PROFILE_VERSION}); "
                        "write one with `zerokit probe -o profile.json`")
@@ -666,11 +669,17 @@ def _matmul_from_json(value: Any, where: str, what: str = "matmul") -> dict[str,
     for dtype, curve in value.items():
         if dtype not in DTYPES:
             raise BadInput(f"{where}: {what} has unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
-        out[dtype] = _curve_from_json(curve, f"{where}: {what}.{dtype}", 1e18)
+        out[dtype] = _curve_from_json(curve, f"{where}: {what}.{dtype}", 1e18, MAX_KERNEL_SIZE)
     return out
 
 
-def _curve_from_json(curve: Any, what: str, high: float) -> tuple[tuple[float, float], ...]:
+MAX_KERNEL_SIZE = 1e6
+"""The largest size a profile's matmul or attention curve may give (the cube root of m*n*k): a 10^18-FLOP product,
+over 100 times the largest a probe times (8192). Below its smallest size a curve's rate falls in proportion, so a
+hand-edited 1e300 put every step at 10^300 seconds."""
+
+
+def _curve_from_json(curve: Any, what: str, high: float, max_size: float = MAX_SIZE) -> tuple[tuple[float, float], ...]:
     if not isinstance(curve, list) or not curve or len(curve) > 64:
         raise BadInput(f"{what} must be a list of 1..64 [size, rate] pairs")
     points = []
@@ -679,6 +688,8 @@ def _curve_from_json(curve: Any, what: str, high: float) -> tuple[tuple[float, f
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
                            for x in point) or not MIN_RATE <= point[1] <= high):
             raise BadInput(f"{what}: point {point!r} is not [size > 0, rate {MIN_RATE:g}..{high:g}]")
+        if not 1 <= point[0] <= max_size:
+            raise BadInput(f"{what}: point {point!r} has a size outside 1..{max_size:g}; re-run `zerokit probe`")
         points.append((float(point[0]), float(point[1])))
     sizes = [s for s, _ in points]
     if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
