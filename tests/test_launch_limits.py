@@ -120,3 +120,22 @@ def test_one_node_include_is_checked_against_the_devices_deepspeed_counts():
                                        r"\(slots 0 to 0\), not slot 1; for N ranks give --gpus-per-node N"):
         check_include_devices(spec(include="localhost:0,1"), 1)
     check_include_devices(spec(hosts=(("node1", 2), ("node2", 2)), include="node1:1"), 1)  # not this machine's
+
+
+def test_sbatch_carries_env_values_with_shell_characters(tmp_path, monkeypatch):
+    """No .deepspeed_env in an sbatch: the values are exported, shell-quoted, in the script, and srun passes its
+    environment to every node's runner; pdsh's .deepspeed_env could not carry them."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    value = "a $(id) `x` 'q' \"d\" ;&|\nline two"
+    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("ZK_VALUE", value),), files_dir=str(tmp_path))
+    with pytest.raises(BadInput, match="has shell characters"):
+        build_command(s)  # pdsh: refused as before
+    text = render_sbatch(s, "zerokit launch ...", "j.sbatch")
+    exports = text[text.index('srun="$(command -v srun)"\n') + 26:text.index("export MASTER_ADDR")]
+    out = subprocess.run(["bash", "-c", exports + 'printf %s "$ZK_VALUE"'], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == value
+    with pytest.raises(BadInput, match="a variable name is letters"):
+        render_sbatch(spec(hosts=(("gpu-a", 8),), env=(("1X", "v"),)), "zerokit launch ...", "j.sbatch")

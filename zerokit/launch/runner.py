@@ -260,9 +260,8 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
                            f"{min(len(spec.hosts), spec.nodes or len(spec.hosts)) - 1})")
     for host, _ in spec.hosts:
         validate_hostname(host)
+    _check_env_keys(spec.env)
     for key, value in spec.env:
-        if not _ENV_KEY.fullmatch(key):
-            raise BadInput(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
         if spec.remote_shell and not _SHELL_SAFE.fullmatch(value):
             raise BadInput(f"--env {key}: value {value!r} has shell characters; DeepSpeed's .deepspeed_env "
                            "cannot carry them to other nodes safely")
@@ -274,6 +273,12 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
             if not _SHELL_SAFE.fullmatch(word):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
                                "through one); rename it or use --launcher openmpi")
+
+
+def _check_env_keys(env: tuple[tuple[str, str], ...]) -> None:
+    for key, _ in env:
+        if not _ENV_KEY.fullmatch(key):
+            raise BadInput(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
 
 
 def _check_launcher_limits(spec: LaunchSpec) -> None:
@@ -512,7 +517,10 @@ SLURM_TIME = re.compile(r"[0-9]+(:[0-9]+){0,2}|[0-9]+-[0-9]+(:[0-9]+){0,2}|UNLIM
 def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_name: str = "zerokit",
                   time_limit: str | None = None) -> str:
     """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
-    validate(replace(spec, launcher="slurm"), launcher_limits=False)  # srun, not pdsh: every word below is quoted for bash
+    # srun, not pdsh: every word below is quoted for bash, and the --env values are exported, shell-quoted, in the
+    # script, whose environment srun passes to every node (no .deepspeed_env to carry them)
+    validate(replace(spec, launcher="slurm", env=()), launcher_limits=False)
+    _check_env_keys(spec.env)
     for option, value in (("--include", spec.include), ("--exclude", spec.exclude)):
         if value is not None:  # the script's --nodelist and --num_gpus pick the ranks; it would be dropped
             raise BadInput(f"{option} {value!r} has no place in an sbatch script: SLURM picks the nodes (#SBATCH "
