@@ -741,3 +741,16 @@ def test_the_remote_port_probe_sees_a_listener_and_not_time_wait():
     assert run(_time_wait_port()) == "free"
     busy, why = preflight.probe_remote_port("zk-no-such-host.invalid", 29500)  # no ssh answer: not a verdict
     assert busy is None and why
+
+
+def test_several_cpu_ranks_check_the_shm_allreduce_op():
+    """deepspeed.comm builds ShareMemCommBuilder at init_distributed on the CPU accelerator (comm/torch.py
+    build_shm_op): the preflight asks DeepSpeed's builder about it, as about cpu_adam."""
+    pytest.importorskip("deepspeed")
+    if preflight.probe_accelerator() != "cpu":
+        pytest.skip("DeepSpeed's CPU accelerator only")
+    check = preflight.check_shm_comm(Target(gpus_per_node=2))
+    assert check.name == "op deepspeed_shm_comm" and check.ok, check
+    assert "DeepSpeed's CPU allreduce between the ranks" in check.detail
+    assert preflight.check_shm_comm(Target(gpus_per_node=1)) is None  # one rank: nothing to reduce between
+    assert preflight.check_shm_comm(Target(hosts={"a": 1, "b": 1})).ok  # one rank a node, two in all

@@ -651,6 +651,17 @@ def check_async_io(t: Target) -> Check | None:
     return check
 
 
+def check_shm_comm(t: Target) -> Check | None:
+    """On DeepSpeed's CPU accelerator with several ranks: the shared-memory allreduce op, which deepspeed.comm builds
+    at init_distributed wherever it is compatible (comm/torch.py build_shm_op) and whose failed build stops every
+    rank there."""
+    ranks = t.world_size
+    if not ranks or ranks < 2 or probe_accelerator() != "cpu":
+        return None
+    return _op_check("op deepspeed_shm_comm", "ShareMemCommBuilder", "DeepSpeed's CPU allreduce between the ranks",
+                     "install a C++ compiler (apt-get install build-essential), which DeepSpeed builds it with")
+
+
 def check_ninja(t: Target) -> Check:
     if probe_ninja():
         return Check("ninja", True, "present (JIT builds of DeepSpeed ops)")
@@ -847,6 +858,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_batch_size,
     check_cpu_adam,
     check_async_io,
+    check_shm_comm,
     check_ninja,
     check_extension_locks,
     check_nvme,
@@ -859,7 +871,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_master_port,
 )
 NEEDS_DEEPSPEED = {check_cuda_toolkit, check_accelerator, check_cpu_threads, check_dtypes, check_cpu_adam,
-                   check_async_io, check_ninja}
+                   check_async_io, check_shm_comm, check_ninja}
 
 
 @contextlib.contextmanager
