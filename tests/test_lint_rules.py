@@ -18,6 +18,7 @@ import tempfile
 import pytest
 from _support import one_rank_gloo_group
 
+from zerokit.launch.runner import remove_shm_buffers
 from zerokit.lint.engine import lint_document
 from zerokit.lint.loader import parse_json
 from zerokit.lint.rules import RULES, Context
@@ -697,9 +698,13 @@ def test_zk309_autotp_behind_accelerate_needs_the_gather_flag(ds, tmp_path):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        proc = subprocess.run([shutil.which("deepspeed") or "deepspeed", "--num_gpus", "2", "--master_port", str(port),
-                               str(script), json.dumps(config), model], capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, ACCELERATE_USE_DEEPSPEED="true"), cwd=tmp_path, check=False)
+        try:
+            proc = subprocess.run([shutil.which("deepspeed") or "deepspeed", "--num_gpus", "2", "--master_port",
+                                   str(port), str(script), json.dumps(config), model], capture_output=True, text=True,
+                                  timeout=600, env=dict(os.environ, ACCELERATE_USE_DEEPSPEED="true"), cwd=tmp_path,
+                                  check=False)
+        finally:  # DeepSpeed's CPU allreduce buffers, which it never unlinks (zerokit launch removes its own)
+            remove_shm_buffers(port)
         assert proc.returncode == 0, proc.stderr[-3000:]
         said.append(next(line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")))
     assert said[0].startswith("ValueError: Cannot get 16bit model weights")
