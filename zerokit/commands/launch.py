@@ -159,7 +159,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         click.echo(f"zerokit launch: warning: {note}", err=True)
     job_hosts = runner.hosts_of(spec) if spec.multi_node or spec.local_only else {}
     # the nodes the runner keeps (--include/--exclude, then --nodes): what --node-rank counts, as DeepSpeed's does
-    used = preflight.select_hosts(job_hosts, spec.nodes, spec.include, spec.exclude) if job_hosts else {}
+    used = runner.select_hosts(job_hosts, spec.nodes, spec.include, spec.exclude) if job_hosts else {}
     if spec.no_ssh:
         _check_node_rank(spec, used)
     if not spec.remote_shell:
@@ -225,7 +225,7 @@ def _unknown_option(word: str) -> str:
 
 
 def _check_node_rank(spec, hosts: dict[str, int]) -> None:
-    """`hosts`: the nodes the runner keeps (`preflight.select_hosts`)."""
+    """`hosts`: the nodes the runner keeps (`runner.select_hosts`)."""
     count = len(hosts)
     if not 0 <= spec.node_rank < count:
         raise BadInput(f"--node-rank {spec.node_rank} is not one of the job's {count} nodes (0 to {count - 1})")
@@ -235,7 +235,7 @@ def _start_watch(spec, watch_port: int | None, hosts: dict[str, int]):
     """The node watch (zerokit.launch.watch): node 0 listens, the others connect before anything starts."""
     from zerokit.launch.watch import NodeWatch, default_port, job_key
 
-    nodes = len(hosts)  # the nodes the runner keeps (`preflight.select_hosts`)
+    nodes = len(hosts)  # the nodes the runner keeps (`runner.select_hosts`)
     port = watch_port if watch_port is not None else default_port(spec.master_port)
     if port == spec.master_port:
         raise BadInput(f"--watch-port {port} is the master port; the rendezvous needs that one, give another")

@@ -1056,46 +1056,13 @@ def read_plan(path: str) -> dict[str, Any]:
     return data
 
 
-def select_hosts(hosts: dict[str, int], nodes: int | None = None, include: str | None = None,
-                 exclude: str | None = None, gpus_per_node: int | None = None) -> dict[str, int]:
-    """`{host: ranks}` of the job, as DeepSpeed's runner picks them from the hostfile's slots: --include/--exclude
-    first (parse_inclusion_exclusion: hostfile order, each slot once), then the first --nodes hosts and --gpus-per-node
-    ranks on each (apply_num_nodes_and_gpus, as --num_nodes/--num_gpus). The filters are parsed by the runner's
-    parse_resource_filter; a host or slot the hosts lack is bad input, as DeepSpeed refuses it."""
-    from zerokit.launch.runner import parse_resource_filter
-
-    pool = {host: list(range(slots)) for host, slots in hosts.items()}
-    for option, text in (("--include", include), ("--exclude", exclude)):
-        if text is None:
-            continue
-        picked = parse_resource_filter(text, option)
-        for host, slots in picked.items():
-            if host not in pool:
-                raise BadInput(f"{option} {text!r}: host {host} is not one of the job's hosts "
-                               f"({', '.join(list(pool)[:5])}{' ...' if len(pool) > 5 else ''}); DeepSpeed refuses it")
-            bad = [s for s in slots if s not in pool[host]]
-            if bad:
-                raise BadInput(f"{option} {text!r}: {host} has {len(pool[host])} slots, not slot {bad[0]}")
-        if option == "--include":
-            pool = {h: list(dict.fromkeys(picked[h])) or pool[h] for h in pool if h in picked}
-        else:
-            pool = {h: [s for s in pool[h] if picked[h] and s not in picked[h]] if h in picked else pool[h]
-                    for h in pool}
-    selected = {h: len(slots) for h, slots in pool.items() if slots}
-    if nodes:
-        selected = dict(list(selected.items())[:nodes])
-    if gpus_per_node:
-        selected = dict.fromkeys(selected, gpus_per_node)
-    return selected
-
-
 def make_target(config: str | None = None, plan: str | None = None, hosts: dict[str, int] | None = None,
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
                 include: str | None = None, exclude: str | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
-    narrowed to the hosts and ranks the runner will use (select_hosts)."""
+    narrowed to the hosts and ranks the runner will use (`runner.select_hosts`)."""
     ds_config = read_config(config) if config is not None else {}
     plan_data = read_plan(plan) if plan is not None else None
     if plan_data is not None and gpus_per_node is None:
@@ -1106,6 +1073,8 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
         with contextlib.suppress(BadInput):  # the hostfile check reports what is wrong with it
             hosts = read_hostfile(hostfile)
     if hosts:  # --no-ssh too: DeepSpeed's --node_rank indexes the hosts left after the filters
+        from zerokit.launch.runner import select_hosts  # here, as parse_resource_filter is: the runner module
+
         hosts = select_hosts(hosts, nodes, include, exclude, gpus_per_node)
     elif include is not None:  # one node: the ranks --include names on it, where it names slots
         from zerokit.launch.runner import parse_resource_filter

@@ -231,7 +231,8 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
             continue
         if spec.gpus_per_node is not None or spec.nodes is not None:
             raise BadInput(f"{option} picks the ranks itself; drop --gpus-per-node/--nodes (DeepSpeed refuses both)")
-        _check_filter(spec, parse_resource_filter(value, option), option)
+        parse_resource_filter(value, option)  # its grammar, with or without the job's hosts
+        _check_filter(spec, option)
     if (spec.nodes or 1) > 1 and not (spec.hostfile or spec.hosts):
         raise BadInput(f"--nodes {spec.nodes} needs the nodes: give --hostfile FILE or --hosts node1:8,node2:8")
     if spec.nodes is not None and (spec.hostfile or spec.hosts):
@@ -372,26 +373,49 @@ def parse_resource_filter(text: str, option: str = "--include") -> dict[str, lis
     return nodes
 
 
-def _check_filter(spec: LaunchSpec, nodes: dict[str, list[int]], option: str = "--include") -> None:
+def _check_filter(spec: LaunchSpec, option: str = "--include") -> None:
     """Hosts and slots of --include/--exclude against the job's, where zerokit knows them (--hosts, a readable
     hostfile): DeepSpeed refuses any other with a traceback, after the preflight, and fails on an empty job."""
-    text = spec.include if option == "--include" else spec.exclude
     known = spec.known_hosts
     if not known:
         return
-    for host, slots in nodes.items():
-        if host not in known:
-            listed = ", ".join(list(known)[:5]) + (f" and {len(known) - 5} more" if len(known) > 5 else "")
-            raise BadInput(f"{option} {text!r}: host {host} is not one of the job's hosts ({listed}); "
-                           "DeepSpeed refuses it")
-        for slot in slots:
-            if slot >= known[host]:
-                raise BadInput(f"{option} {text!r}: {host} has {known[host]} slots (0 to "
-                               f"{known[host] - 1}), not slot {slot}")
-    # DeepSpeed's parse_resource_filter drops a host named without slots and the slots named; none left fails later
-    if option == "--exclude" and all(host in nodes and (not nodes[host] or set(range(slots)) <= set(nodes[host]))
-                                     for host, slots in known.items()):
-        raise BadInput(f"--exclude {text!r} leaves no rank to run; exclude fewer hosts or slots")
+    text = spec.include if option == "--include" else spec.exclude
+    if not select_hosts(known, include=spec.include, exclude=spec.exclude):
+        # DeepSpeed's parse_resource_filter drops a host named without slots and the slots named; none left fails later
+        raise BadInput(f"{option} {text!r} leaves no rank to run; {option[2:]} fewer hosts or slots")
+
+
+def select_hosts(hosts: dict[str, int], nodes: int | None = None, include: str | None = None,
+                 exclude: str | None = None, gpus_per_node: int | None = None) -> dict[str, int]:
+    """`{host: ranks}` of the job, as DeepSpeed's runner picks them from the hostfile's slots: --include/--exclude
+    first (parse_inclusion_exclusion: hostfile order, each slot once), then the first --nodes hosts and --gpus-per-node
+    ranks on each (apply_num_nodes_and_gpus, as --num_nodes/--num_gpus). The filters are parsed by the runner's
+    parse_resource_filter; a host or slot the hosts lack is bad input, as DeepSpeed refuses it."""
+    pool = {host: list(range(slots)) for host, slots in hosts.items()}
+    for option, text in (("--include", include), ("--exclude", exclude)):
+        if text is None:
+            continue
+        picked = parse_resource_filter(text, option)
+        for host, slots in picked.items():
+            if host not in pool:
+                listed = ", ".join(list(pool)[:5]) + (f" and {len(pool) - 5} more" if len(pool) > 5 else "")
+                raise BadInput(f"{option} {text!r}: host {host} is not one of the job's hosts ({listed}); "
+                               "DeepSpeed refuses it")
+            bad = [s for s in slots if s not in pool[host]]
+            if bad:
+                raise BadInput(f"{option} {text!r}: {host} has {len(pool[host])} slots (0 to {len(pool[host]) - 1}), "
+                               f"not slot {bad[0]}")
+        if option == "--include":
+            pool = {h: list(dict.fromkeys(picked[h])) or pool[h] for h in pool if h in picked}
+        else:
+            pool = {h: [s for s in pool[h] if picked[h] and s not in picked[h]] if h in picked else pool[h]
+                    for h in pool}
+    selected = {h: len(slots) for h, slots in pool.items() if slots}
+    if nodes:
+        selected = dict(list(selected.items())[:nodes])
+    if gpus_per_node:
+        selected = dict.fromkeys(selected, gpus_per_node)
+    return selected
 
 
 def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
