@@ -183,6 +183,18 @@ def test_the_snippet_imports_and_says_only_what_the_plan_uses(capsys, peft, stag
     assert ("# first: ZeRO-3 loads under zero.Init" in md) is says_zero_init
 
 
+def test_the_snippet_saves_the_adapter_through_the_trainer(capsys):
+    """`model.save_pretrained` after a ZeRO-3 run writes each partitioned adapter zero-sized (peft 0.21 only warns);
+    `Trainer.save_model` gathers a PEFT model's trainable weights first, at every stage from the main rank only."""
+    pytest.importorskip("jinja2")
+    for stage in ("2", "3"):
+        code, md, _ = run(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", stage, "--format", "markdown")
+        assert code == 0 and "model.save_pretrained" not in md
+        assert "trainer = Trainer(model=model, args=args, train_dataset=...)\ntrainer.train()\n" \
+               "trainer.save_model(OUTPUT)  # the adapter only" in md
+        assert ("gathered from the ZeRO-3 partitions" in md) is (stage == "3")
+
+
 def test_zero0s_decision_says_nothing_of_overlap_comm(capsys):
     code, out, _ = run(capsys, *TINY_ON_2, "--zero-stage", "0")
     [line] = [x for x in out.splitlines() if x.startswith("Decision")]
@@ -370,3 +382,47 @@ def test_qlora_at_zero3_must_fit_its_whole_base_on_every_gpu_while_it_loads(caps
                  Training(seq_len=4096, peft="qlora", zero_stage=3))
     assert small.decision.fits
     assert small.host_load_peak == 2 * resolve_model("llama-2-7b").largest_layer_parameters * 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peft", ["lora", "qlora"])
+def test_the_snippet_as_printed_trains_and_saves_the_whole_adapter_at_zero3(capsys, tmp_path, peft):
+    """The markdown report's Python, run as printed (its `...` filled with a CPU run's arguments) under `zerokit
+    launch` on DeepSpeed's CPU accelerator at ZeRO-3: the adapter it saves holds every trainable parameter the plan
+    counted. The snippet's `model.save_pretrained(OUTPUT)` saved 28 zero-sized tensors (the ZeRO-3 partitions)."""
+    import re
+
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("jinja2")
+    if peft == "qlora":
+        pytest.importorskip("bitsandbytes")
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from safetensors.torch import load_file
+
+    from zerokit.launch.runner import free_port
+
+    config = tmp_path / "ds_config.json"
+    code, md, err = run(capsys, "--model", TINY, "--gpu-memory", "16GB", "--seq-len", "64", "--micro-batch", "2",
+                        "--precision", "bf16", "--peft", peft, "--zero-stage", "3", "--offload-optimizer", "none",
+                        "--format", "markdown", "-o", str(config))
+    assert code == 0, err
+    [snippet] = re.findall(r"```python\n(.*?)```", md, re.DOTALL)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(
+        tmp_path / "base")
+    snippet = snippet.replace("TrainingArguments(...,", f"TrainingArguments(output_dir={str(tmp_path / 'run')!r}, "
+                              "use_cpu=True, bf16=True, max_steps=2, per_device_train_batch_size=2, report_to=[], "
+                              "save_strategy='no',").replace("train_dataset=...", "train_dataset=DATA")
+    assert "..." not in snippet
+    script = tmp_path / "train.py"
+    script.write_text(f"import torch\nMODEL = {str(tmp_path / 'base')!r}\nOUTPUT = {str(tmp_path / 'adapter')!r}\n"
+                      "DATA = [{'input_ids': r, 'labels': r.clone()} for r in "
+                      "torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(0))]\n" + snippet)
+    r = subprocess.run([sys.executable, "-m", "zerokit", "launch", "--config", str(config), "--gpus-per-node", "1",
+                        "--master-port", str(free_port("0.0.0.0")), str(script)], capture_output=True, text=True,
+                       timeout=900, check=False, cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
+    saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert len(saved) == 2 * 7 * 2  # lora_A and lora_B of the 7 linears of each of the 2 layers
+    assert sum(t.numel() for t in saved.values()) == TINY_LORA_16

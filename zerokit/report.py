@@ -235,8 +235,12 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     if plan.decision.gradient_checkpointing:
         lines.append("model.enable_input_require_grads()  # checkpointing a frozen base: the inputs need gradients")
     lines.append(f"model = get_peft_model(model, LoraConfig(**{peft['lora_config']!r}))")
-    lines.append("Trainer(model=model, args=args, train_dataset=...).train()")
-    lines.append("model.save_pretrained(OUTPUT)  # the adapter only")
+    lines.append("trainer = Trainer(model=model, args=args, train_dataset=...)")
+    lines.append("trainer.train()")
+    # not model.save_pretrained: at ZeRO-3 the adapters are partitioned and PEFT writes them zero-sized; save_model
+    # gathers a PEFT model's trainable weights first (exclude_frozen_parameters) and writes from the main rank only
+    lines.append("trainer.save_model(OUTPUT)  # the adapter only" + (", gathered from the ZeRO-3 partitions"
+                                                                   if plan.decision.zero_stage == 3 else ""))
     return "\n".join(lines)
 
 
