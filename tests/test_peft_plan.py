@@ -147,6 +147,24 @@ def test_qlora_nf4_bytes_of_the_tiny_llama_by_hand(capsys):
     assert step["parameters"] == expected + 2 * TINY_LORA_16
 
 
+def test_the_zero3_reason_keeps_qloras_quantization_constants_whole(capsys):
+    """ZeRO-3 partitions the 4-bit weights but not their absmax and code tables (no parameters): of the tiny llama's
+    193,784-byte base, 16,760 bytes of constants (per linear: a uint8 absmax per 64, 4 + 4 bytes of nested state,
+    the 256- and 16-entry fp32 codes) stay whole on each of 2 GPUs. The reason said 193,784 / 2 = 96.9 KB."""
+    constants = 2 * sum(-(-n // 64) + 4 + 4 + 256 * 4 + 16 * 4
+                        for n in (64 * 64, 64 * 32, 64 * 32, 64 * 64, 64 * 172, 64 * 172, 172 * 64))
+    assert constants == 16_760
+    per_gpu = (193_784 - constants) // 2 + constants
+    assert per_gpu == 105_272
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "3")
+    [why] = [r for r in doc["reasons"] if r.startswith("QLoRA and the ZeRO stage")]
+    assert "the frozen base is 193.8 KB per GPU at ZeRO-0 to 2 and 105.3 KB at ZeRO-3 (2 GPUs; the 16.8 KB of " \
+           "quantization constants whole on each)." in why
+    [why] = [r for r in plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "3")["reasons"]
+             if r.startswith("LoRA and the ZeRO stage")]
+    assert "the frozen base is 313.0 KB per GPU at ZeRO-0 to 2 and 156.5 KB at ZeRO-3 (2 GPUs)." in why
+
+
 def test_qlora_auto_search_skips_parameter_offload(capsys):
     doc = plan_json(capsys, "--model", "llama-2-70b", "--gpu", "a100-80gb", "--seq-len", "4096", "--peft", "qlora")
     assert doc["candidates"] and all(c["offload_param"] == "none" for c in doc["candidates"])

@@ -760,12 +760,17 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
             "recomputation as a memory pass, which nothing measured on this machine (bitsandbytes' own kernels "
             "and Python overhead may cost more); `zerokit probe` with bitsandbytes installed times its 4-bit "
             "linears, and `--hardware` plans with them")
-    frozen2, frozen3 = peft.frozen_bytes_at(2), -(-peft.frozen_bytes_at(3) // n)
+    # ZeRO-3 partitions the weights; a QLoRA base's quantization constants are no parameters and stay whole on every
+    # rank (`PeftPlan.costs_at`'s replicated_bytes)
+    whole = peft.quantization_constants if peft.method == "qlora" else 0
+    frozen2, frozen3 = peft.frozen_bytes_at(2), -(-(peft.frozen_bytes_at(3) - whole) // n) + whole
     states = peft.trainable * (e + 4 + 8 + (4 if ctx.precision != "fp32" else 0))
     why = (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} and the ZeRO stage: the adapters' gradients, master "
            f"weights and Adam moments are only {format_bytes(states)} in all, so ZeRO-1/2 have little to partition; "
            f"the frozen base is {format_bytes(frozen2)} per GPU at ZeRO-0 to 2")
-    why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs)." if n > 1 else
+    why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs"
+            + (f"; the {format_bytes(whole)} of quantization constants whole on each" if whole else "") + ")."
+            if n > 1 else
             " and the same at ZeRO-3 on 1 GPU (nothing to partition across).")
     if stage == 3:
         why += (" memory_efficient_linear is off: DeepSpeed's default replaces F.linear with a function that saves "
