@@ -26,6 +26,16 @@ def test_bad_options_exit_2(args, message, capsys):
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="Linux sysfs")
+def test_an_nvme_path_that_refuses_a_file_exits_2_before_measuring(capsys):
+    """As root, access() calls every directory writable: the probe measured for a minute, then its rank 0 failed to
+    create the NVMe test file in /sys/kernel ("probe rank 0 failed: PermissionError ...")."""
+    assert main(["probe", "--quick", "--nvme-path", "/sys/kernel"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("zerokit probe: error: --nvme-path /sys/kernel: ") and len(err.strip().splitlines()) == 1
+    assert ("cannot create a file there (Permission denied)" in err or "not writable" in err) and "[1/12]" not in err
+
+
 def test_output_path_is_checked_before_measuring(tmp_path, capsys):
     existing = tmp_path / "profile.json"
     existing.write_text("{}")

@@ -108,6 +108,13 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
             raise BadInput(f"--nvme-path {nvme_path}: not a directory; give the NVMe mount, e.g. /local_nvme")
         if not os.access(nvme_path, os.W_OK):
             raise BadInput(f"--nvme-path {nvme_path}: not writable; choose a directory on the NVMe drive you can write")
+        try:  # access() passes root everywhere: /sys/kernel refused the file a minute into the probe
+            fd, name = tempfile.mkstemp(dir=nvme_path, prefix=".zerokit-probe-")
+            os.close(fd)
+            os.unlink(name)
+        except OSError as e:
+            raise BadInput(f"--nvme-path {nvme_path}: cannot create a file there ({e.strerror}); choose a directory "
+                           "on the NVMe drive you can write") from None
     if ranks is None:
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= MAX_RANKS:
