@@ -93,7 +93,11 @@ def test_quick_probe_writes_a_profile(tmp_path, capsys, monkeypatch):
     assert ", dropout " in captured.err and " M elements/s" in captured.err
     # QLoRA's 4-bit linears, timed against bf16 ones (bitsandbytes is in the test extra)
     assert perf.sources["quantized_linear"] == "probe" and perf.dequant_elements_per_s > 0
-    assert perf.quantized_linear_overhead_s >= 0 and " us per module and pass + its weight at " in captured.err
+    # with a cost per weight element, or, where this busy VM's noise hid it, without (`quantized_summary`)
+    assert perf.quantized_linear_overhead_s >= 0 and (" us per module and pass + its weight at " in captured.err or
+                                                      " (no cost per weight element stood out" in captured.err)
+    assert "4-bit linear over bf16 (QLoRA)" in captured.out and "LoRA dropout (bf16, p = 0.05)" in captured.out
+    assert "[WARNING]" not in captured.err and "built successfully" not in captured.err  # DeepSpeed's own lines
     # --quick starts at 128 rows and halves them (to 16 at least) while a pair would take over QUANTIZED_PAIR_S by
     # the curve just measured: 64 or 128 here when quiet, 16 under a full suite's load
     assert json.loads(out.read_text())["measurements"]["quantized_linear"]["rows"] in (16, 32, 64, 128)
@@ -388,3 +392,36 @@ def test_a_killed_probes_leftovers_are_swept_once_its_process_is_gone(tmp_path):
     assert sweep_stale_probes(str(tmp), str(shm)) == 1
     assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
     assert sorted(p.name for p in shm.iterdir()) == buffers[2:]
+
+
+def test_only_the_probes_own_lines_are_progress():
+    """DeepSpeed logs to rank 0's stdout too; its lines read as the probe's in the progress on stderr."""
+    from zerokit.perf.probe import is_progress
+
+    assert is_progress("[11/12] training steps of a reference llama under ZeRO-2 and ZeRO-3 engines ...\n")
+    assert is_progress("      up to 19.7 GFLOP/s per rank (1.3 s)\n")
+    assert not is_progress("[2026-11-28 01:23:04,468] [WARNING] [real_accelerator.py:213:get_accelerator] Setting "
+                           "accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.\n")
+    assert not is_progress("DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully\n")
+    assert not is_progress("\n")
+
+
+def test_the_table_gives_the_lora_figures_the_probe_measured():
+    """Dropout's mask and the 4-bit linears' fit were measured and planned with, but the table left them out; a fit
+    whose rate noise left at MAX_BANDWIDTH read "100000000 M elements/s" in the progress."""
+    from zerokit.commands.probe import render_table
+    from zerokit.perf.machine import MAX_BANDWIDTH
+    from zerokit.perf.probe import _machine_from_measurements, quantized_summary
+
+    raw = _measurements({"compute_scale": 1.0})
+    raw.update(dropout_elements_per_s=53e6, quantized_linear={"elements_per_s": 3.6e9, "overhead_s": 2e-4})
+    lines = render_table(_machine_from_measurements(raw), raw).splitlines()
+    assert any(line.split() == ["LoRA", "dropout", "(bf16,", "p", "=", "0.05)", "53", "M", "elements/s", "per", "rank"]
+               for line in lines)
+    assert any(line.strip().startswith("4-bit linear over bf16 (QLoRA)") and line.endswith(
+        "200 us per module and pass + its weight at 3,600 M elements/s") for line in lines)
+    assert quantized_summary({"elements_per_s": MAX_BANDWIDTH, "overhead_s": 4.213e-3}) == (
+        "4213 us per module and pass (no cost per weight element stood out of the noise)")
+    bare = _measurements({"compute_scale": 1.0})  # a probe without bitsandbytes: no such rows
+    table = render_table(_machine_from_measurements(bare), bare)
+    assert "4-bit linear" not in table and "LoRA dropout" not in table

@@ -62,6 +62,7 @@ def render_table(perf, raw: dict) -> str:
          perf.sources.get("host_cast_params_per_s", "")),
         ("optimizer step on the device", f"{perf.device_adam_params_per_s / 1e6:.0f} M params/s per rank",
          perf.sources.get("device_adam_params_per_s", "")),
+        *_lora_rows(perf),
         ("gradient-bucket flush", f"{perf.bucket_flush_s * 1e6:.0f} us", perf.sources.get("bucket_flush_s", "")),
         ("ZeRO-3 hooks per module, pass", f"{perf.zero3_module_overhead_s * 1e6:.0f} us",
          perf.sources.get("zero3_module_overhead_s", "")),
@@ -80,6 +81,20 @@ def render_table(perf, raw: dict) -> str:
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
+
+
+def _lora_rows(perf) -> list[tuple[str, str, str]]:
+    """The figures LoRA and QLoRA plans read (dropout's mask, the 4-bit linears' extra time), where measured."""
+    from zerokit.perf.probe import quantized_summary
+
+    rows = []
+    if perf.dropout_elements_per_s:
+        rows.append(("LoRA dropout (bf16, p = 0.05)", f"{perf.dropout_elements_per_s / 1e6:,.0f} M elements/s per rank",
+                     perf.sources.get("dropout_elements_per_s", "")))
+    if perf.dequant_elements_per_s:
+        fit = {"overhead_s": perf.quantized_linear_overhead_s, "elements_per_s": perf.dequant_elements_per_s}
+        rows.append(("4-bit linear over bf16 (QLoRA)", quantized_summary(fit), perf.sources.get("quantized_linear", "")))
+    return rows
 
 
 def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import statistics
 import subprocess
@@ -204,7 +205,7 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
                                           stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True))
         try:
             for line in procs[0].stdout:  # rank 0 prints one progress line per measurement
-                if progress is not None:
+                if progress is not None and is_progress(line):
                     progress(line.rstrip("\n"))
             deadline = time.monotonic() + WORKER_TIMEOUT_S
             codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
@@ -233,6 +234,13 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
         with open(result_file, encoding="utf-8") as f:
             data = json.load(f)
     return _machine_from_measurements(data), data
+
+
+def is_progress(line: str) -> bool:
+    """Whether a line of rank 0's stdout is the probe's own (`[3/12] ...` and its indented result), not what the
+    libraries it runs print there: DeepSpeed logs to stdout ("[WARNING] [real_accelerator.py:213:get_accelerator]
+    Setting accelerator to CPU ...", "... deepspeed_shm_comm_op built successfully"), which read as the probe's."""
+    return bool(re.match(r"\[\d+/\d+\] |      \S", line))
 
 
 def _gpu_count() -> int:
@@ -300,6 +308,15 @@ def fit_quantized(points: Sequence[Sequence[float]]) -> dict[str, Any]:
         rate, overhead = 1.0 / slope, my - slope * mx
     return {"points": [list(p) for p in points], "elements_per_s": min(max(rate, MIN_RATE), MAX_BANDWIDTH),
             "overhead_s": min(max(overhead, 0.0), 1.0)}
+
+
+def quantized_summary(fit: Mapping[str, Any]) -> str:
+    """A 4-bit linear fit (`fit_quantized`) in words: where noise left no cost per element, the fit's rate is
+    MAX_BANDWIDTH, which read "100000000 M elements/s"."""
+    per_module = f"{fit['overhead_s'] * 1e6:.0f} us per module and pass"
+    if fit["elements_per_s"] >= MAX_BANDWIDTH:
+        return per_module + " (no cost per weight element stood out of the noise)"
+    return per_module + f" + its weight at {fit['elements_per_s'] / 1e6:,.0f} M elements/s"
 
 
 def linear_correction(perf: MachinePerf, timed: Sequence[Sequence[float]], dtype: str = "bf16") -> float:
@@ -1087,9 +1104,7 @@ class _Worker:
         t0 = self.begin("4-bit linears (bitsandbytes NF4, QLoRA's base) against bf16 ones")
         out["quantized_linear"] = self.quantized_linears(out["matmul"]["bf16"])
         q = out["quantized_linear"]
-        self.say(f"      {q['overhead_s'] * 1e6:.0f} us per module and pass + its weight at "
-                 f"{q['elements_per_s'] / 1e6:.0f} M elements/s, {q['rows']} rows ({time.perf_counter() - t0:.1f} s)"
-                 if q else
+        self.say(f"      {quantized_summary(q)}, {q['rows']} rows ({time.perf_counter() - t0:.1f} s)" if q else
                  "      bitsandbytes not installed or no kernel here: priced as a memory pass")
         t0 = self.begin("elementwise rate of a reference llama block (forward and backward, bf16)")
         block = self.reference_block(out["matmul"], out["attention"], out["elementwise"], out["op_overhead_s"])
