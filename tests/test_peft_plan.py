@@ -199,18 +199,28 @@ def test_the_snippet_imports_and_says_only_what_the_plan_uses(capsys, peft, stag
     assert code == 0
     assert ("BitsAndBytesConfig" in md) is imports_bnb
     assert ("# first: ZeRO-3 loads under zero.Init" in md) is says_zero_init
+    # accelerate's PartialState (made by TrainingArguments) sets the rank's GPU, where bitsandbytes loads the base
+    assert ("# first: it picks this rank's GPU, where bitsandbytes loads the 4-bit base" in md) is imports_bnb
 
 
 def test_the_snippet_saves_the_adapter_through_the_trainer(capsys):
     """`model.save_pretrained` after a ZeRO-3 run writes each partitioned adapter zero-sized (peft 0.21 only warns);
     `Trainer.save_model` gathers a PEFT model's trainable weights first, at every stage from the main rank only."""
+    import re
+
     pytest.importorskip("jinja2")
     for stage in ("2", "3"):
         code, md, _ = run(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", stage, "--format", "markdown")
-        assert code == 0 and "model.save_pretrained" not in md
+        [snippet] = re.findall(r"```python\n(.*?)```", md, re.DOTALL)
+        assert code == 0 and "save_pretrained" not in snippet
         assert "trainer = Trainer(model=model, args=args, train_dataset=...)\ntrainer.train()\n" \
                "trainer.save_model(OUTPUT)  # the adapter only" in md
         assert ("gathered from the ZeRO-3 partitions" in md) is (stage == "3")
+    # the table shows no code: the ZeRO-3 warning says how to save
+    warnings = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "3")["warnings"]
+    assert any(w.startswith("ZeRO-3 partitions the adapters too") and w.endswith(
+        "save with trainer.save_model(), not model.save_pretrained(), which writes each rank's partitions, empty "
+        "tensors") for w in warnings)
 
 
 def test_zero0s_decision_says_nothing_of_overlap_comm(capsys):

@@ -220,7 +220,10 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     q = peft["quantization_config"]
     # TrainingArguments first: with a ZeRO-3 config it makes from_pretrained build the model under zero.Init
     # (transformers' HfDeepSpeedConfig), which a quantized model never uses (modeling_utils.get_init_context)
-    why = ("  # first: ZeRO-3 loads under zero.Init" if plan.decision.zero_stage == 3 and q is None else "")
+    # and for a quantized model it sets the rank's GPU (accelerate's PartialState), where bitsandbytes puts the whole
+    # 4-bit base (`device_map={"": current_device()}` when none is given): created after it, every rank loads on GPU 0
+    why = ("  # first: ZeRO-3 loads under zero.Init" if plan.decision.zero_stage == 3 and q is None else
+           "  # first: it picks this rank's GPU, where bitsandbytes loads the 4-bit base" if q is not None else "")
     lines = ["import torch", "from peft import LoraConfig, get_peft_model",
              "from transformers import AutoModelForCausalLM, " + ("BitsAndBytesConfig, " if q is not None else "")
              + "Trainer, TrainingArguments", "",

@@ -790,7 +790,8 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
         ctx.warnings.append(
             "ZeRO-3 partitions the adapters too: saving them gathers 16-bit weights, so the ds_config sets "
             "stage3_gather_16bit_weights_on_model_save (Accelerate's get_state_dict refuses without it; the HF "
-            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters)")
+            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters): save with "
+            "trainer.save_model(), not model.save_pretrained(), which writes each rank's partitions, empty tensors")
     return None, why
 
 
