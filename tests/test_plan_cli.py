@@ -425,6 +425,20 @@ def test_slower_links_slow_a_multi_node_plan(capsys):
     assert slow["performance"]["step_time_s"] > fast["performance"]["step_time_s"]
 
 
+def test_a_cpu_profiles_host_ram_is_what_offload_can_use(capsys):
+    """DeepSpeed's CPU accelerator keeps the ranks' states and the offloaded ones in one RAM, which the probe measured:
+    a 7B plan on two ranks "fitted" with 140 GB of offloaded states on that host, since --cpu-memory was unknown."""
+    with open(PROFILE, encoding="utf-8") as f:
+        host = json.load(f)["measurements"]["device_memory_bytes"]
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpus-per-node", "2",
+                          "--seq-len", "128")
+    assert code == 1 and not plan["decision"]["fits"]
+    assert plan["hardware"]["cpu_memory_bytes"] == host and plan["hardware"]["gpu_memory_bytes"] == host // 2
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpus-per-node", "2",
+                          "--seq-len", "128", "--cpu-memory", "1TB")  # what the user says stands
+    assert code == 0 and plan["hardware"]["cpu_memory_bytes"] == 10**12
+
+
 def test_link_options_need_a_preset_or_a_profile(capsys):
     code, _, err = run(capsys, "plan", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--seq-len", "4096",
                        "--pcie-bandwidth", "32GB/s")

@@ -90,8 +90,8 @@ hardware_options = _options(
     click.option("--hardware", "hardware_profile", metavar="PROFILE.json",
                  help="A profile from `zerokit probe`: measured compute, bandwidths and CPU Adam speed replace the "
                       "GPU preset's published figures in the step-time model (and give the GPU memory when neither "
-                      "--gpu nor --gpu-memory is given; a CPU profile's host RAM is shared out among the node's "
-                      "ranks)."),
+                      "--gpu nor --gpu-memory is given). A CPU profile's host RAM is shared out among the node's "
+                      "ranks and is the RAM offload can use unless --cpu-memory says otherwise."),
     click.option("--intra-node-bandwidth", metavar="RATE",
                  help="Per-GPU bandwidth to the other GPUs of a node, one direction (e.g. 300GB/s, 600Gbps); "
                       "default: the preset's NVLink or PCIe."),
@@ -193,6 +193,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
         hardware = replace(hardware, gpu_name="cpu", accelerator="cpu", bf16="bf16" in machine.matmul)
         if gpu_memory is profile_memory and profile_memory is not None:  # the host's RAM, which every rank shares
             hardware = replace(hardware, gpu_memory_bytes=profile_memory // hardware.gpus_per_node)
+        if profile_memory is not None and hardware.cpu_memory_bytes is None:  # and what offload moves states into
+            hardware = replace(hardware, cpu_memory_bytes=profile_memory)
     elif hardware_profile is not None and gpu is None:  # the GPU the probe measured: its name, its bf16 kernels
         hardware = replace(hardware, gpu_name=machine.name, bf16="bf16" in machine.matmul)
     settings = build_training(**training)
