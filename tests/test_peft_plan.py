@@ -188,6 +188,34 @@ def test_table_and_markdown_show_the_adapters(capsys):
     assert "LoraConfig" not in md
 
 
+def test_the_table_prints_the_configs_as_python_the_libraries_take(capsys):
+    """The table (the default format) printed neither LoraConfig nor BitsAndBytesConfig, while its ZeRO-3 QLoRA
+    warning named bnb_4bit_quant_storage's value "as peft.quantization_config says": one line now gives both, as
+    Python that the installed peft and transformers build into the JSON's configs."""
+    import re
+
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    code, out, _ = run(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "3", "--lora-targets", "q_proj,v_proj")
+    assert code == 0
+    [line] = [x for x in out.splitlines() if x.startswith("PEFT: ")]
+    lora, bnb = re.fullmatch(r"PEFT: (LoraConfig\(.*\)); from_pretrained\(\.\.\., quantization_config="
+                             r"(BitsAndBytesConfig\(.*\))\) \(--format markdown prints the code\)", line).groups()
+    names = {"LoraConfig": peft.LoraConfig, "BitsAndBytesConfig": transformers.BitsAndBytesConfig, "torch": torch}
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "qlora", "--zero-stage", "3", "--lora-targets", "q_proj,v_proj")
+    assert eval(lora, names) == peft.LoraConfig(**doc["peft"]["lora_config"])
+    built = eval(bnb, names)
+    assert built.to_dict() == transformers.BitsAndBytesConfig(**doc["peft"]["quantization_config"]).to_dict()
+    assert built.bnb_4bit_quant_storage == torch.bfloat16 and built.bnb_4bit_compute_dtype == torch.bfloat16
+    code, out, _ = run(capsys, *TINY_ON_2, "--peft", "lora")
+    [line] = [x for x in out.splitlines() if x.startswith("PEFT: ")]
+    assert line == ("PEFT: LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules='all-linear', "
+                    "bias='none', task_type='CAUSAL_LM') (--format markdown prints the code)")
+    assert not [x for x in run(capsys, *TINY_ON_2)[1].splitlines() if x.startswith("PEFT: ")]
+
+
 @pytest.mark.parametrize("peft, stage, imports_bnb, says_zero_init", [
     ("qlora", "3", True, False),  # transformers builds a quantized model without zero.Init
     ("lora", "3", False, True),

@@ -230,9 +230,7 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
              f"args = TrainingArguments(..., deepspeed={output or 'ds_config.json'!r}){why}"]
     load = f"model = AutoModelForCausalLM.from_pretrained(MODEL, dtype={dtype}"
     if q is not None:
-        kwargs = ", ".join(f"{k}={v!r}" if not str(k).endswith("_dtype") and k != "bnb_4bit_quant_storage"
-                           or v == "uint8" else f"{k}=torch.{v}" for k, v in q.items())
-        lines.append(f"quantization_config = BitsAndBytesConfig({kwargs})")
+        lines.append(f"quantization_config = BitsAndBytesConfig({_bnb_kwargs(q)})")
         load += ", quantization_config=quantization_config"
     lines.append(load + ")")
     if plan.decision.gradient_checkpointing:
@@ -245,6 +243,23 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     lines.append("trainer.save_model(OUTPUT)  # the adapter only" + (", gathered from the ZeRO-3 partitions"
                                                                    if plan.decision.zero_stage == 3 else ""))
     return "\n".join(lines)
+
+
+def _bnb_kwargs(q: dict[str, Any]) -> str:
+    """BitsAndBytesConfig's keywords as Python, dtypes as torch attributes (uint8 storage as transformers names it)."""
+    return ", ".join(f"{k}={v!r}" if not str(k).endswith("_dtype") and k != "bnb_4bit_quant_storage"
+                     or v == "uint8" else f"{k}=torch.{v}" for k, v in q.items())
+
+
+def peft_config_line(plan: Plan) -> str | None:
+    """The table's one line of what to pass PEFT and transformers (the markdown report prints the whole code)."""
+    peft = peft_json(plan)
+    if peft is None:
+        return None
+    lora = ", ".join(f"{k}={v!r}" for k, v in peft["lora_config"].items())
+    q = peft["quantization_config"]
+    bnb = f"; from_pretrained(..., quantization_config=BitsAndBytesConfig({_bnb_kwargs(q)}))" if q else ""
+    return f"PEFT: LoraConfig({lora}){bnb} (--format markdown prints the code)"
 
 
 def host_lines(plan: Plan) -> list[str]:
@@ -368,6 +383,8 @@ def render_table(plan: Plan, output: str | None = None) -> str:
         if note not in plan.warnings:
             out.append(f"note: {note}")
     out.append(f"Training: {training_arguments_hint(plan)}")
+    if plan.peft is not None:
+        out.append(peft_config_line(plan))
     if output:
         out.append(f"ds_config ({plan.training.target}) written to {output}")
     return "\n".join(out).rstrip() + "\n"
