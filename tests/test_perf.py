@@ -719,7 +719,8 @@ def test_mfu_stays_under_one_where_the_attention_kernel_outruns_the_matmul_curve
 def test_mfu_divides_by_the_gpus_published_dense_peak_where_there_is_one():
     """PaLM's MFU, and every published MFU, divide by the datasheet's dense peak; the preset curve tops out at 80% of
     it (GPU_EFFICIENCY), which put the README's 37% llama-2-7b plan at 46%. A profile of the --gpu preset's GPU
-    takes the preset's peak; a profile alone, or a CPU, the best rate its figures show."""
+    takes the preset's peak, and so does a profile alone of a GPU that only one published peak fits; another, or a
+    CPU, the best rate its figures show."""
     big = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000}
     n = count_parameters(big)[0]
@@ -734,6 +735,12 @@ def test_mfu_divides_by_the_gpus_published_dense_peak_where_there_is_one():
     assert t.mfu == pytest.approx(t.flops_per_step / (t.step_time_s * 989.5e12))
     assert not build_machine("a100-80gb", profile).dense_peak  # another GPU's datasheet says nothing of this one
     assert "dense_peak" not in profile_to_json(probed)  # the datasheet's, never written as a measurement
+    # a profile alone: the peak its name can only be (an H200's), as beside --gpu h200 (MFU read 51% alone, 36%
+    # beside it, for one plan); an "H100 80GB HBM3" may be an SXM, PCIe or NVL preset, which publish three peaks
+    h200 = str(Path(__file__).parent / "data" / "gpu" / "2026-11-26-h200" / "profile.json")
+    assert build_machine(None, h200).dense_peak == build_machine("h200", h200).dense_peak == {
+        "fp16": 989.5e12, "fp32": 67e12, "bf16": 989.5e12, "tf32": 494.5e12}
+    assert not build_machine(None, profile).dense_peak
 
 
 def test_the_probes_reference_steps_set_the_compute_scale_and_zero3_hooks():

@@ -180,8 +180,9 @@ class MachinePerf:
     """Local ranks that ran at once while a probe measured these figures (None for presets)."""
     dense_peak: Mapping[str, float] = field(default_factory=dict)
     """The GPU's published dense peak FLOP/s per dtype, MFU's denominator as PaLM defines it: a preset's datasheet
-    figure, or the --gpu preset's beside a profile of that GPU. Empty (a CPU, a GPU without a preset): MFU divides
-    by the best rate the kernel figures show. Never written to a profile: it is the datasheet's, not measured."""
+    figure, or the --gpu preset's beside a profile of that GPU (without --gpu, of the presets its name can be, where
+    they publish one peak: `with_datasheet`). Empty (a CPU, a GPU without a preset): MFU divides by the best rate the
+    kernel figures show. Never written to a profile: it is the datasheet's, not measured."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Figure -> where it came from: preset:<gpu>, default, option:--<flag>, probe."""
 
@@ -388,9 +389,15 @@ def with_overrides(perf: MachinePerf, *, intra_node_bandwidth: str | float | Non
 
 def with_datasheet(perf: MachinePerf, gpu: str | None) -> MachinePerf:
     """A GPU profile with the --gpu preset's published dense peaks for MFU (`dense_peak`), where the preset may be
-    the GPU the probe measured (`same_gpu`); unchanged otherwise."""
-    if gpu is None or perf.device != "gpu" or perf.dense_peak:
+    the GPU the probe measured (`same_gpu`); without --gpu, the peaks of the presets the measured name can be, where
+    they all publish the same (an H200's; not an H100's, whose SXM, PCIe and NVL peaks differ): the same plan of an
+    H200 profile read MFU 51% alone and 36% beside --gpu h200. Unchanged otherwise."""
+    if perf.device != "gpu" or perf.dense_peak:
         return perf
+    if gpu is None:
+        peaks = {tuple(sorted(DEVICE_FIGURES[name].tflops.items())) for name in DEVICE_FIGURES
+                 if same_gpu(name, perf.name)}
+        return replace(perf, dense_peak=dict(peaks.pop())) if len(peaks) == 1 else perf
     from zerokit.hardware import gpu_preset
 
     name = gpu_preset(gpu).name
