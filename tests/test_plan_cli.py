@@ -439,6 +439,25 @@ def test_a_cpu_profiles_host_ram_is_what_offload_can_use(capsys):
     assert code == 0 and plan["hardware"]["cpu_memory_bytes"] == 10**12
 
 
+def test_an_nvme_plan_says_when_the_profile_did_not_measure_the_drive(capsys, tmp_path):
+    """A probe without --nvme-path priced NVMe offload at a typical drive's 6.5/3.5 GB/s, and the plan said nothing;
+    the table's "(default: ...)" was the only trace. A profile that measured the drive plans at its figures, quietly."""
+    args = ("plan", "--model", TINY, "--gpus-per-node", "2", "--seq-len", "128", "--micro-batch", "4", "--zero-stage",
+            "3", "--offload-optimizer", "nvme", "--nvme-path", str(tmp_path))
+    code, plan = run_json(capsys, *args, "--hardware", PROFILE)
+    assert code == 0 and (f"step times assume NVMe at 6.5 GB/s read and 3.5 GB/s write, which the profile did not "
+                          f"measure: probe with `zerokit probe --nvme-path {tmp_path}` for this drive's"
+                          ) in plan["warnings"]
+    with open(PROFILE, encoding="utf-8") as f:
+        measured = json.load(f)
+    measured.update(nvme_read=2.1e9, nvme_write=1.2e9, sources={**measured["sources"], "nvme": "probe"})
+    (tmp_path / "nvme.json").write_text(json.dumps(measured))
+    code, plan = run_json(capsys, *args, "--hardware", str(tmp_path / "nvme.json"))
+    assert code == 0 and not [w for w in plan["warnings"] if "NVMe at" in w]
+    code, plan = run_json(capsys, *args[:-4], "--hardware", PROFILE)  # no NVMe offload: nothing to say
+    assert code == 0 and not [w for w in plan["warnings"] if "NVMe at" in w]
+
+
 def test_link_options_need_a_preset_or_a_profile(capsys):
     code, _, err = run(capsys, "plan", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--seq-len", "4096",
                        "--pcie-bandwidth", "32GB/s")

@@ -639,6 +639,20 @@ def unmeasured_links(perf: MachinePerf, gpus_per_node: int, nodes: int) -> list[
     return notes
 
 
+def unmeasured_nvme(perf: MachinePerf, offload_optimizer: str, offload_param: str, nvme_path: str | None) -> list[str]:
+    """A warning when a plan from a probe profile offloads to NVMe at drive speeds the probe did not measure (it was
+    run without --nvme-path): the step time then rests on a typical drive's figures, not the one planned for."""
+    if perf.ranks_measured is None or "nvme" not in (offload_optimizer, offload_param):
+        return []
+    if not perf.sources.get("nvme", "probe").startswith("default"):
+        return []
+    where = nvme_path or "/local_nvme"
+    note = (f"step times assume NVMe at {perf.nvme_read / 1e9:.1f} GB/s read and {perf.nvme_write / 1e9:.1f} GB/s "
+            f"write, which the profile did not measure: probe with `zerokit probe --nvme-path {where}` for this "
+            "drive's")
+    return [note]
+
+
 def _read_profile(path: str) -> Any:
     if not isinstance(path, str) or not path.strip():
         raise BadInput("--hardware is empty; give the profile JSON `zerokit probe -o profile.json` wrote")
