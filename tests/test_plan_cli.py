@@ -458,6 +458,22 @@ def test_an_nvme_plan_says_when_the_profile_did_not_measure_the_drive(capsys, tm
     assert code == 0 and not [w for w in plan["warnings"] if "NVMe at" in w]
 
 
+def test_a_cpu_offload_plan_says_when_the_profile_timed_torchs_adamw_for_cpu_adam(capsys):
+    """Where cpu_adam was not compiled, the probe times torch's AdamW in its place (the source says so in the probe's
+    table), and the plans that offload the optimizer to it said nothing of it."""
+    args = ("plan", "--model", TINY, "--gpus-per-node", "2", "--seq-len", "128", "--micro-batch", "4", "--zero-stage",
+            "2")
+    note = ("the profile's CPU Adam figure is torch.optim.AdamW's: DeepSpeed's cpu_adam was not compiled when it was "
+            "probed, and the offloaded optimizer steps with it; probe again after one offload run has built it")
+    code, plan = run_json(capsys, *args, "--offload-optimizer", "cpu", "--hardware", PROFILE)
+    assert code == 0 and note in plan["warnings"]
+    code, plan = run_json(capsys, *args, "--offload-optimizer", "none", "--hardware", PROFILE)
+    assert code == 0 and note not in plan["warnings"]
+    amd = os.path.join(os.path.dirname(PROFILE), "2026-11-25-amd", "profile.json")  # DeepSpeedCPUAdam timed
+    code, plan = run_json(capsys, *args, "--offload-optimizer", "cpu", "--hardware", amd)
+    assert code == 0 and note not in plan["warnings"]
+
+
 def test_link_options_need_a_preset_or_a_profile(capsys):
     code, _, err = run(capsys, "plan", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--seq-len", "4096",
                        "--pcie-bandwidth", "32GB/s")

@@ -653,6 +653,18 @@ def unmeasured_nvme(perf: MachinePerf, offload_optimizer: str, offload_param: st
     return [note]
 
 
+def stand_in_cpu_adam(perf: MachinePerf, offload_optimizer: str) -> list[str]:
+    """A warning when a plan offloads the optimizer to the CPU and the profile's CPU Adam figure is torch's AdamW,
+    which the probe times where DeepSpeed's cpu_adam was not compiled yet (it would have built for minutes): the
+    run steps DeepSpeedCPUAdam, at its own speed."""
+    source = perf.sources.get("cpu_adam_params_per_s", "")
+    if offload_optimizer != "cpu" or not source.startswith("probe: torch.optim.AdamW"):
+        return []
+    note = ("the profile's CPU Adam figure is torch.optim.AdamW's: DeepSpeed's cpu_adam was not compiled when it was "
+            "probed, and the offloaded optimizer steps with it; probe again after one offload run has built it")
+    return [note]
+
+
 def _read_profile(path: str) -> Any:
     if not isinstance(path, str) or not path.strip():
         raise BadInput("--hardware is empty; give the profile JSON `zerokit probe -o profile.json` wrote")

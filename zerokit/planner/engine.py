@@ -18,7 +18,14 @@ from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
-from zerokit.perf.machine import MachinePerf, machine_from_preset, other_gpu, unmeasured_links, unmeasured_nvme
+from zerokit.perf.machine import (
+    MachinePerf,
+    machine_from_preset,
+    other_gpu,
+    stand_in_cpu_adam,
+    unmeasured_links,
+    unmeasured_nvme,
+)
 from zerokit.perf.model import StepTime
 from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
@@ -86,6 +93,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing, setup.zero_stage).generic
         activations_source = "generic" if generic else "modelled"
     extra_warnings += unmeasured_nvme(machine, setup.offload_optimizer, setup.offload_param, hardware.nvme_path)
+    extra_warnings += stand_in_cpu_adam(machine, setup.offload_optimizer)
     host = ctx.chosen.host
     performance = chosen.performance
     time_to_train = None
