@@ -8,6 +8,7 @@ a stub runner that records the argv it received.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _support import pids_with
+from _support import free_port, pids_with
 
 from zerokit.cli import main
 from zerokit.errors import BadInput
@@ -521,3 +522,32 @@ def test_a_newline_in_a_path_stays_escaped_on_the_one_error_line(capsys, argv, f
     code = main(["launch", "--gpus-per-node", "1", "--dry-run", *argv])
     err = capsys.readouterr().err
     assert code == 2 and fragment in err and err.count("\n") == 1, err
+
+
+def test_stale_shm_buffers_of_the_port_go_before_the_job_starts_and_mapped_ones_stay(tmp_path):
+    """A buffer left by a killed job (or a bare `deepspeed` run) goes before the next job on its port starts, rather
+    than hand that job the old bytes (shm.cpp maps another rank's buffer as soon as the name exists); one some
+    process maps is a job running now, and stays."""
+    import mmap
+
+    from zerokit.launch.runner import SHM_DIR, remove_stale_shm_buffers
+
+    uid = os.getuid()
+    stale, live, other = (tmp_path / f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_{port}_{rank}"
+                          for port, rank in ((29513, 0), (29513, 1), (29514, 0)))
+    for path in (stale, live, other):
+        path.write_bytes(b"\0" * 4096)
+    with open(live, "r+b") as f, mmap.mmap(f.fileno(), 4096):
+        assert remove_stale_shm_buffers(29513, str(tmp_path)) == 1
+        assert not stale.exists() and live.exists() and other.exists()
+    assert remove_stale_shm_buffers(29513, str(tmp_path)) == 1 and not live.exists() and other.exists()
+    # zerokit launch's run() sweeps its port before it starts the runner
+    port = free_port()
+    left = os.path.join(SHM_DIR, f"deepspeed_allreduce_buffer_{uid}_127.0.0.1_{port}_0")
+    with open(left, "wb") as f:
+        f.write(b"\0" * 64)
+    try:
+        assert run(["sh", "-c", f"test ! -e {shlex.quote(left)}"], {}, master_port=port) == 0
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(left)

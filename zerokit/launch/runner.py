@@ -647,8 +647,11 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
     `watch`: the node watch of a no-ssh launch; when it says stop (another node failed or was interrupted), this
     node's ranks are stopped as for a Ctrl-C, and its verdict is the exit code.
     `master_port`: once the job's processes are gone, this node's DeepSpeed CPU-accelerator shared-memory buffers
-    of that rendezvous are removed (see `remove_shm_buffers`).
+    of that rendezvous are removed (see `remove_shm_buffers`), and before it starts, stale ones no process maps
+    (`remove_stale_shm_buffers`).
     """
+    if master_port is not None:
+        remove_stale_shm_buffers(master_port)
     try:
         proc = subprocess.Popen(argv, env={**os.environ, **env}, start_new_session=True,
                                 stderr=subprocess.PIPE if pdsh else None)
@@ -738,21 +741,70 @@ def remove_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
     (ops/csrc/cpu/comm/shm.cpp, 69 MB each), and never unlinks them: every finished CPU job would leave them in
     the RAM-backed /dev/shm. Called when the job's processes are gone; the port keeps other jobs' buffers apart.
     """
+    removed = 0
+    for path in _shm_buffers(master_port, directory):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed += 1
+    return removed
+
+
+def remove_stale_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
+    """Before a job starts: remove the buffers of `master_port` that no process maps, left by a job that was
+    killed before it could clean up (or run without zerokit); how many.
+
+    A stale one holds 69 MB of the RAM-backed /dev/shm, and the new job would start on the old job's bytes:
+    shm.cpp's shared_open maps another rank's buffer as soon as the name exists, before that rank re-creates and
+    resets it (runs started on a killed job's buffers trained normally here; nothing relies on that window). A
+    buffer some process still maps belongs to a job running now (say, one whose rank 0 is on another node) and
+    stays."""
+    paths = _shm_buffers(master_port, directory)
+    if not paths:
+        return 0
+    mapped = _mapped_files()
+    removed = 0
+    for path in paths:
+        if os.path.realpath(path) not in mapped:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed += 1
+    return removed
+
+
+def _shm_buffers(master_port: int, directory: str) -> list[str]:
+    """This user's DeepSpeed allreduce buffers of the rendezvous on `master_port` in `directory`."""
     prefix = f"{SHM_PREFIX}{os.getuid()}_"
     try:
         names = os.listdir(directory)
     except OSError:
-        return 0
-    removed = 0
+        return []
+    out = []
     for name in names:
         if not name.startswith(prefix):
             continue
         parts = name[len(prefix):].rsplit("_", 2)  # addr, port, rank
         if len(parts) == 3 and parts[1] == str(master_port) and parts[2].isdigit():
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-                removed += 1
-    return removed
+            out.append(os.path.join(directory, name))
+    return out
+
+
+def _mapped_files() -> set[str]:
+    """The files any process this user can read has mapped (/proc/PID/maps): the shared-memory buffers in use."""
+    mapped: set[str] = set()
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return mapped
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith("/"):
+                        mapped.add(fields[5].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:  # gone, or another user's
+            continue
+    return mapped
 
 
 def _killpg(pgid: int, signum: int) -> bool:
