@@ -425,3 +425,44 @@ def test_the_table_gives_the_lora_figures_the_probe_measured():
     bare = _measurements({"compute_scale": 1.0})  # a probe without bitsandbytes: no such rows
     table = render_table(_machine_from_measurements(bare), bare)
     assert "4-bit linear" not in table and "LoRA dropout" not in table
+
+
+_BUILDING_RANK = """
+import os, sys, time
+from torch.utils.file_baton import FileBaton
+from zerokit.perf.probe import _stop_on_signals
+_stop_on_signals()  # as every probe rank starts
+baton = FileBaton(sys.argv[1])  # what torch's JIT build of a DeepSpeed op holds while ninja runs
+assert baton.try_acquire()
+try:
+    print("building", flush=True)
+    for _ in range(600):  # a main thread that returns to Python, as the probe's measurements do (see stop_ranks)
+        time.sleep(0.1)
+finally:
+    time.sleep(0.5)  # a release that takes a moment, as a build's cleanup does
+    baton.release()
+"""
+
+
+@pytest.mark.parametrize("ctrl_c", [False, True])
+def test_an_interrupted_probe_lets_its_ranks_release_torchs_build_lock(tmp_path, ctrl_c):
+    """Interrupted, the probe SIGKILLed its ranks; one inside torch's JIT build of DeepSpeed's shared-memory comm op
+    (deepspeed.initialize builds it on the CPU accelerator, in the reference-engine step) left the FileBaton `lock`
+    in ~/.cache/torch_extensions, and every later DeepSpeed run there waited on it, silently, forever. A Ctrl-C at the
+    terminal reaches the ranks too (SIGINT), and the probe's SIGTERM after it must not cut their cleanup short."""
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    from zerokit.perf.probe import safe_path, stop_ranks
+
+    lock = tmp_path / "lock"
+    rank = subprocess.Popen([sys.executable, "-c", _BUILDING_RANK, str(lock)], stdout=subprocess.PIPE, text=True,
+                            env=safe_path(dict(os.environ)))
+    assert rank.stdout.readline() == "building\n" and lock.exists()
+    if ctrl_c:
+        rank.send_signal(signal.SIGINT)
+    stop_ranks([rank], grace_s=30)
+    assert rank.returncode == 128 + (signal.SIGINT if ctrl_c else signal.SIGTERM)
+    assert not lock.exists()

@@ -47,6 +47,8 @@ QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 MAX_RANKS = 64
 """The most local ranks one probe starts (`--ranks`)."""
 WORKER_TIMEOUT_S = 600
+STOP_GRACE_S = 10.0
+"""How long an interrupted probe's ranks have to unwind (`stop_ranks`) before they are killed."""
 STEP_BUDGET_S = 1.5
 """The longest one step of a reference workload (the llama blocks, the engines' training step) may take by the kernel
 figures measured before it. A longer one runs fewer tokens (the blocks drop a width they cannot fit), so that a slow
@@ -210,10 +212,7 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
             deadline = time.monotonic() + WORKER_TIMEOUT_S
             codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
         except BaseException:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+            stop_ranks(procs)
             raise
         finally:
             for log in logs:
@@ -234,6 +233,30 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
         with open(result_file, encoding="utf-8") as f:
             data = json.load(f)
     return _machine_from_measurements(data), data
+
+
+def stop_ranks(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop the ranks of an interrupted probe: SIGTERM, which each turns into SystemExit (`_stop_on_signals`), so its
+    finally blocks run, then SIGKILL for any still there after `grace_s`. Killed outright, a rank inside torch's JIT
+    build of a DeepSpeed op (the shared-memory comm op that deepspeed.initialize builds on the CPU accelerator) left
+    its FileBaton `lock` in ~/.cache/torch_extensions, and every later DeepSpeed run there waited on it forever.
+    Not airtight: a signal the kernel hands to another of the rank's threads (OpenMP's, gloo's) waits until the main
+    thread returns to Python, which a main thread blocked in one long call (waiting for ninja) may not do in time."""
+    import signal
+
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def is_progress(line: str) -> bool:
@@ -1189,8 +1212,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGINT (the probe's `stop_ranks`, a Ctrl-C at the terminal) become SystemExit in a rank, once:
+    the rest are ignored, so that a Ctrl-C and the probe's SIGTERM after it do not cut short the finally blocks the
+    first one runs (torch's JIT build releases its lock in one)."""
+    import signal
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _worker_main(opts: dict[str, Any]) -> int:
     _die_with_parent()
+    _stop_on_signals()
     worker = _Worker(opts)
     result = worker.run()
     if worker.rank == 0:
