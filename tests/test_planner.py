@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,36 @@ def test_7b_on_one_80gb_gpu_fits_only_by_offloading_the_optimizer():
     assert p.cpu_bytes_per_node > 16 * LLAMA7.parameters  # fp32 master + Adam moments + fp32 grads live in RAM
     assert any(r.startswith("Offload the optimizer") and r.endswith("because the GPU cannot hold them otherwise.")
                for r in p.reasons)
+
+
+def test_forced_offload_says_it_was_asked_for_not_that_the_gpu_needs_it():
+    """llama-2-7b on 8 A100-80GB fits without offload; forced to offload the optimizer, the reason said 'because the
+    GPU cannot hold them otherwise', which the plan without the option disproves."""
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8)
+    assert plan(LLAMA7, hw, Training(seq_len=4096)).decision.offload_optimizer == "none"
+    p = plan(LLAMA7, hw, Training(seq_len=4096, offload_optimizer="cpu"))
+    [why] = [r for r in p.reasons if r.startswith("Offload ")]
+    assert why.endswith("to cpu as you asked (--offload-optimizer cpu); setups with less offloaded were not "
+                        "considered.") and "cannot hold" not in why
+
+
+def test_a_cpu_plan_that_fits_nowhere_asks_for_more_hosts_not_more_cpu_gpus(capsys):
+    """On DeepSpeed's CPU accelerator a host's ranks share its RAM: only more hosts add memory (it said 'needs 11
+    more cpu GPUs')."""
+    from zerokit.cli import main
+
+    profile = str(Path(__file__).resolve().parent / "data" / "step_time" / "profile.json")
+    code = main(["plan", "--hardware", profile, "--model", "llama-2-7b",
+                 "--gpus-per-node", "2", "--seq-len", "512", "--offload-optimizer", "none", "--offload-param", "none",
+                 "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and not out["decision"]["fits"]
+    first = out["missing"].split(", or ")[0]
+    hosts = int(first.split(" more hosts")[0].split()[-1]) + 1
+    assert first == f"needs {hosts - 1} more hosts like this one ({hosts} in all, 2 ranks each, ZeRO-3 without offload)"
+    # ZeRO-3 without offload: 16 bytes a parameter over 2 ranks a host, each with half the host's RAM
+    share = out["hardware"]["gpu_memory_bytes"]
+    assert 16 * LLAMA7.parameters / (2 * hosts) < share < 16 * LLAMA7.parameters / (2 * (hosts - 2))
 
 
 def test_offload_chosen_where_plain_zero3_fits_says_it_is_for_speed():

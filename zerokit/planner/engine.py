@@ -274,11 +274,16 @@ def missing(ctx: Context) -> str:
     gpus = gpus_needed(ctx)
     if gpus is not None and gpus > hw.world_size:
         extra = gpus - hw.world_size
-        text = f"{extra} more {ctx.gpu_label} GPU{'s' if extra > 1 else ''} ({gpus} in all, ZeRO-3 without offload"
-        if hw.gpus_per_node > 1:
-            nodes = -(-gpus // hw.gpus_per_node)
-            text += f": {nodes} nodes of {hw.gpus_per_node}"
-        text += ")"
+        nodes = -(-gpus // hw.gpus_per_node)
+        if hw.accelerator == "cpu":  # a host's ranks share its RAM: only more hosts add memory
+            more = nodes - hw.nodes
+            text = (f"{more} more host{'s' if more > 1 else ''} like this one ({nodes} in all, "
+                    f"{hw.gpus_per_node} rank{'s' if hw.gpus_per_node > 1 else ''} each, ZeRO-3 without offload)")
+        else:
+            text = f"{extra} more {ctx.gpu_label} GPU{'s' if extra > 1 else ''} ({gpus} in all, ZeRO-3 without offload"
+            if hw.gpus_per_node > 1:
+                text += f": {nodes} nodes of {hw.gpus_per_node}"
+            text += ")"
         options.append(text)
     w = DTYPE_BYTES[ctx.precision]
     full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu",

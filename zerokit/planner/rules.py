@@ -648,6 +648,12 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
     lighter = [e for e in ctx.evaluations if e.candidate.fits and e is not ctx.chosen
                and (e.candidate.setup.offload_param == "none" if s.offload_param != "none"
                     else e.candidate.setup.offload_optimizer == "none")]
+    t = ctx.training
+    asked = [f"--offload-{what} {value}" for what, value in (("optimizer", t.offload_optimizer),
+                                                             ("param", t.offload_param)) if value not in (None, "none")]
+    if not lighter and asked:  # the search kept to the forced offload: it did not try less
+        return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
+            f" as you asked ({' '.join(asked)}); setups with less offloaded were not considered."
     if not lighter:
         return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
             " because the GPU cannot hold them otherwise."
