@@ -240,6 +240,9 @@ BAD_INPUT = [
     ("unknown-preset", ["--model", "llama-2-7c", "--gpu", "h100-80gb", "--seq-len", "512"], r"llama-2-7b"),
     ("unknown-gpu", ["--model", "7B", "--gpu", "h100-81gb", "--seq-len", "512"], r"h100-80gb"),
     ("no-gpu", ["--model", "7B", "--seq-len", "512"], r"--gpu"),
+    # Sold in two sizes: `a100` had been planned as an 80 GB A100, a plan that OOMs on the 40 GB one.
+    ("ambiguous-a100", ["--model", "7B", "--gpu", "A100", "--seq-len", "512"], r"--gpu a100-40gb or --gpu a100-80gb"),
+    ("ambiguous-v100", ["--model", "7B", "--gpu", "v100", "--seq-len", "512"], r"--gpu v100-16gb or --gpu v100-32gb"),
     ("bad-choice", ["--model", "7B", "--gpu", "h100-80gb", "--seq-len", "512", "--zero-stage", "4"],
      r"--zero-stage"),
 ]

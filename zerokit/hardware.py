@@ -59,16 +59,22 @@ GPU_PRESETS: dict[str, GpuPreset] = {p.name: p for p in _PRESETS}
 
 # Spellings people type that are not the canonical name.
 _ALIASES = {
-    "a100": "a100-80gb", "a100-40g": "a100-40gb", "a100-80g": "a100-80gb", "a100-40": "a100-40gb",
+    "a100-40g": "a100-40gb", "a100-80g": "a100-80gb", "a100-40": "a100-40gb",
     "a100-80": "a100-80gb", "h100": "h100-80gb", "h100-sxm": "h100-80gb", "h100-80": "h100-80gb",
     "h200-141gb": "h200", "rtx-3090": "rtx3090", "rtx-4090": "rtx4090", "3090": "rtx3090", "4090": "rtx4090",
-    "v100": "v100-32gb", "v100-16": "v100-16gb", "v100-32": "v100-32gb",
+    "v100-16": "v100-16gb", "v100-32": "v100-32gb",
 }
+# Names sold with two memory sizes: picking one would plan a 40 GB A100 as an 80 GB one, a plan that OOMs.
+_AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb")}
 
 
 def gpu_preset(name: str) -> GpuPreset:
     """The preset for `name` (case-insensitive, `_` and ` ` read as `-`); BadInput naming the closest one."""
     key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if key in _AMBIGUOUS:
+        small, large = (GPU_PRESETS[n] for n in _AMBIGUOUS[key])
+        raise BadInput(f"--gpu {key} comes in two memory sizes: give --gpu {small.name} or --gpu {large.name} "
+                       f"(nvidia-smi shows {small.memory_mib} or {large.memory_mib} MiB)")
     key = _ALIASES.get(key, key)
     if key not in GPU_PRESETS:
         raise BadInput(closest(name, GPU_PRESETS, "GPU preset") + " (or give --gpu-memory instead)")
