@@ -625,6 +625,11 @@ def test_batch_size_against_the_jobs_world_size_is_lints_zk201(tmp_path, capsys)
     assert code == 3 and not check["ok"] and "ZK201" in check["detail"] and "12" in check["fix"]
     ok = preflight.check_batch_size(preflight.make_target(config=str(cfg), gpus_per_node=2))
     assert ok.ok and "world size 2" in ok.detail
+    # A zerokit plan --target trainer config: all "auto", which nothing here checks (it said "auto ... fit").
+    cfg.write_text(json.dumps(dict.fromkeys(("train_batch_size", "train_micro_batch_size_per_gpu",
+                                             "gradient_accumulation_steps"), "auto")))
+    auto = preflight.check_batch_size(preflight.make_target(config=str(cfg), gpus_per_node=2))
+    assert auto.ok and "fit" not in auto.detail and "Trainer or Accelerate fills them for world size 2" in auto.detail
 
 
 def test_ssh_check_is_deepspeeds_and_writes_no_host_keys(monkeypatch):

@@ -637,6 +637,9 @@ def check_batch_size(t: Target) -> Check | None:
                      "make train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
                      "world size")
     shown = {k: t.config[k] for k in keys if k in t.config}
+    if all(v == "auto" for v in shown.values()):  # nothing to check: "auto fit world size 2" claimed a check
+        return Check("batch size", True, f"{', '.join(shown)} \"auto\": the HF Trainer or Accelerate fills "
+                     + ("it" if len(shown) == 1 else "them") + (f" for world size {world}" if world else ""))
     return Check("batch size", True, ", ".join(f"{k} {v}" for k, v in shown.items())
                  + (f" fit world size {world}" if world else ""))
 
