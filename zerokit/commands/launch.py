@@ -94,7 +94,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name one.
-    The job's exit code is zerokit's; Ctrl-C and SIGTERM reach every rank.
+    The job's exit code is zerokit's (3: the preflight failed and nothing started; 2: bad input); Ctrl-C and
+    SIGTERM reach every rank.
 
     \b
       zerokit launch --config ds_config.json --gpus-per-node 8 train.py --epochs 1

@@ -49,6 +49,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
             fmt) -> int:
     """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
 
+    Exit 0: every check passed; 3: a check failed; 2: bad input.
+
     \b
       zerokit preflight --config ds_config.json --gpus-per-node 8
       zerokit preflight --config ds_config.json --hostfile hostfile --format json
