@@ -438,12 +438,12 @@ def test_a_measured_input_gradient_rate_prices_a_frozen_base(input_grad_rate, in
     for kw in ({}, {"gradient_checkpointing": True}, {"zero_stage": 3, "gpus_per_node": 2}):
         t = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2, **kw)
         assert t.compute_s == pytest.approx(_t(**kw).compute_s, rel=1e-12)
-    share = LORA_TRAINABLE / P
     lora = step_time(TINY_LLAMA, split, parameters=P, seq_len=32, micro_batch=2,
                      trainable_parameters=LORA_TRAINABLE)
     even = _t(trainable_parameters=LORA_TRAINABLE)  # no curve: the backward's two products split evenly
     third = LAYERS_AND_HEAD / 1e12
-    assert lora.compute_s - even.compute_s == pytest.approx((input_grad_s - third) * (1 - share), rel=1e-9)
+    # the frozen base runs no weight-gradient product in either: only its input gradient's rate differs
+    assert lora.compute_s - even.compute_s == pytest.approx(input_grad_s - third, rel=1e-9)
 
 
 def test_forward_and_input_gradient_curves_together():
@@ -561,9 +561,13 @@ def test_lora_trains_few_parameters_but_gathers_all():
     per = 0.5 * 2 / 1e9
     assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)  # frozen weights are still gathered
     assert lora.optimizer_s == pytest.approx(500 / 1e9)
-    # no weight gradients for frozen weights; the adapters' own products (2 FLOPs per parameter and token, 3 passes)
-    weight_grads = 2 * 32 * 246784 * (1 - 1000 / P)
+    # no weight-gradient product for the frozen base (as many FLOPs as its forward, 246,784 a token over 64 tokens),
+    # all of it: the adapters are not among its P, so no share of it trains; the adapters' own products (2 FLOPs per
+    # parameter and token, 3 passes)
+    weight_grads = LAYERS_AND_HEAD
     assert full.compute_s - lora.compute_s == pytest.approx((weight_grads - 3 * 2 * 1000 * 64) / 1e12)
+    # MFU's numerator the same way: forward and input gradients of the base, and the adapters' three passes
+    assert full.flops_per_step - lora.flops_per_step == pytest.approx(weight_grads - 3 * 2 * 1000 * 64)
 
 
 def test_lora_adapters_priced_by_their_shapes_by_hand():

@@ -430,10 +430,11 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         dequant = dequantization_s(perf, quantized, lora[4])
         fwd += dequant
         recompute += dequant
-    bwd = bwd_in + bwd_w * share + adapter_t + dequant
+    # a frozen base computes no weight gradients: LoRA's trainable parameters are the adapters, priced apart
+    bwd = bwd_in + (bwd_w if share >= 1.0 else 0.0) + adapter_t + dequant
     rec = recompute if gradient_checkpointing else 0.0
     micro_compute = fwd + bwd + rec
-    flops_micro = (2.0 + share) * weight_flops + 3.0 * score_flops + adapter_flops
+    flops_micro = (3.0 if share >= 1.0 else 2.0) * weight_flops + 3.0 * score_flops + adapter_flops
 
     # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
     micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
