@@ -695,3 +695,25 @@ def test_total_steps_that_are_the_steps_a_small_budget_takes_are_not_said(capsys
     code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", tokens, "--total-steps", total)
     assert code == 0 and plan["performance"]["tokens_per_step"] == 65_536
     assert any(w.startswith("--total-steps") for w in plan["warnings"]) == said
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0.0099, "9.90 ms"), (0.00996, "10 ms"), (0.9994, "999 ms"), (0.9996, "1.00 s"), (99.994, "99.99 s"),
+    (99.996, "1.7 min"), (3599.99, "1.0 h"), (172790, "2.0 days"),
+])
+def test_durations_print_in_the_unit_their_rounded_value_belongs_to(seconds, text):
+    """A step of 0.9996 s printed `1000 ms/step`, a run of 3,599.99 s `60.0 min`: each unit by the value as shown."""
+    from zerokit.units import format_seconds
+
+    assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize("n, size, count", [
+    (999_960, "1.0 MB", "1.0M"), (999.96e9, "1.0 TB", "1.00T"), (999_999_999_999, "1.0 TB", "1.00T"),
+    (999, "999 B", "999"), (124.4e6, "124.4 MB", "124.4M"),
+])
+def test_sizes_and_counts_print_in_the_unit_their_rounded_value_belongs_to(n, size, count):
+    """999,960 bytes printed `1000.0 KB` and 999,960 parameters `1000.0K`."""
+    from zerokit.units import format_bytes, format_count
+
+    assert (format_bytes(n), format_count(n)) == (size, count)

@@ -170,7 +170,8 @@ def format_bytes(n: float, binary: bool = False) -> str:
     """`80.0 GB` (decimal, as GPU vendors sell it) or `74.5 GiB`."""
     base, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
     value, i = float(n), 0
-    while abs(value) >= base and i < len(units) - 1:
+    # by the value as printed: 999,960 bytes is `1.0 MB`, not `1000.0 KB`
+    while abs(round(value, 1 if i else 0)) >= base and i < len(units) - 1:
         value /= base
         i += 1
     return f"{value:.0f} {units[i]}" if i == 0 else f"{value:.1f} {units[i]}"
@@ -179,8 +180,10 @@ def format_bytes(n: float, binary: bool = False) -> str:
 def format_count(n: float) -> str:
     """`6.74B`, `124.4M` parameters."""
     for div, suf in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.2f}{suf}" if div >= 1e9 else f"{n / div:.1f}{suf}"
+        digits = 2 if div >= 1e9 else 1
+        # by the value as printed (999,960 is `1.0M`, not `1000.0K`); below 1,000 the exact count
+        if abs(n) >= div or (div > 1e3 and abs(round(n / div, digits)) >= 1):
+            return f"{n / div:.{digits}f}{suf}"
     return str(int(n))
 
 
@@ -192,13 +195,16 @@ def format_rate(x: float) -> str:
 
 def format_seconds(t: float) -> str:
     """A step or a run: `850 ms`, `1.90 s`, `3.2 h`, `12.4 days`."""
-    if t < 1:
-        return f"{t * 1000:.0f} ms" if t >= 0.01 else f"{t * 1000:.2f} ms"
-    if t < 100:
+    # each unit by the value as printed: 0.9996 s is `1.00 s`, not `1000 ms`; 99.996 s `1.7 min`, not `100.00 s`
+    if t < 0.00995:
+        return f"{t * 1000:.2f} ms"
+    if round(t * 1000) < 1000:
+        return f"{t * 1000:.0f} ms"
+    if round(t, 2) < 100:
         return f"{t:.2f} s"
-    if t < 3600:
+    if round(t / 60, 1) < 60:
         return f"{t / 60:.1f} min"
-    if t < 2 * 86400:
+    if round(t / 3600, 1) < 48:
         return f"{t / 3600:.1f} h"
     return f"{t / 86400:,.1f} days"
 

@@ -632,7 +632,7 @@ def _described(ctx: Context, e: Evaluation) -> str:
 
 def _seconds(t: float) -> str:
     """`format_seconds`, but seconds past 100 too: reasons compare steps, which read best in one unit."""
-    return f"{t:,.0f} s" if t >= 100 else format_seconds(t)
+    return f"{t:,.0f} s" if round(t, 2) >= 100 else format_seconds(t)
 
 
 def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
