@@ -183,7 +183,9 @@ def test_accelerate_yaml_with_deepspeed_config_file(capsys):
     code, findings = run_json(capsys, data("accelerate_with_file.yaml"))
     assert code == 1
     yaml_side = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith(".yaml")]
-    assert yaml_side == [(5, "ZK601", "deepspeed_config.zero_stage"), (7, "ZK601", "mixed_precision")]
+    # run from elsewhere than the YAML's directory: Accelerate would open the relative path from here (ZK602)
+    assert yaml_side == [(4, "ZK602", "deepspeed_config.deepspeed_config_file"),
+                         (5, "ZK601", "deepspeed_config.zero_stage"), (7, "ZK601", "mixed_precision")]
     child = [(f["line"], f["code"], f["key"]) for f in findings if f["path"].endswith("accelerate_ds_config.json")]
     assert child == [(7, "ZK303", "zero_optimization.offload_param.device"),
                      # the YAML sets no zero3_save_16bit_model: the plugin fills its "auto" with false
@@ -198,6 +200,28 @@ def test_accelerate_yaml_fields_become_a_ds_config(capsys):
         (6, 3, "ZK301", "deepspeed_config.offload_param_device"),
         (7, 3, "ZK100", "deepspeed_config.offload_optimzer_nvme_path"),
     ]
+
+
+def test_a_relative_deepspeed_config_file_is_opened_from_where_accelerate_runs(capsys, tmp_path, monkeypatch):
+    """transformers' HfDeepSpeedConfig opens deepspeed_config_file as given, so from the directory `accelerate
+    launch` runs in; lint reads it next to the YAML, and warns where the two differ."""
+    sub = tmp_path / "configs"
+    sub.mkdir()
+    write(sub, "ds.json", json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}))
+    yaml = write(sub, "acc.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n")
+    monkeypatch.chdir(tmp_path)
+    code, findings = run_json(capsys, yaml)
+    assert code == 0 and [(f["line"], f["code"], f["severity"]) for f in findings] == [(3, "ZK602", "warning")]
+    assert "./ds.json, where there is no such file" in findings[0]["message"]
+    assert "launch from configs" in findings[0]["message"]
+    write(tmp_path, "ds.json", "{}")  # a file of that name here: the one Accelerate would read
+    assert "./ds.json, which exists" in run_json(capsys, yaml)[1][0]["message"]
+    monkeypatch.chdir(sub)  # launched next to the YAML: both read the same file
+    assert run_json(capsys, "acc.yaml") == (0, [])
+    ds = pytest.importorskip("transformers.integrations.deepspeed")
+    assert ds.HfDeepSpeedConfig("ds.json").config["zero_optimization"] == {"stage": 2}  # next to the YAML: its own
+    monkeypatch.chdir(tmp_path)
+    assert ds.HfDeepSpeedConfig("ds.json").config == {}  # launched from above it: this directory's file, not the YAML's
 
 
 def test_accelerate_yaml_nvme_without_path(capsys, tmp_path):
@@ -250,7 +274,8 @@ def test_examples_hold_ds_configs():
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: os.path.relpath(p, EXAMPLES))
-def test_every_example_config_lints_clean(capsys, path):
+def test_every_example_config_lints_clean(capsys, monkeypatch, path):
+    monkeypatch.chdir(os.path.dirname(path))  # where its comments say to launch it (a relative deepspeed_config_file)
     code, findings = run_json(capsys, "--strict", "--gpu-memory", "80GB", path)  # world size: the example's own
     assert (code, findings) == (0, [])
 

@@ -74,6 +74,14 @@ def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
                               "JSON's path")]
     target = ref if os.path.isabs(ref) else os.path.join(str(doc.base_dir or "."), ref)
     shown = os.path.relpath(target) if not os.path.isabs(ref) else ref
+    if not os.path.isabs(ref) and doc.base_dir is not None and not same_path(str(doc.base_dir), "."):
+        # transformers' HfDeepSpeedConfig opens the path as given: from the directory `accelerate launch` runs in
+        here = "which exists" if os.path.isfile(ref) else "where there is no such file"
+        out.append(Finding(doc.path, line, col, WARNING, "ZK602", "deepspeed_config.deepspeed_config_file",
+                           f"deepspeed_config_file {ref!r} is relative: Accelerate opens it from the directory "
+                           f"`accelerate launch` runs in, not next to this YAML (zerokit linted {shown}); launched "
+                           f"from here it is ./{os.path.normpath(ref)}, {here}. Give an absolute path, or launch from "
+                           f"{os.path.relpath(str(doc.base_dir))}"))
     if doc.base_dir is not None and same_path(target, doc.path):
         return out + [Finding(doc.path, line, col, ERROR, UNREADABLE, "deepspeed_config.deepspeed_config_file",
                               f"deepspeed_config_file {shown} is this Accelerate YAML itself; it must name the ds_config "
