@@ -717,3 +717,16 @@ def test_sizes_and_counts_print_in_the_unit_their_rounded_value_belongs_to(n, si
     from zerokit.units import format_bytes, format_count
 
     assert (format_bytes(n), format_count(n)) == (size, count)
+
+
+def test_batch_reasons_count_one_gpu_and_one_sample_in_the_singular(capsys):
+    """'30 x 1 x 1 GPUs' and '1 samples per GPU' read wrong; the sums stay as computed by hand."""
+    _, one = run_json(capsys, "plan", "--model", "gpt2", "--gpu", "a100-80gb", "--seq-len", "1024", "--global-batch", "30")
+    assert "global batch 30 = 30 samples per GPU x 1 GPU;" in one["reasons"][1]
+    assert any(r.startswith("Gradient accumulation 1: 30 x 1 x 1 GPU = 30 samples, 30,720 tokens")
+               for r in one["reasons"])
+    _, many = run_json(capsys, "plan", "--model", "gpt2", "--gpu", "a100-80gb", "--gpus-per-node", "64", "--seq-len", "1024",
+                       "--global-batch", "30")
+    assert any("global batch 64 = 1 sample per GPU x 64 GPUs;" in r for r in many["reasons"])
+    assert any(r.startswith("Gradient accumulation 1: 1 x 1 x 64 GPUs = 64 samples, 65,536 tokens")
+               for r in many["reasons"])

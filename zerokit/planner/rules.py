@@ -524,7 +524,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
         mbs = (t.micro_batch,)
     else:
         mbs = _divisors(per_gpu, MAX_AUTO_MICRO_BATCH)
-    why = (f"global batch {rounded} = {per_gpu} samples per GPU x {dp} GPUs; the micro-batch is the divisor of "
+    why = (f"global batch {rounded} = {per_gpu} sample{'s' * (per_gpu != 1)} per GPU x {dp} GPU{'s' * (dp != 1)}; "
+           "the micro-batch is the divisor of "
            f"{per_gpu} that trains fastest among those that fit, and accumulation makes up the rest.")
     exact = options[0] == target and (tokens is None or target * t.seq_len == tokens)
     return BatchChoice(mbs, per_gpu, target, options, exact), "Batch: " + reason_prefix + why
@@ -705,7 +706,7 @@ def rule_accumulation(ctx: Context) -> tuple[int, str]:
     gas = 1 if b.per_gpu_samples is None else b.per_gpu_samples // mb
     dp = ctx.hardware.world_size
     tokens = mb * gas * dp * t.seq_len
-    why = (f"Gradient accumulation {gas}: {mb} x {gas} x {dp} GPUs = {mb * gas * dp} sample{'s' if mb * gas * dp > 1 else ''}, "
+    why = (f"Gradient accumulation {gas}: {mb} x {gas} x {dp} GPU{'s' * (dp != 1)} = {mb * gas * dp} sample{'s' if mb * gas * dp > 1 else ''}, "
            f"{tokens:,} tokens per optimizer step")
     if b.per_gpu_samples is None and tokens < TOKENS_PER_STEP_NOTE:
         why += (" (pre-training usually wants >= 1M tokens per step: set --global-batch-tokens 1M; "
