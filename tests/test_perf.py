@@ -51,6 +51,8 @@ def test_dense_figures_are_half_the_sparsity_ones():
     assert DEVICE_FIGURES["a100-80gb"].tflops["tf32"] == 156e12
     assert DEVICE_FIGURES["a100-80gb"].tflops["fp32"] == 19.5e12
     assert DEVICE_FIGURES["l4"].tflops["bf16"] == 121e12  # 242 with sparsity
+    # the L40S datasheet gives its dense figure, 362.05, which is not half of the 733 with sparsity
+    assert DEVICE_FIGURES["l40s"].tflops["bf16"] == DEVICE_FIGURES["l40s"].tflops["fp16"] == 362.05e12
     assert "bf16" not in DEVICE_FIGURES["v100-32gb"].tflops and "bf16" not in DEVICE_FIGURES["t4"].tflops
     assert DEVICE_FIGURES["h100-80gb"].intra_node_bandwidth == 450e9  # NVLink 4: 900 GB/s both ways
     assert DEVICE_FIGURES["h100-80gb"].pcie_bandwidth == 63e9 and DEVICE_FIGURES["v100-16gb"].pcie_bandwidth == 15.75e9

@@ -66,8 +66,9 @@ _H100 = "NVIDIA H100 Tensor Core GPU datasheet (https://resources.nvidia.com/en-
 _H200 = "NVIDIA H200 Tensor Core GPU product page and datasheet (https://www.nvidia.com/en-us/data-center/h200/): " \
         "H200 SXM BF16/FP16 1,979 TF and TF32 989 TF with sparsity, FP32 67 TF; 4.8 TB/s HBM3e; NVLink 900 GB/s; " \
         "PCIe Gen5 128 GB/s"
-_L40S = "NVIDIA L40S datasheet (https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413): BF16/FP16 733 TF and " \
-        "TF32 366 TF with sparsity, FP32 91.6 TF; 864 GB/s GDDR6; PCIe Gen4 x16; no NVLink"
+_L40S = "NVIDIA L40S datasheet (https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413): BF16/FP16 362.05 TF " \
+        "dense (733 with sparsity: not half of it), TF32 183 TF dense (366 with sparsity), FP32 91.6 TF; 864 GB/s " \
+        "GDDR6; PCIe Gen4 x16; no NVLink"
 _A10 = "NVIDIA A10 Tensor Core GPU datasheet (https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/" \
        "datasheet-new/nvidia-a10-datasheet.pdf): BF16/FP16 250 TF and TF32 125 TF with sparsity, FP32 31.2 TF; " \
        "600 GB/s GDDR6; PCIe Gen4; the A10G is AWS's A10 variant (EC2 G5), NVIDIA publishes the A10's figures"
@@ -116,7 +117,7 @@ _ROWS = (
     _row("h100-nvl", 835.5, 835.5, 60, 417.5, 3.9, "nvlink4-bridge", 300, 5, _ETHERNET_100G, _H100, _NO_NET,
          PCIE_SOURCE),
     _row("h200", 989.5, 989.5, 67, 494.5, 4.8, "nvlink4", 450, 5, _DGX_H100_NET, _H200, _DGX_H100, PCIE_SOURCE),
-    _row("l40s", 366.5, 366.5, 91.6, 183, 0.864, "pcie4", 31.5, 4, _ETHERNET_100G, _L40S, _NO_NET, PCIE_SOURCE),
+    _row("l40s", 362.05, 362.05, 91.6, 183, 0.864, "pcie4", 31.5, 4, _ETHERNET_100G, _L40S, _NO_NET, PCIE_SOURCE),
     _row("a10g", 125, 125, 31.2, 62.5, 0.6, "pcie4", 31.5, 4, _ETHERNET_100G, _A10, _NO_NET, PCIE_SOURCE),
     _row("l4", 121, 121, 30.3, 60, 0.3, "pcie4", 31.5, 4, _ETHERNET_100G, _L4, _NO_NET, PCIE_SOURCE),
     _row("rtx3090", 71, 71, 35.6, 35.6, 0.936, "nvlink3-bridge", 56.25, 4, _ETHERNET_100G, _GA102, _NO_NET,
