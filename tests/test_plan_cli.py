@@ -730,3 +730,13 @@ def test_batch_reasons_count_one_gpu_and_one_sample_in_the_singular(capsys):
     assert any("global batch 64 = 1 sample per GPU x 64 GPUs;" in r for r in many["reasons"])
     assert any(r.startswith("Gradient accumulation 1: 1 x 1 x 64 GPUs = 64 samples, 65,536 tokens")
                for r in many["reasons"])
+
+
+def test_the_candidates_header_says_how_the_star_was_chosen(capsys):
+    """Within 2% the earlier (simpler) setup is kept, so * is not always the most tokens/s; where nothing fits it
+    marks the closest miss."""
+    assert main(["plan", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--seq-len", "4096"]) == 0
+    assert "Candidates (in search order; * = chosen, the most tokens/s that fits, or within 2% of it the earliest):" \
+        in capsys.readouterr().out
+    assert main(["plan", "--model", "70B", "--gpu", "rtx4090", "--seq-len", "4096", "--cpu-memory", "64GB"]) == 1
+    assert "Candidates (in search order; * = chosen, the closest miss):" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerokit.dsconfig import training_arguments, training_arguments_hint
+from zerokit.planner.rules import TIE_TOLERANCE
 from zerokit.planner.types import Candidate, GpuMemory, Plan
 from zerokit.units import format_bytes, format_count, format_rate, format_seconds
 
@@ -366,7 +367,9 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     out.append("")
     rows = candidate_rows(plan)
     if rows:
-        out.append("Candidates (in search order; * = chosen, the most tokens/s that fits):")
+        chosen = ("the closest miss" if not plan.decision.fits else
+                  f"the most tokens/s that fits, or within {TIE_TOLERANCE:.0%} of it the earliest")
+        out.append(f"Candidates (in search order; * = chosen, {chosen}):")
         w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
         out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  {'peak at':<8}  fits  "
                    f"{'step':>9}  {'tokens/s':>10}  memory")
