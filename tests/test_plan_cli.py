@@ -740,3 +740,12 @@ def test_the_candidates_header_says_how_the_star_was_chosen(capsys):
         in capsys.readouterr().out
     assert main(["plan", "--model", "70B", "--gpu", "rtx4090", "--seq-len", "4096", "--cpu-memory", "64GB"]) == 1
     assert "Candidates (in search order; * = chosen, the closest miss):" in capsys.readouterr().out
+
+
+def test_total_steps_under_the_deepspeed_target_name_no_trainer(capsys):
+    """With --target deepspeed the user's own loop decides when to stop; the scheduler still decays over the steps."""
+    run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B")
+    code, plan = run_json(capsys, *LLAMA_7B_8xH100, "--train-tokens", "10B", "--total-steps", "5", "--target",
+                          "deepspeed")
+    [warned] = [w for w in plan["warnings"] if w.startswith("--total-steps")]
+    assert code == 0 and warned.endswith("the scheduler decays over --total-steps") and "Trainer" not in warned

@@ -476,7 +476,7 @@ def test_a_rounded_global_batch_is_the_multiple_within_five_percent_that_trains_
     assert nearest.decision.micro_batch_size * nearest.decision.gradient_accumulation_steps * 32 == 992
     assert p.performance.tokens_per_s > 2 * nearest.performance.tokens_per_s
     assert any("pass --global-batch 960" in w for w in nearest.warnings)
-    assert any(w.startswith("global batch 977 is not a multiple of 32 (GPUs x micro-batch); using 960 (-1.7%: "
+    assert any(w.startswith("global batch 977 is not a multiple of 32 (the GPUs); using 960 (-1.7%: "
                             "the fastest of the multiples within 5%") and "the nearest, 992, trains at micro-batch 1"
                in w for w in p.warnings)
     assert any(r.startswith("Batch: 4.0M tokens per step at 4096 tokens per sample is 977 samples; rounded to 960 ")
@@ -492,7 +492,10 @@ def test_the_nearest_global_batch_is_kept_when_no_multiple_is_more_than_two_perc
     p = plan(LLAMA7, hw, Training(seq_len=4096, global_batch_tokens=10**6))
     d = p.decision
     assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 248
-    assert "global batch 244 is not a multiple of 8 (GPUs x micro-batch); using 248" in p.warnings
+    assert "global batch 244 is not a multiple of 8 (the GPUs); using 248" in p.warnings
+    # a forced micro-batch makes the multiple GPUs x micro-batch, and the warning says so
+    forced = plan(LLAMA7, hw, Training(seq_len=1024, micro_batch=2, global_batch=100))
+    assert "global batch 100 is not a multiple of 16 (GPUs x micro-batch); using 96" in forced.warnings
     assert not any("--global-batch" in w for w in p.warnings)
 
 

@@ -393,4 +393,4 @@ def steps_against_tokens(training: Training, performance: StepTime) -> list[str]
     return [(f"--total-steps {total:,} trains {total * per_step:,} tokens ({per_step:,} a step), "
             f"{100 * (total * per_step - tokens) / tokens:+.1f}% from --train-tokens {format_count(round(tokens))}: "
             f"{steps:,} step{'s' if steps > 1 else ''} train{'' if steps > 1 else 's'} those; the scheduler decays over "
-            "--total-steps and the Trainer stops there")]
+            "--total-steps" + (" and the Trainer stops there" if training.target != "deepspeed" else ""))]

@@ -509,7 +509,8 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     if rounded != target:
         # a multiple already, it is another option timed (engine.batch_by_speed): of tokens rounded to samples, or
         # of an exact global batch, for the advice alone
-        ctx.warnings.append((f"global batch {target} is not a multiple of {unit} (GPUs x micro-batch)"
+        ctx.warnings.append((f"global batch {target} is not a multiple of {unit} "
+                             f"({'the GPUs' if unit == dp else 'GPUs x micro-batch'})"
                              if target % unit or tokens is None else
                              f"global batch {target} ({format_count(tokens)} tokens rounded to whole samples)")
                             + f"; using {rounded}{ctx.batch_note}")
