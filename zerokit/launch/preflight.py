@@ -453,17 +453,25 @@ def probe_ssh(host: str) -> tuple[bool, str]:
     within a short timeout and without any prompt (BatchMode): an unknown host key fails here, as it stops
     DeepSpeed's check at a prompt, and nothing is written to ~/.ssh/known_hosts. The user's ssh config applies, as it
     does to DeepSpeed's ssh and pdsh's."""
-    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
-            host, "hostname"]
-    try:
-        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
-                           stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return False, "ssh is not installed"
-    except subprocess.TimeoutExpired:
-        return False, "timed out"
+    r = _ssh(host, "hostname")
+    if isinstance(r, str):
+        return False, r
     last = (r.stderr.strip().splitlines() or [""])[-1]
     return r.returncode == 0, last
+
+
+def _ssh(host: str, command: str) -> subprocess.CompletedProcess | str:
+    """`command` run on `host` the way DeepSpeed's runner checks a host (`ssh -o PasswordAuthentication=no`), in
+    batch mode (no prompt) within a short timeout; or why ssh could not run it."""
+    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+            host, command]
+    try:
+        return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return "ssh is not installed"
+    except subprocess.TimeoutExpired:
+        return "timed out"
 
 
 # ---------------------------------------------------------------- checks: ordered table
@@ -837,15 +845,9 @@ IPv6, with bash's /dev/tcp (no Python needed on that PATH). A port held only by 
 def probe_remote_port(host: str, port: int) -> tuple[bool | None, str]:
     """(whether `port` is in use on `host`, or None where ssh could not ask; why not), asked over ssh as
     `probe_ssh` asks (BatchMode, no prompt, a short timeout)."""
-    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
-            host, REMOTE_PORT_PROBE.format(port=int(port))]
-    try:
-        r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
-                           stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return None, "ssh is not installed"
-    except subprocess.TimeoutExpired:
-        return None, "ssh timed out"
+    r = _ssh(host, REMOTE_PORT_PROBE.format(port=int(port)))
+    if isinstance(r, str):
+        return None, r if r.startswith("ssh") else "ssh " + r
     answer = (r.stdout.strip().splitlines() or [""])[-1]
     if r.returncode != 0 or answer not in ("busy", "free"):
         return None, "ssh failed: " + ((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])[:120]
