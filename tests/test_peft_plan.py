@@ -482,3 +482,12 @@ def test_the_snippet_as_printed_trains_and_saves_the_whole_adapter_at_zero3(caps
     saved = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     assert len(saved) == 2 * 7 * 2  # lora_A and lora_B of the 7 linears of each of the 2 layers
     assert sum(t.numel() for t in saved.values()) == TINY_LORA_16
+
+
+@pytest.mark.parametrize("model, head", [("gemma-2-9b", "the LM head, which is the embedding (tied)"),
+                                         ("llama-3.1-8b", "the LM head, which it skips")])
+def test_the_qlora_reason_says_whether_the_head_is_the_embedding(capsys, model, head):
+    """bitsandbytes skips the output embedding; in a tied model that is the input embedding itself."""
+    plan = plan_json(capsys, "--model", model, "--gpu", "a100-80gb", "--seq-len", "2048", "--peft", "qlora")
+    [why] = [r for r in plan["reasons"] if r.startswith("QLoRA rank")]
+    assert f"no nn.Linear; and {head})" in why

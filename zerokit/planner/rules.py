@@ -30,6 +30,7 @@ How the search works (the README's "How the planner decides" says the same in pr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -460,6 +461,13 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
                if not peft.quantized_parameters else "most of this model's parameters lie outside them")
             + f"; the rest stay {ctx.precision}, so the frozen base is {format_bytes(peft.frozen_bytes)} a copy, not "
             f"the {format_bytes(peft.frozen_parameters // 2)} of 4 bits throughout")
+    head = "the LM head, which it skips"
+    if peft.method == "qlora":
+        from zerokit.models.params import model_parts
+
+        with contextlib.suppress(BadInput, KeyError, TypeError, ValueError):  # a config without a family's parts
+            if model_parts(ctx.model.config)[-1].tied:
+                head = "the LM head, which is the embedding (tied)"
     base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
             f"({format_bytes(peft.frozen_bytes)}, of which {format_bytes(peft.quantization_constants)} quantization "
             f"constants): {format_count(peft.quantized_parameters)} in 4-bit NF4 with double quantization, the "
@@ -467,8 +475,8 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
             f"{ctx.precision} (" + ("its linears are a subclass of nn.Linear, which it leaves" if not
                                     peft.quantized_parameters else
                                     "embeddings, norms, routers and the experts, which transformers 5 stacks as 3-D "
-                                    "tensors: no nn.Linear; and the LM head, which it skips" if moe else
-                                    "embeddings and norms: no nn.Linear; and the LM head, which it skips") + ")")
+                                    f"tensors: no nn.Linear; and {head}" if moe else
+                                    f"embeddings and norms: no nn.Linear; and {head}") + ")")
     targets = peft.target_modules if isinstance(peft.target_modules, str) else ",".join(peft.target_modules)
     return peft, (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} rank {peft.rank} on {targets}: "
                   f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
