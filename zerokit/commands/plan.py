@@ -184,14 +184,15 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
 
     machine, profile_memory, profile_notes = build_perf(gpu, hardware_profile, intra_node_bandwidth,
                                                         inter_node_bandwidth, pcie_bandwidth)
-    if gpu is None and gpu_memory is None and profile_memory is not None:
+    memory_from_profile = gpu is None and gpu_memory is None and profile_memory is not None
+    if memory_from_profile:
         gpu_memory = profile_memory
     hardware = resolve_hardware(gpu=gpu, gpu_memory=gpu_memory, gpus_per_node=gpus_per_node, nodes=nodes,
                                 cpu_memory=unless_auto(cpu_memory), nvme_path=unless_auto(nvme_path),
                                 nvme_size=unless_auto(nvme_size))
     if machine is not None and machine.device == "cpu":
         hardware = replace(hardware, gpu_name="cpu", accelerator="cpu", bf16="bf16" in machine.matmul)
-        if gpu_memory is profile_memory and profile_memory is not None:  # the host's RAM, which every rank shares
+        if memory_from_profile:  # the host's RAM, which every rank shares
             hardware = replace(hardware, gpu_memory_bytes=profile_memory // hardware.gpus_per_node)
         if profile_memory is not None and hardware.cpu_memory_bytes is None:  # and what offload moves states into
             hardware = replace(hardware, cpu_memory_bytes=profile_memory)
