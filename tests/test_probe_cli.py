@@ -464,5 +464,9 @@ def test_an_interrupted_probe_lets_its_ranks_release_torchs_build_lock(tmp_path,
     if ctrl_c:
         rank.send_signal(signal.SIGINT)
     stop_ranks([rank], grace_s=30)
-    assert rank.returncode == 128 + (signal.SIGINT if ctrl_c else signal.SIGTERM)
+    # with both signals sent, either may reach the rank's main thread first (the kernel hands a process's signal to
+    # any of its threads, torch's among them, on a busy machine late): the first stops it, the second is ignored and
+    # cuts nothing short; never SIGKILLed (-9), and the lock released
+    codes = (128 + signal.SIGINT, 128 + signal.SIGTERM) if ctrl_c else (128 + signal.SIGTERM,)
+    assert rank.returncode in codes
     assert not lock.exists()
