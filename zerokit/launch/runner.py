@@ -113,6 +113,11 @@ class LaunchSpec:
         hosts = self.known_hosts
         return len(hosts) == 1 and is_this_host(next(iter(hosts)))
 
+    @property
+    def local_slots(self) -> int | None:
+        """The slots --hosts/--hostfile give this machine when it is the job's only host (`local_only`), else None."""
+        return next(iter(self.known_hosts.values())) if self.local_only else None
+
     @functools.cached_property
     def known_hosts(self) -> dict[str, int]:
         """`{host: slots}` of --hosts or a readable --hostfile; `{}` when zerokit cannot know them. Read once per
@@ -172,7 +177,7 @@ def kept_devices(spec: LaunchSpec) -> list[int] | None:
     if spec.visible_devices is None or spec.multi_node or spec.no_ssh or spec.include is not None \
             or spec.exclude is not None:
         return None
-    ranks = spec.gpus_per_node or (next(iter(spec.known_hosts.values())) if spec.local_only else None)
+    ranks = spec.gpus_per_node or spec.local_slots
     if ranks is None:
         return None  # no --num_gpus: the runner turns the variable into --include itself
     value = spec.visible_devices
@@ -441,7 +446,7 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
         argv += ["--include", "localhost:" + ",".join(map(str, kept))]
     # no hostfile: the ranks are --num_gpus, not the host's slots
     elif spec.local_only and spec.include is None and spec.exclude is None:
-        argv += ["--num_gpus", str(spec.gpus_per_node or next(iter(spec.known_hosts.values())))]
+        argv += ["--num_gpus", str(spec.gpus_per_node or spec.local_slots)]
     elif spec.gpus_per_node is not None and not restated:
         argv += ["--num_gpus", str(spec.gpus_per_node)]
     if spec.include is not None:  # without a hostfile DeepSpeed's only host is "localhost"
@@ -741,12 +746,7 @@ def remove_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
     (ops/csrc/cpu/comm/shm.cpp, 69 MB each), and never unlinks them: every finished CPU job would leave them in
     the RAM-backed /dev/shm. Called when the job's processes are gone; the port keeps other jobs' buffers apart.
     """
-    removed = 0
-    for path in _shm_buffers(master_port, directory):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed += 1
-    return removed
+    return _unlink(_shm_buffers(master_port, directory))
 
 
 def remove_stale_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
@@ -762,12 +762,16 @@ def remove_stale_shm_buffers(master_port: int, directory: str = SHM_DIR) -> int:
     if not paths:
         return 0
     mapped = _mapped_files()
+    return _unlink([path for path in paths if os.path.realpath(path) not in mapped])
+
+
+def _unlink(paths: list[str]) -> int:
+    """Remove the files, those gone already or not ours to remove left alone; how many were removed."""
     removed = 0
     for path in paths:
-        if os.path.realpath(path) not in mapped:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed += 1
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed += 1
     return removed
 
 
