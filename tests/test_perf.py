@@ -605,6 +605,34 @@ def test_lora_adapters_priced_by_their_shapes_by_hand():
         6 * 4 * 1e-6 + sum(6 * tokens * i * c for i, _, c in linears) / 1e9)
 
 
+def test_zero3_hooks_add_on_one_gpu_and_hide_behind_compute_on_several():
+    """One GPU: every fetch synchronizes the device (`NoGatherHandle.wait`), so the hooks' host time adds to the
+    kernels'. Several GPUs: the host runs ahead of the kernels, and only what exceeds a micro-batch's compute shows.
+    On the CPU accelerator the host is the device: they add. FLAT prices nothing else as overhead."""
+    modules = model_flops(TINY_LLAMA).parameter_modules
+    slow, fast = replace(FLAT, zero3_module_overhead_s=1e-3), replace(FLAT, zero3_module_overhead_s=1e-9)
+    hooks = 2 * modules * 1e-3  # forward and backward, no checkpointing
+
+    def z3(perf, gpus, **kw):
+        return step_time(TINY_LLAMA, perf, parameters=P, seq_len=32, micro_batch=2, zero_stage=3,
+                         gpus_per_node=gpus, **kw)
+
+    assert z3(slow, 1).overhead_s == pytest.approx(hooks)
+    several = z3(slow, 2)
+    assert hooks > several.compute_s > 0  # the host-bound case: the hooks take longer than the kernels
+    assert several.overhead_s == pytest.approx(hooks - several.compute_s)
+    assert several.step_time_s == pytest.approx(hooks + several.exposed_communication_s + several.optimizer_s)
+    accumulated = z3(slow, 2, grad_accum=3)  # per micro-batch: each hides behind its own compute
+    assert accumulated.overhead_s == pytest.approx(3 * hooks - accumulated.compute_s)
+    assert z3(fast, 2).overhead_s == 0.0 and z3(fast, 1).overhead_s == pytest.approx(2 * modules * 1e-9)
+    nodes = step_time(TINY_LLAMA, slow, parameters=P, seq_len=32, micro_batch=2, zero_stage=3, nodes=2)
+    assert nodes.overhead_s == pytest.approx(hooks - nodes.compute_s)  # one GPU a node, two nodes: several
+    cpu = replace(slow, device="cpu")
+    assert z3(cpu, 2).overhead_s == pytest.approx(hooks)
+    ckpt = z3(slow, 2, gradient_checkpointing=True)  # the recomputation's hooks, and its compute to hide behind
+    assert ckpt.overhead_s == pytest.approx(3 * modules * 1e-3 - ckpt.compute_s)
+
+
 def test_a_thin_adapter_product_is_its_memory_pass_where_the_curve_measures_launches():
     """A LoRA product (2048 -> 8 over 8,192 tokens) has the volume of a 512^3 square one, where a GPU's curve
     measures kernel launches (the H100's probe: 2.2 TFLOP/s at 512, 665 at 4096); priced there it took 10x its

@@ -331,6 +331,36 @@ def test_the_engine_figures_are_what_the_time_model_makes_of_the_reference_steps
             assert figures[key] == pytest.approx(engine[key], rel=1e-9, abs=1e-12), key
 
 
+def test_a_probe_on_several_gpus_adds_back_the_compute_its_hooks_hid_behind():
+    """On several GPUs the reference's ZeRO-3 step shows only the hooks beyond its compute (`exposed_hooks`):
+    `engine_figures` adds the compute back, and where nothing showed it takes the default, at most the compute.
+    The steps are built from a committed H100 reference's, as the model prices them at 2 ranks."""
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.machine import DEFAULT_ZERO3_MODULE_OVERHEAD_S
+    from zerokit.perf.probe import _machine_from_measurements, engine_figures
+
+    label, measurements, engine = next(r for r in _references() if r[0].startswith("gpu/2026-11-27-h100"))
+    partial = _machine_from_measurements({**measurements, "engine_step": None})
+    steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"]}
+
+    def figures(exposed: float) -> dict:
+        probe = engine_figures(partial, engine["model"], {**steps, "zero3_plan": 0.0}, engine["linears"], 2,
+                               engine["seq_len"], engine["micro_batch"])  # what the model leaves out at 2 ranks
+        zero3 = (steps["zero2_plan"] - probe["predicted_plan_buckets_rest_s"] + probe["predicted_zero3_rest_s"]
+                 + exposed)
+        return engine_figures(partial, engine["model"], {**steps, "zero3_plan": zero3}, engine["linears"], 2,
+                              engine["seq_len"], engine["micro_batch"])
+
+    modules = model_flops(engine["model"]).parameter_modules
+    hidden = figures(0.0)
+    kernels = hidden["compute_scale"] * hidden["predicted_compute_s"]
+    assert hidden["zero3_module_overhead_s"] == pytest.approx(
+        min(DEFAULT_ZERO3_MODULE_OVERHEAD_S, kernels / (2 * modules)))
+    hooks = 2 * modules * 900e-6  # a host-bound reference: the hooks take longer than its kernels
+    assert hooks > kernels, label
+    assert figures(hooks - kernels)["zero3_module_overhead_s"] == pytest.approx(900e-6)
+
+
 def test_the_committed_probes_keep_enough_to_derive_their_figures_again():
     labels = [label for label, _, _ in _references()]
     assert sum(label.startswith("gpu/") for label in labels) >= 7, labels

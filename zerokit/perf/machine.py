@@ -79,7 +79,10 @@ DEFAULT_NOTES = {
     "zero3_module_overhead_s": "DeepSpeed ZeRO-3 fetch/release hooks: ~0.45 ms of host time per parameter-owning "
                                "module per pass, within what the hosts of an H100 and two H200s lent to this project "
                                "cost (0.34-0.55 ms a module and pass in ZeRO-3 runs over ZeRO-2 on one GPU, 0.59-0.77 "
-                               "ms in the probe's 8-layer reference); hosts differ: `zerokit probe` measures it",
+                               "ms in the probe's 8-layer reference); hosts differ: `zerokit probe` measures it. "
+                               "One GPU waits for them (each fetch synchronizes the device); on several, the host "
+                               "runs them while the GPU computes, and only what exceeds the micro-batch's compute "
+                               "shows",
     "bucket_flush_s": "~0.1 ms per gradient-bucket flush (an H100 ran ZeRO-2 with hidden^2 buckets, 210 flushes a "
                       "step, 25 ms slower than ZeRO-0)",
     "compute_scale": "forward and backward inside a DeepSpeed step run as fast as the kernels measured alone",

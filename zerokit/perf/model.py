@@ -386,6 +386,22 @@ def bucket_flushes(trainable: float, reduce_bucket_size: float) -> int:
     return max(1, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
 
 
+def exposed_hooks(hooks: float, micro_compute: float, world: int, device: str) -> float:
+    """The seconds of one micro-batch's ZeRO-3 fetch/release hooks (`hooks`, host time) that the step waits for.
+
+    On one rank DeepSpeed's fetch waits for the device: `NoGatherHandle.wait` and `NoGatherCoalescedHandle.wait`
+    (zero/partition_parameters.py) call `current_stream().synchronize()` before every module, so the host's hook
+    time adds to the kernels' (the one-GPU runs in tests/data/gpu measured it so). On several GPUs the fetch waits
+    on the all-gather's handle, which orders the streams without blocking the host, and the host blocks only
+    where the coordinator caps its fetch and reduce events in flight (`__max_ongoing_fetch_events`,
+    `max_param_reduce_events`): it runs ahead of the kernels it queues, so its hooks hide behind the micro-batch's
+    compute and only what exceeds it is exposed (the host-bound case: a small model, few tokens). DeepSpeed's CPU
+    accelerator runs kernels on the host itself: nothing hides there."""
+    if world > 1 and device == "gpu":
+        return max(0.0, hooks - micro_compute)
+    return hooks
+
+
 def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: int, micro_batch: int, grad_accum: int,
                gpus_per_node: int, nodes: int, zero_stage: int, offload_optimizer: str, offload_param: str,
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
@@ -518,7 +534,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         overhead += (ga if zero_stage > 1 else 1) * reduce_calls * perf.bucket_flush_s
     if zero_stage == 3:
         passes = 3.0 if gradient_checkpointing else 2.0
-        overhead += ga * (mf.parameter_modules + adapter_modules) * passes * perf.zero3_module_overhead_s
+        overhead += ga * exposed_hooks((mf.parameter_modules + adapter_modules) * passes * perf.zero3_module_overhead_s,
+                                       micro_compute, world, perf.device)
 
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead

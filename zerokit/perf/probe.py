@@ -396,7 +396,13 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
                      - bucket_flushes(parameters, default["reduce_bucket_size"]))
     flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
     modules = model_flops(config).parameter_modules
-    hooks = min(1.0, max(0.0, (engine["zero3_plan"] - engine["zero2_plan"]) / (2 * modules)))
+    extra = engine["zero3_plan"] - engine["zero2_plan"]  # the hooks the step waited for (`exposed_hooks`)
+    if ranks > 1 and partial.device == "gpu":
+        # several GPUs hide the hooks behind the step's compute: what shows is what exceeds it, and a step that
+        # shows none bounds them by its compute (then the default, where that is lower)
+        kernels = scale * compute
+        extra = extra + kernels if extra > 0 else min(2 * modules * DEFAULT_ZERO3_MODULE_OVERHEAD_S, kernels)
+    hooks = min(1.0, max(0.0, extra / (2 * modules)))
     return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
             "zero3_module_overhead_s": hooks,
             "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
@@ -935,7 +941,9 @@ class _Worker:
           is `bucket_flush_s`;
         - ZeRO-3 with a plan's buckets (prefetch 0.9 hidden^2, persistence 10 hidden): its extra time over the
           second (the same flushes), less the extra communication, per parameter-owning module and pass (forward,
-          backward), is `zero3_module_overhead_s` (the fetch and release hooks and the coordinator's bookkeeping).
+          backward), is `zero3_module_overhead_s` (the fetch and release hooks and the coordinator's bookkeeping;
+          on several GPUs the host runs them while the device computes, so the extra time is what exceeds the
+          step's compute: `zerokit.perf.model.exposed_hooks`, which `engine_figures` inverts).
         On a CPU whose kernel figures put the reference's ZeRO-2 step beyond ENGINE_STEP_BUDGET_S, it trains fewer
         tokens a step (4, 2, 1 sequences of 128 tokens, then one of 64), and the rounds stop after ENGINE_TIMED_S of
         timed steps (three at least), so that the probe stays near a minute where bf16 is emulated.
