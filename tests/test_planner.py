@@ -70,6 +70,20 @@ def test_forced_offload_says_it_was_asked_for_not_that_the_gpu_needs_it():
                         "considered.") and "cannot hold" not in why
 
 
+def test_a_forced_no_offload_plan_that_does_not_fit_does_not_say_the_states_fit():
+    """llama-2-70b on 8 H100s fits only with offload: forced to ZeRO-0, or to ZeRO-3 without offload, the closest
+    miss offloads nothing, and its reason said 'model states fit on the GPUs'."""
+    hw = resolve_hardware("h100-80gb", gpus_per_node=8)
+    model = resolve_model("llama-2-70b")
+    for forced, words in (({"zero_stage": 0}, "--zero-stage 0, which cannot offload"),
+                          ({"zero_stage": 3, "offload_optimizer": "none", "offload_param": "none"},
+                           "--offload-optimizer none, --offload-param none")):
+        p = plan(model, hw, Training(seq_len=4096, **forced))
+        assert not p.decision.fits and p.decision.offload_optimizer == p.decision.offload_param == "none"
+        [why] = [r for r in p.reasons if r.startswith("No offload")]
+        assert why == f"No offload, as you asked ({words}), though nothing fits without it."
+
+
 def test_a_cpu_plan_that_fits_nowhere_asks_for_more_hosts_not_more_cpu_gpus(capsys):
     """On DeepSpeed's CPU accelerator a host's ranks share its RAM: only more hosts add memory (it said 'needs 11
     more cpu GPUs')."""

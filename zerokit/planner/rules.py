@@ -647,8 +647,17 @@ def _seconds(t: float) -> str:
 
 def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
     s = ctx.chosen.candidate.setup
+    t = ctx.training
     if s.offload_optimizer == "none" and s.offload_param == "none":
-        return ("none", "none"), "No offload: model states fit on the GPUs, and offload would slow every step."
+        if ctx.chosen.candidate.fits:
+            return ("none", "none"), "No offload: model states fit on the GPUs, and offload would slow every step."
+        # the closest miss offloads nothing only when the options forced it so (unforced, the most frugal offloads)
+        forced = [f"--{o} none" for o, v in (("offload-optimizer", t.offload_optimizer),
+                                              ("offload-param", t.offload_param)) if v == "none"]
+        if t.zero_stage == 0:
+            forced.append("--zero-stage 0, which cannot offload")
+        return ("none", "none"), (f"No offload, as you asked ({', '.join(forced)}), though nothing fits without "
+                                  "it." if forced else "No offload, though nothing fits without it.")
     parts = []
     if s.offload_optimizer != "none":
         parts.append(f"the optimizer (fp32 master weights, Adam moments, fp32 gradients) to {s.offload_optimizer}")
@@ -658,7 +667,6 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
     lighter = [e for e in ctx.evaluations if e.candidate.fits and e is not ctx.chosen
                and (e.candidate.setup.offload_param == "none" if s.offload_param != "none"
                     else e.candidate.setup.offload_optimizer == "none")]
-    t = ctx.training
     asked = [f"--offload-{what} {value}" for what, value in (("optimizer", t.offload_optimizer),
                                                              ("param", t.offload_param)) if value not in (None, "none")]
     if not lighter and asked:  # the search kept to the forced offload: it did not try less
