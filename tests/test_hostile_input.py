@@ -411,6 +411,20 @@ def test_non_finite_or_unbounded_grace(capsys, tmp_path, value):
     assert code == 2 and "--grace must be" in err
 
 
+@pytest.mark.parametrize("option", ["--cpu-memory", "--nvme-size"])
+def test_a_host_size_without_its_unit_is_refused_not_read_as_bytes(capsys, option):
+    """`--cpu-memory 64` planned against 64 bytes of host RAM ('needs 2.5 GB of CPU RAM per node (have 64 B)'), where
+    `--gpu-memory 80` was refused: a plain number below 1 GiB is a size whose unit was left out."""
+    extra = ["--nvme-path", "/local_nvme"] if option == "--nvme-size" else []
+    code, out, err = zk(capsys, *PLAN, *extra, option, "64")
+    assert code == 2 and out == ""
+    one_line_error(err, "plan", f"{option} '64' is 64 bytes: a plain number is a byte count; give the unit, e.g. "
+                                "64GB or 64GiB")
+    code, out, _ = zk(capsys, *PLAN, *extra, option, str(64 * 2**30), "--format", "json")  # a byte count: kept
+    key = "per_node_cpu" if option == "--cpu-memory" else "nvme"
+    assert code in (0, 1) and json.loads(out)["memory"][key]["capacity"] == 64 * 2**30
+
+
 def test_a_fractional_global_batch_with_a_suffix_is_still_a_whole_count(capsys):
     code, out, _ = zk(capsys, *PLAN, "--global-batch", "1.5k", "--format", "json")
     assert code == 0 and json.loads(out)["decision"]["train_batch_size"] == 1500

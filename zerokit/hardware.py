@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from zerokit.errors import BadInput
 from zerokit.planner.types import Hardware
-from zerokit.units import MAX_GPUS_PER_NODE, closest, parse_gpu_memory, parse_positive_int, parse_size
+from zerokit.units import MAX_GPUS_PER_NODE, closest, parse_gpu_memory, parse_host_size, parse_positive_int
 
 MIB = 2**20
 MAX_NODES = 65536
@@ -103,10 +103,10 @@ def resolve_hardware(
     if gpn * n_nodes > MAX_WORLD_SIZE:
         raise BadInput(f"--gpus-per-node {gpn} x --nodes {n_nodes} is {gpn * n_nodes:,} GPUs, more than any cluster "
                        f"has; zerokit plans up to {MAX_WORLD_SIZE:,}: check both options")
-    cpu = parse_size(cpu_memory, "--cpu-memory") if cpu_memory is not None else None
+    cpu = parse_host_size(cpu_memory, "--cpu-memory") if cpu_memory is not None else None
     if nvme_size is not None and nvme_path is None:
         raise BadInput("--nvme-size needs --nvme-path (the NVMe mount to offload to)")
-    nvme = parse_size(nvme_size, "--nvme-size") if nvme_size is not None else None
+    nvme = parse_host_size(nvme_size, "--nvme-size") if nvme_size is not None else None
     if nvme_path is not None and not str(nvme_path).strip():
         raise BadInput("--nvme-path is empty; give the NVMe mount, e.g. /local_nvme")
     has_bf16 = bf16 if bf16 is not None else (preset.bf16 if preset is not None else True)

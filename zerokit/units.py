@@ -109,6 +109,17 @@ def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
     return memory
 
 
+def parse_host_size(text: str | int, what: str) -> int:
+    """Host RAM or NVMe space (`parse_size`). A plain number is a byte count, and one below 1 GiB is a size whose
+    unit was left out (`--cpu-memory 64` meant 64GB, and planned against 64 bytes): refused, as --gpu-memory
+    refuses it."""
+    size = parse_size(text, what)
+    if size < MIN_GPU_MEMORY and not isinstance(text, int) and re.fullmatch(_NUMBER, str(text).strip()):
+        raise BadInput(f"{what} {_show(text)} is {size:,} bytes: a plain number is a byte count; give the unit, "
+                       f"e.g. {str(text).strip()}GB or {str(text).strip()}GiB")
+    return size
+
+
 def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, whole: bool = False) -> int:
     """A count from `7B`, `6.7e9`, `1M`, `500k` or `1000000`. With `whole`, `2.5` is refused instead of rounded
     (a number of samples); `1.5k` = 1500 is still fine."""
