@@ -324,6 +324,16 @@ def test_folder_without_config(tmp_path):
         resolve_model(str(tmp_path))
 
 
+def test_a_folders_config_json_that_is_a_folder(tmp_path):
+    """It said '...is a directory, not a regular file; pass the config files in it (a glob such as dir/*.json); point
+    --model at ...': the middle clause is lint's advice."""
+    (tmp_path / "config.json").mkdir()
+    with pytest.raises(BadInput) as info:
+        resolve_model(str(tmp_path))
+    assert str(info.value) == (f"--model {str(tmp_path / 'config.json')!r} is a directory, not a file; point --model "
+                               "at a transformers config.json (or a folder holding one)")
+
+
 def test_malformed_json_names_path_and_line(tmp_path):
     path = _write(tmp_path, '{\n  "model_type": "llama",\n  "hidden_size": 64,,\n}')
     # Line 3 is `  "hidden_size": 64,,`: the second comma is column 21.
