@@ -128,9 +128,13 @@ def test_7b_on_8x80gb_fits_without_offload_and_the_choice_is_the_fastest():
     assert all(c.performance.step_time_s > 0 and c.performance.tokens_per_s > 0 for c in fitting)
     fastest_offload = max(c.performance.tokens_per_s for c in fitting if not _no_offload(c))
     assert p.performance.tokens_per_s > fastest_offload
-    # ZeRO-1/2 and ZeRO-3 at the same micro-batch are within 2%: the earlier stage is kept, and the reason says so.
-    assert d.zero_stage == 1
-    assert any("closer than the step-time model can tell apart" in r and "s/step" in r for r in p.reasons)
+    # ZeRO-1 and ZeRO-2 tie at micro-batch 2; ZeRO-3 at the same micro-batch hides its gathers and (on 8 GPUs) its
+    # hooks behind the compute, where ZeRO-1/2's all-gather after the step is exposed: 2.7% faster, beyond the tie
+    one, two, three = (next(c for c in p.candidates if _no_offload(c) and c.setup.zero_stage == s) for s in (1, 2, 3))
+    assert one.performance.tokens_per_s == two.performance.tokens_per_s
+    assert three.performance.tokens_per_s > 1.02 * one.performance.tokens_per_s and d.zero_stage == 3
+    assert any(r.startswith("ZeRO-3 at micro-batch 2, ") and "is the fastest setup that fits; it beats ZeRO-1 at "
+               "micro-batch 2" in r for r in p.reasons)
     # HF's "auto" bucket sizes were chosen, so the trainer config can leave them "auto".
     assert d.reduce_bucket_size == 4096**2 and d.overlap_comm
     config = build_ds_config(p)
@@ -358,16 +362,18 @@ def test_reasons_are_sentences_in_rule_order():
     assert any("tokens per optimizer step" in r and "1M" in r for r in p.reasons)
 
 
-def test_a_later_stage_beats_an_earlier_one_when_its_larger_micro_batch_trains_faster():
-    # 7B on 8 x L40S (48 GB, PCIe) at 512 tokens: ZeRO-1/2 hold 16-bit weights and gradients whole and fit micro-batch
-    # 32 with checkpointing; ZeRO-3 partitions them and fits 64, whose larger matmuls run faster than its extra
-    # all-gathers cost. No rule orders the stages: the step-time model does.
+def test_a_later_stage_beats_an_earlier_one_when_the_memory_it_frees_spares_the_recomputation():
+    # 7B on 8 x L40S (48 GB, PCIe) at 512 tokens: ZeRO-1/2 hold 16-bit weights and gradients whole, and their fastest
+    # is micro-batch 32 with checkpointing; ZeRO-3 partitions them and fits micro-batch 8 without recomputation,
+    # which outruns it by more than its all-gathers cost (hidden behind the compute on 8 GPUs, its hooks too). No
+    # rule orders the stages: the step-time model does.
     p = plan(LLAMA7, resolve_hardware("l40s", gpus_per_node=8), Training(seq_len=512))
     d = p.decision
     assert _is_chosen(p, _expected_choice(p))
     z1 = next(c for c in p.candidates if c.setup.zero_stage == 1 and _no_offload(c))
     z3 = next(c for c in p.candidates if c.setup.zero_stage == 3 and _no_offload(c))
-    assert z3.setup.micro_batch_size > z1.setup.micro_batch_size
+    assert (z1.setup.micro_batch_size, z1.setup.gradient_checkpointing) == (32, True)
+    assert (z3.setup.micro_batch_size, z3.setup.gradient_checkpointing) == (8, False)
     assert z3.performance.tokens_per_s > 1.02 * z1.performance.tokens_per_s
     assert (d.zero_stage, d.micro_batch_size) == (3, z3.setup.micro_batch_size)
     assert any("is the fastest setup that fits; it beats" in r for r in p.reasons)
@@ -501,15 +507,15 @@ def test_a_rounded_global_batch_is_the_multiple_within_five_percent_that_trains_
 
 
 def test_the_nearest_global_batch_is_kept_when_no_multiple_is_more_than_two_percent_faster():
-    # 7B on 8 H100s at micro-batch 1 (ZeRO-1, no checkpointing) trains 240, 248 and 256 within 0.1%: 248 stays
+    # 7B on 8 H100s at micro-batch 1 (no checkpointing) trains 240, 248 and 256 within 0.1%: 248 stays
     hw = resolve_hardware("h100-80gb", gpus_per_node=8)
     p = plan(LLAMA7, hw, Training(seq_len=4096, global_batch_tokens=10**6))
     d = p.decision
     assert d.micro_batch_size * d.gradient_accumulation_steps * 8 == 248
-    assert "global batch 244 is not a multiple of 8 (the GPUs); using 248" in p.warnings
+    assert "global batch 244 is not a multiple of 8 (the GPUs); using 248 (+1.6%)" in p.warnings
     # a forced micro-batch makes the multiple GPUs x micro-batch, and the warning says so
     forced = plan(LLAMA7, hw, Training(seq_len=1024, micro_batch=2, global_batch=100))
-    assert "global batch 100 is not a multiple of 16 (GPUs x micro-batch); using 96" in forced.warnings
+    assert "global batch 100 is not a multiple of 16 (8 GPUs x micro-batch 2); using 96 (-4.0%)" in forced.warnings
     assert not any("--global-batch" in w for w in p.warnings)
 
 

@@ -517,12 +517,13 @@ def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
     if rounded != target:
         # a multiple already, it is another option timed (engine.batch_by_speed): of tokens rounded to samples, or
         # of an exact global batch, for the advice alone
-        ctx.warnings.append((f"global batch {target} is not a multiple of {unit} "
-                             f"({'the GPUs' if unit == dp else 'GPUs x micro-batch'})"
+        of = "the GPUs" if unit == dp else f"{dp} GPU{'s' * (dp != 1)} x micro-batch {t.micro_batch}"
+        off = f" ({100 * (rounded - target) / target:+.1f}%)" if not ctx.batch_note else ""  # the note says it
+        ctx.warnings.append((f"global batch {target} is not a multiple of {unit} ({of})"
                              if target % unit or tokens is None else
                              f"global batch {target} ({format_count(tokens)} tokens rounded to whole samples)")
-                            + f"; using {rounded}{ctx.batch_note}")
-        reason_prefix += f"rounded to {rounded}{ctx.batch_note}, a multiple of {unit}; "
+                            + f"; using {rounded}{off}{ctx.batch_note}")
+        reason_prefix += f"rounded to {rounded}{off}{ctx.batch_note}, a multiple of {unit} ({of}); "
     if tokens is not None and abs(rounded * t.seq_len - tokens) > GLOBAL_BATCH_SLACK * tokens:
         ctx.warnings.append(_tokens_trained(tokens, rounded, t.seq_len, unit, dp))
     per_gpu = rounded // dp
@@ -693,7 +694,8 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
     elif s.gradient_checkpointing:
         plain = _largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, False)
         if plain is None:
-            ck = "gradient checkpointing on: without it not even the smallest micro-batch fits"
+            ck = ("gradient checkpointing on: without it not even the smallest micro-batch fits"
+                  if len(b.micro_batches) > 1 else f"gradient checkpointing on: without it micro-batch {mb} does not fit")
         elif e.candidate.performance is None:  # the closest miss: nothing to time
             ck = f"gradient checkpointing on: without it only micro-batch {plain} fits on the GPU"
         else:
