@@ -425,6 +425,22 @@ def test_a_host_size_without_its_unit_is_refused_not_read_as_bytes(capsys, optio
     assert code in (0, 1) and json.loads(out)["memory"][key]["capacity"] == 64 * 2**30
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu-memory", "0GB"], "--gpu-memory '0GB' is below 1 GiB"),  # it said 'must be at least 1', 0.5GB this
+    (["--gpu", "h100-80gb", "--cpu-memory", "0GB"], "--cpu-memory '0GB' is 0 bytes; give a size such as 80GB"),
+])
+def test_a_zero_size_says_what_a_size_must_be(capsys, argv, message):
+    code, _, err = zk(capsys, "plan", "--model", "7B", "--seq-len", "512", *argv)
+    assert code == 2
+    one_line_error(err, "plan", message)
+
+
+def test_a_count_with_a_space_before_its_suffix_reads_as_sizes_do(capsys):
+    """`--gpu-memory '80 GB'` was taken and `--model '7 B'` refused as 'not a count'."""
+    code, out, _ = zk(capsys, "plan", "--model", "7 B", "--gpu", "h100-80gb", "--seq-len", "512", "--format", "json")
+    assert code == 0 and json.loads(out)["model"]["parameters"] == 7 * 10**9
+
+
 def test_a_fractional_global_batch_with_a_suffix_is_still_a_whole_count(capsys):
     code, out, _ = zk(capsys, *PLAN, "--global-batch", "1.5k", "--format", "json")
     assert code == 0 and json.loads(out)["decision"]["train_batch_size"] == 1500

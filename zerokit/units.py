@@ -69,8 +69,16 @@ def _whole(value: Decimal) -> int:
 
 def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> int:
     """Bytes from `80GB`, `80GiB`, `81920MiB` or a plain byte count. A bare `80G` is refused as ambiguous."""
+    size = _size(text, what, maximum)
+    if size < 1:
+        raise BadInput(f"{what} {_show(text)} is {'0 bytes' if size == 0 else 'negative'}; give a size such as 80GB")
+    return size
+
+
+def _size(text: str | int, what: str, maximum: int) -> int:
+    """`parse_size` before its lower bound, which each kind of size says in its own words."""
     if isinstance(text, int) and not isinstance(text, bool):
-        return _bounded(text, what, text, maximum)
+        return text if text < 1 else _bounded(text, what, text, maximum)
     s = str(text).strip().replace(" ", "").replace("_", "")
     m = re.fullmatch(_NUMBER + r"(?P<unit>[A-Za-z]*)", s)
     if not m:
@@ -97,12 +105,13 @@ def parse_size(text: str | int, what: str = "size", maximum: int = MAX_SIZE) -> 
     if unit == "" and value != value.to_integral_value():
         raise BadInput(f"{what} {_show(text)}: a plain number is a byte count and must be whole; or add a unit: "
                        "80GB, 80GiB")
-    return _bounded(_whole(value * _SIZE_UNITS[unit or "b"]), what, text, maximum)
+    size = _whole(value * _SIZE_UNITS[unit or "b"])
+    return size if size < 1 else _bounded(size, what, text, maximum)
 
 
 def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
     """A GPU's memory (`parse_size`), at least MIN_GPU_MEMORY: `80` is 80 bytes, a size without its unit."""
-    memory = parse_size(text, what)
+    memory = _size(text, what, MAX_SIZE)  # 0GB is below 1 GiB as 0.5GB is
     if memory < MIN_GPU_MEMORY:
         raise BadInput(f"{what} {text!r} is below 1 GiB: not even the CUDA context fits; give the GPU's memory with "
                        "a unit, e.g. 80GB or 81920MiB")
@@ -125,7 +134,7 @@ def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, 
     (a number of samples); `1.5k` = 1500 is still fine."""
     if isinstance(text, int) and not isinstance(text, bool):
         return _bounded(text, what, text, maximum)
-    s = str(text).strip().replace("_", "").replace(",", "")
+    s = str(text).strip().replace("_", "").replace(",", "").replace(" ", "")  # `7 B` as sizes take `80 GB`
     m = re.fullmatch(_NUMBER + r"(?P<suf>[A-Za-z]?)", s)
     if not m or m["suf"].lower() not in _COUNT_SUFFIXES:
         raise BadInput(f"{what} {_show(text)} is not a count; write it like 7B, 6.7e9, 1M or 500000")
