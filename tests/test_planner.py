@@ -84,6 +84,19 @@ def test_a_forced_no_offload_plan_that_does_not_fit_does_not_say_the_states_fit(
         assert why == f"No offload, as you asked ({words}), though nothing fits without it."
 
 
+def test_one_setup_one_sample_and_a_million_gpus_read_as_english():
+    """'1 x 1 accumulation x 1 GPU = 1 samples/step', 'Evaluated 1 setups; 1 fit', '1048576 GPUs'."""
+    from zerokit.report import decision_line
+
+    p = plan(resolve_model("gpt2"), resolve_hardware("h100-80gb"), Training(seq_len=512, micro_batch=1, zero_stage=0))
+    assert "x 1 accumulation x 1 GPU = 1 sample/step," in decision_line(p)
+    assert "Evaluated 1 setup; it fits on h100-80gb (85.5 GB per GPU)." in p.reasons
+    big = plan(resolve_model("gpt2"), resolve_hardware("h100-80gb", gpus_per_node=16, nodes=65536),
+               Training(seq_len=512, micro_batch=1))
+    assert "x 1,048,576 GPUs = 1,048,576 samples/step" in decision_line(big)
+    assert any(r.startswith("Evaluated 7 setups; ") for r in big.reasons)
+
+
 def test_a_cpu_plan_that_fits_nowhere_asks_for_more_hosts_not_more_cpu_gpus(capsys):
     """On DeepSpeed's CPU accelerator a host's ranks share its RAM: only more hosts add memory (it said 'needs 11
     more cpu GPUs')."""

@@ -187,8 +187,8 @@ def peak_line(plan: Plan) -> str:
 def decision_line(plan: Plan) -> str:
     d = plan.decision
     return (f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)}, micro-batch {d.micro_batch_size} x "
-            f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {global_batch(plan)} "
-            f"samples/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}"
+            f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {global_batch(plan):,} "
+            f"sample{'s' * (global_batch(plan) != 1)}/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}"
             + (f", overlap_comm {_onoff(d.overlap_comm)}" if d.zero_stage else ""))
 
 
@@ -325,7 +325,7 @@ def _chosen_setup(plan: Plan) -> tuple:
 
 
 def _gpus(n: int) -> str:
-    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+    return f"{n} GPU" if n == 1 else f"{n:,} GPUs"
 
 
 def _onoff(flag: bool) -> str:

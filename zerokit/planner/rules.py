@@ -599,8 +599,11 @@ def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
     """Every candidate at its best micro-batch, checkpointing and buffer setting."""
     evaluations = tuple(_evaluate(ctx, *c) for c in ctx.candidates)
     n_fit = sum(e.candidate.fits for e in evaluations)
-    return evaluations, (f"Evaluated {len(evaluations)} setups; {n_fit} fit on {ctx.gpu_label} " \
-                        f"({format_bytes(ctx.hardware.gpu_memory_bytes)} per GPU).")
+    if len(evaluations) == 1:
+        fit = "Evaluated 1 setup; it " + ("fits" if n_fit else "does not fit")
+    else:
+        fit = f"Evaluated {len(evaluations)} setups; {n_fit} fit{'s' * (n_fit == 1)}"
+    return evaluations, f"{fit} on {ctx.gpu_label} ({format_bytes(ctx.hardware.gpu_memory_bytes)} per GPU)."
 
 
 def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
