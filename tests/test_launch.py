@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import stat
@@ -26,7 +27,15 @@ from _support import free_port, pids_with
 from zerokit.cli import main
 from zerokit.errors import BadInput
 from zerokit.launch.hostfile import parse_hostfile, parse_hosts, validate_hostname
-from zerokit.launch.runner import LaunchSpec, build_command, render_files, render_launch_script, render_sbatch, run
+from zerokit.launch.runner import (
+    LaunchSpec,
+    build_command,
+    named_configs,
+    render_files,
+    render_launch_script,
+    render_sbatch,
+    run,
+)
 
 HOSTILE_HOSTS = ["a;rm -rf ~", "$(id)", "`id`", "node1\nnode2", "-oProxyCommand=id", "a b", "host|cat", "ho$t"]
 
@@ -45,11 +54,70 @@ def test_one_node_command_appends_the_config_and_streams_unbuffered():
     assert env == {"PYTHONUNBUFFERED": "1"}
 
 
-@pytest.mark.parametrize("args", [("--deepspeed", "mine.json"), ("--deepspeed=mine.json",),
-                                  ("--deepspeed_config", "mine.json")])
-def test_config_is_not_appended_when_the_script_args_name_one(args):
+@pytest.mark.parametrize("args", [("--deepspeed", "/cfg/ds.json"), ("--deepspeed=/cfg/../cfg/ds.json",),
+                                  ("--deepspeed_config", "/cfg//ds.json"), ("--deepspeed_config_file", "/cfg/ds.json"),
+                                  ("--deepspeed", "--deepspeed_config", "/cfg/ds.json")])
+def test_config_is_not_appended_when_the_script_args_name_the_same_file(args):
+    """DeepSpeed's add_config_arguments: `--deepspeed` is a bare flag there, and `--deepspeed_config` names the file."""
     argv, _ = build_command(spec(gpus_per_node=1, script_args=args))
-    assert argv[-len(args):] == list(args) and "/cfg/ds.json" not in argv
+    assert argv[argv.index("train.py"):] == ["train.py", *args]
+
+
+def test_the_same_config_by_another_name_is_accepted(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.json").write_text("{}")
+    (tmp_path / "link.json").symlink_to("ds.json")
+    (tmp_path / "train.py").write_text("")
+    for named in ("./ds.json", str(tmp_path / "ds.json"), "link.json"):
+        assert main(["launch", "--config", "ds.json", "--gpus-per-node", "2", "--dry-run", "train.py", "--deepspeed",
+                     named]) == 0
+        assert capsys.readouterr().out.endswith(f" train.py --deepspeed {named}\n")
+
+
+OTHER = ("the script's arguments name another DeepSpeed config than --config ds.json ({named}): the training would "
+         "read it, and the preflight checks --config; ")
+
+
+DROP = ("drop --deepspeed other.json from the script's arguments (zerokit passes --config's file as --deepspeed), or "
+        "pass --config other.json to check that one")
+INLINE = '{"zero_optimization": {"stage": 3}}'
+
+
+@pytest.mark.parametrize("args, named, fix", [
+    (["--deepspeed", "other.json"], "--deepspeed other.json", DROP),
+    (["--lr", "1", "--deepspeed=other.json"], "--deepspeed other.json", DROP),
+    (["--deepspeed", "--deepspeed_config", "other.json"], "--deepspeed_config other.json",
+     "give --deepspeed_config ds.json in the script's arguments, or pass --config other.json to check that one"),
+    (["--deepspeed_config_file", "other.json"], "--deepspeed_config_file other.json",
+     "give --deepspeed_config_file ds.json in the script's arguments, or pass --config other.json to check that one"),
+    (["--deepspeed", INLINE], f"--deepspeed '{INLINE}'",  # the HF Trainer takes a config as JSON text too
+     f"drop --deepspeed '{INLINE}' from the script's arguments (zerokit passes --config's file as --deepspeed)"),
+])
+def test_a_script_naming_another_config_is_refused(tmp_path, capsys, monkeypatch, args, named, fix):
+    """`zerokit launch --config ds.json train.py --deepspeed other.json` trained with other.json, which no preflight
+    had checked; a dry run printed it as fine."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("ds.json", "other.json"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "train.py").write_text("")
+    for extra in ([], ["--emit-script", "run.sh"], ["--emit-sbatch", "job.sbatch"]):
+        code = main(["launch", "--config", "ds.json", "--gpus-per-node", "2", "--dry-run", *extra, "train.py", *args])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == ""
+        assert captured.err == f"zerokit launch: error: {OTHER.format(named=named)}{fix}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "other.json", "train.py"]
+
+
+def test_named_configs_reads_the_script_args_as_argparse_does():
+    assert named_configs(["--deepspeed", "--deepspeed_config", "a.json", "--x", "--deepspeed=b.json", "--",
+                          "--deepspeed", "c.json"]) == [("--deepspeed", None), ("--deepspeed_config", "a.json"),
+                                                        ("--deepspeed", "b.json")]
+    assert named_configs(["--deepspeed"]) == [("--deepspeed", None)]
+    assert named_configs(["--deepspeed-x", "a.json", "--deepspeed=", "deepspeed"]) == [("--deepspeed", "")]
+    with pytest.raises(BadInput, match=re.escape("(--deepspeed ''): the training would read it")):
+        build_command(spec(gpus_per_node=1, script_args=("--deepspeed=",)))
+    with pytest.raises(BadInput, match=re.escape("(--deepspeed 'a\x00b'): the training would read it")):
+        build_command(spec(gpus_per_node=1, script_args=("--deepspeed", "a\0b")))  # not os.stat's ValueError
 
 
 def test_the_config_goes_before_a_double_dash_where_argparse_still_reads_options():

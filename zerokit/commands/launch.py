@@ -93,7 +93,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
             dry_run, no_preflight, grace, script, script_args) -> int:
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
-    The config reaches the script as `--deepspeed PATH` unless its arguments already name one.
+    The config reaches the script as `--deepspeed PATH` unless its arguments already name that file (another
+    config there is refused: the training would read it, unchecked).
     The job's exit code is zerokit's (3: the preflight failed and nothing started; 2: bad input); Ctrl-C and
     SIGTERM reach every rank.
 

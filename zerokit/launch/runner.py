@@ -59,7 +59,8 @@ class LaunchSpec:
     script: str
     """The training script the ranks run."""
     script_args: tuple[str, ...] = ()
-    """Arguments for the script; `--deepspeed CONFIG` is appended unless they already name a config."""
+    """Arguments for the script; `--deepspeed CONFIG` is appended unless they already name that config (another one
+    is refused: `check_script_config`)."""
     config: str | None = None
     """The ds_config; reaches the script as `--deepspeed PATH` (the HF Trainer convention)."""
     gpus_per_node: int | None = None
@@ -200,16 +201,64 @@ def is_this_host(host: str) -> bool:
     return host in ("localhost", "127.0.0.1", name, name.split(".")[0])
 
 
+CONFIG_FLAGS = ("--deepspeed", "--deepspeed_config", "--deepspeed-config", "--deepscale_config",
+                "--deepspeed_config_file", "--deepspeed-config-file")
+"""How a training script is told its DeepSpeed config: the HF Trainer's `--deepspeed PATH`, DeepSpeed's
+`add_config_arguments` (`--deepspeed_config PATH`, its old `--deepscale_config`; its `--deepspeed` is a bare flag
+there) and Accelerate's `--deepspeed_config_file PATH` for a script that passes it on itself."""
+
+
+def named_configs(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
+    """`(flag, value)` for each config option in the script's arguments, as argparse reads them: options before any
+    `--`, the value after `=` or in the next word unless that word is an option (then, or at the end, None: a bare
+    flag such as DeepSpeed's `--deepspeed`)."""
+    options = list(args[:args.index("--")] if "--" in args else args)
+    found: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(options):
+        name, eq, value = options[i].partition("=")
+        if name in CONFIG_FLAGS:
+            if eq:
+                found.append((name, value))
+            elif i + 1 < len(options) and not options[i + 1].startswith("-"):
+                found.append((name, options[i + 1]))
+                i += 1
+            else:
+                found.append((name, None))
+        i += 1
+    return found
+
+
 def names_config(args: tuple[str, ...] | list[str]) -> bool:
     """Whether the script's arguments already pass a DeepSpeed config (as an option: before any `--`)."""
-    flags = ("--deepspeed", "--deepspeed_config", "--deepspeed-config")
-    options = args[:args.index("--")] if "--" in args else args
-    return any(a in flags or a.split("=", 1)[0] in flags for a in options)
+    return bool(named_configs(args))
+
+
+def check_script_config(spec: LaunchSpec) -> None:
+    """A config the script's own arguments name must be --config's file: the preflight checks --config, and the
+    training would read the other one unchecked (HF's `--deepspeed` also takes inline JSON, never --config's)."""
+    from zerokit.fileio import same_path
+
+    if not spec.config:
+        return
+    for flag, value in named_configs(spec.script_args):
+        if value is None or ("\0" not in value and same_path(value, spec.config)):  # a NUL names no file
+            continue
+        shown = shlex.quote(value if len(value) <= 60 else value[:57] + "...")
+        inline = value.lstrip().startswith("{")  # HfTrainerDeepSpeedConfig reads a dict given as JSON text
+        if flag == "--deepspeed":  # what zerokit appends: dropping it is enough
+            fix = f"drop {flag} {shown} from the script's arguments (zerokit passes --config's file as {flag})"
+        else:  # a script that reads another flag may not take --deepspeed: name one file there
+            fix = f"give {flag} {shlex.quote(spec.config)} in the script's arguments"
+        if not inline:
+            fix += f", or pass --config {shown} to check that one"
+        raise BadInput(f"the script's arguments name another DeepSpeed config than --config {spec.config} "
+                       f"({flag} {shown}): the training would read it, and the preflight checks --config; {fix}")
 
 
 def script_argv(spec: LaunchSpec) -> list[str]:
-    """The script and its arguments, with `--deepspeed CONFIG` added unless they name one; before a `--`, after
-    which argparse reads every word as a positional argument."""
+    """The script and its arguments, with `--deepspeed CONFIG` added unless they name one (--config's own file:
+    `check_script_config`); before a `--`, after which argparse reads every word as a positional argument."""
     args = list(spec.script_args)
     if spec.config and not names_config(args):
         end = args.index("--") if "--" in args else len(args)
@@ -223,6 +272,7 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     `launcher_limits`: also what the --launcher backend cannot do (off for the sbatch, whose runners use none)."""
     if spec.launcher not in LAUNCHERS:
         raise BadInput(f"--launcher {spec.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    check_script_config(spec)
     if not 1 <= spec.master_port <= 65535:
         raise BadInput(f"--master-port must be 1-65535, got {spec.master_port}")
     if spec.master_addr is not None:
