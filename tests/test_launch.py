@@ -359,6 +359,50 @@ def test_emit_sbatch_refuses_include_rather_than_dropping_it(tmp_path, capsys, m
     assert "--include 'n1:0,1' has no place in an sbatch script" in capsys.readouterr().err
 
 
+WRITES = "zerokit writes in --files-dir"
+
+
+@pytest.mark.parametrize("option, target, message", [
+    ("--emit-script", "train.py", "--emit-script train.py is the training script; write the script elsewhere"),
+    ("--emit-sbatch", "./train.py", "--emit-sbatch ./train.py is the training script; write the sbatch elsewhere"),
+    ("--emit-script", "ds.json", "--emit-script ds.json is the --config; write the script elsewhere"),
+    ("--emit-script", "hosts", "--emit-script hosts is the --hostfile; write the script elsewhere"),
+    ("--emit-script", ".zerokit/hostfile",
+     f"--emit-script .zerokit/hostfile is the hostfile {WRITES}; write the script elsewhere"),
+    ("--emit-script", ".zerokit/.deepspeed_env",
+     f"--emit-script .zerokit/.deepspeed_env is the .deepspeed_env {WRITES}; write the script elsewhere"),
+])
+def test_an_emit_path_that_can_never_be_right_says_so_before_file_exists(tmp_path, capsys, monkeypatch, option,
+                                                                          target, message):
+    """`--emit-script train.py train.py` said 'file exists; pass --force to overwrite it', and only with --force
+    that the path is the training script: --force was never the fix."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".zerokit").mkdir()
+    for name in ("train.py", "ds.json", "hosts", ".zerokit/hostfile", ".zerokit/.deepspeed_env"):
+        (tmp_path / name).write_text("mine\n")
+    (tmp_path / "ds.json").write_text("{}")
+    (tmp_path / "hosts").write_text("n1 slots=2\nn2 slots=2\n")
+    kept = {name: (tmp_path / name).read_text() for name in ("train.py", "ds.json", "hosts", ".zerokit/hostfile")}
+    for force in ([], ["--force"]):
+        code = main(["launch", "--config", "ds.json", "--hostfile", "hosts", option, target, *force, "train.py"])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.err == f"zerokit launch: error: {message}\n", captured.err
+    assert {name: (tmp_path / name).read_text() for name in kept} == kept
+
+
+def test_both_emits_to_one_existing_file_say_so_before_file_exists(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.sh").write_text("mine\n")
+    code = main(["launch", "--hosts", "a:1,b:1", "--emit-script", "x.sh", "--emit-sbatch", "./x.sh", "train.py"])
+    assert code == 2 and capsys.readouterr().err == ("zerokit launch: error: --emit-sbatch and --emit-script name the "
+                                                      "same file; give each its own path\n")
+    # a path that could be used, existing: --force is the fix, and says so
+    code = main(["launch", "--hosts", "a:1,b:1", "--emit-script", "x.sh", "train.py"])
+    assert code == 2 and capsys.readouterr().err == ("zerokit launch: error: --emit-script x.sh: file exists; pass "
+                                                      "--force to overwrite it\n")
+    assert (tmp_path / "x.sh").read_text() == "mine\n"
+
+
 # ---------------------------------------------------------------- process handling, with real processes
 
 def test_exit_code_of_the_job_becomes_ours(tmp_path):

@@ -42,18 +42,24 @@ def runner_path(required: bool = True) -> str:
 
 def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inputs: dict[str, str | None]) -> None:
     """Every --emit-* path, before anything is written: a regular file or a new one (an existing one only with
-    --force, never the training script, the config or the other emit's path)."""
+    --force, never the training script, the config, a file zerokit writes or the other emit's path). What no
+    --force can make right is said first: that the file exists is only worth saying of a path that could be used."""
     from zerokit.fileio import check_target, same_path
 
+    def example(option: str) -> str:
+        return "job.sbatch" if option == "--emit-sbatch" else "run.sh"
+
     for option, path in targets.items():
-        check_target(path, option, force=force or dry_run,
-                     example="job.sbatch" if option == "--emit-sbatch" else "run.sh")
         for what, other in inputs.items():
-            if other and same_path(path, other):
+            if path.strip() and path != "-" and other and same_path(path, other):
                 raise BadInput(f"{option} {path} is the {what}; write the {option.removeprefix('--emit-')} "
                                "elsewhere")
-    if len(targets) == 2 and same_path(*targets.values()):
+    if len(targets) == 2 and all(p.strip() for p in targets.values()) and same_path(*targets.values()):
         raise BadInput("--emit-sbatch and --emit-script name the same file; give each its own path")
+    for option, path in targets.items():
+        check_target(path, option, force=True, example=example(option))  # empty, '-', a directory, a device ...
+    for option, path in targets.items():
+        check_target(path, option, force=force or dry_run, example=example(option))
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -139,7 +145,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     zerokit_command = shlex.join(["zerokit", *sys.argv[1:]]) if sys.argv[1:2] == ["launch"] else "zerokit launch ..."
     if emits:
         check_emit_targets(emits, force, dry_run, {"training script": script, "--config": config,
-                                                   "--hostfile": hostfile, "--plan": plan_file})
+                                                   "--hostfile": hostfile, "--plan": plan_file,
+                                                   "hostfile zerokit writes in --files-dir": spec.written_hostfile,
+                                                   ".deepspeed_env zerokit writes in --files-dir": spec.env_file})
         rendered = {}
         if emit_sbatch is not None:
             rendered[emit_sbatch] = (runner.render_sbatch(spec, zerokit_command, Path(emit_sbatch).name,
