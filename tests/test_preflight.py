@@ -759,3 +759,177 @@ def test_several_cpu_ranks_check_the_shm_allreduce_op():
     assert "DeepSpeed's CPU allreduce between the ranks" in check.detail
     assert preflight.check_shm_comm(Target(gpus_per_node=1)) is None  # one rank: nothing to reduce between
     assert preflight.check_shm_comm(Target(hosts={"a": 1, "b": 1})).ok  # one rank a node, two in all
+
+
+# ---------------------------------------------------------------- --plan against the job and the config
+
+def plan_doc(fits: bool = True, gpus_per_node: int = 2, nodes: int = 1, **decision) -> dict:
+    """A plan as `zerokit plan --format json` writes it, its fields by hand: ZeRO-2 with CPU optimizer offload at
+    micro-batch 4, 70 GB of an 80 GB GPU."""
+    return {"hardware": {"gpus_per_node": gpus_per_node, "nodes": nodes, "world_size": gpus_per_node * nodes},
+            "memory": {"per_gpu": {"total": 70 * 10**9}, "gpu_capacity": 80 * 10**9},
+            "decision": {"zero_stage": 2, "offload_optimizer": "cpu", "offload_param": "none", "micro_batch_size": 4,
+                         "fits": fits, **decision},
+            **({} if fits else {"missing": "the closest setup needs 1.7 TB per GPU, over the 34.1 GB of the GPU"})}
+
+
+def plan_target(tmp_path, plan: dict, config: dict | None = None, **kw) -> Target:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    cfg = None
+    if config is not None:
+        cfg = tmp_path / "ds.json"
+        cfg.write_text(json.dumps(config))
+    return preflight.make_target(config=str(cfg) if cfg else None, plan=str(path), **kw)
+
+
+ZERO2_CPU = {"train_micro_batch_size_per_gpu": 4,
+             "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+
+
+def test_a_plan_that_does_not_fit_fails_its_check(tmp_path):
+    """`zerokit plan` exits 1 and still writes the closest miss; preflight passed it with a ✓ for every size."""
+    target = plan_target(tmp_path, plan_doc(fits=False), ZERO2_CPU)
+    assert preflight.check_plan_fits(target) == Check(
+        "plan", False, "nothing fits: `zerokit plan` exited 1, and this decision is its closest miss (the closest "
+        "setup needs 1.7 TB per GPU, over the 34.1 GB of the GPU)",
+        "re-plan with what it says is missing until `zerokit plan` exits 0, and launch that plan's config")
+    assert preflight.check_plan_fits(plan_target(tmp_path, plan_doc(), ZERO2_CPU)) == Check(
+        "plan", True, "fits: 70.0 GB per GPU of 80.0 GB")
+    assert preflight.check_plan_fits(Target()) is None  # no --plan
+    del_decision = plan_doc()
+    del del_decision["decision"]
+    assert preflight.check_plan_fits(plan_target(tmp_path, del_decision)) is None  # a plan without one: as before
+
+
+def test_a_real_plan_that_does_not_fit_fails_the_preflight(tmp_path, capsys):
+    """70B on one 32 GB V100 with ZeRO-0 forced: `zerokit plan` exits 1 (nothing fits); the preflight said 'pass'."""
+    r = subprocess.run([sys.executable, "-m", "zerokit", "plan", "--model", "70B", "--gpu", "v100-32gb",
+                        "--gpus-per-node", "1", "--seq-len", "4096", "--zero-stage", "0", "--format", "json"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 1 and json.loads(r.stdout)["decision"]["fits"] is False
+    (tmp_path / "plan.json").write_text(r.stdout)
+    code = main(["preflight", "--plan", str(tmp_path / "plan.json"), "--master-port", str(free_port())])
+    out = capsys.readouterr().out
+    assert code == 3 and "✗ plan: nothing fits: `zerokit plan` exited 1, and this decision is its closest miss" in out, out
+
+
+@pytest.mark.parametrize("kw, plan, detail, fix", [
+    ({"gpus_per_node": 4}, plan_doc(), "the plan is for 1 node x 2 GPUs (2), the job runs 1 node x 4 GPUs (4)",
+     "re-plan with --gpus-per-node 4 --nodes 1, or run the job on the plan's 2 GPUs"),
+    ({"gpus_per_node": 2}, plan_doc(nodes=2), "the plan is for 2 nodes x 2 GPUs (4), the job runs 1 node x 2 GPUs (2)",
+     "re-plan with --gpus-per-node 2 --nodes 1, or run the job on the plan's 4 GPUs"),
+    ({}, plan_doc(nodes=2), "the plan is for 2 nodes x 2 GPUs (4), the job runs 1 node x 2 GPUs (2)",
+     "re-plan with --gpus-per-node 2 --nodes 1, or run the job on the plan's 4 GPUs"),
+    # the hosts' slots stand without --gpus-per-node (the runner gets no --num_gpus): the plan's 8 no longer hid them
+    ({"hosts": {"node1": 4, "node2": 4}}, plan_doc(gpus_per_node=8),
+     "the plan is for 1 node x 8 GPUs (8), the job runs 2 nodes x 4 GPUs (8)",
+     "re-plan with --gpus-per-node 4 --nodes 2, or run the job on the plan's 8 GPUs"),
+    ({"hosts": {"node1": 8, "node2": 4}}, plan_doc(gpus_per_node=8),
+     "the plan is for 1 node x 8 GPUs (8), the job runs 12 GPUs on 2 nodes (node1:8, node2:4)",
+     "give every host 8 slots, or run the job on the plan's 8 GPUs"),
+])
+def test_a_plan_for_other_gpus_fails_its_check(tmp_path, kw, plan, detail, fix):
+    target = plan_target(tmp_path, plan, **kw)
+    assert preflight.check_plan_gpus(target) == Check("plan GPUs", False, detail, fix)
+
+
+@pytest.mark.parametrize("kw, plan, detail", [
+    ({}, plan_doc(), "1 node x 2 GPUs (2), as the job"),  # the plan's own count where none is given
+    ({"gpus_per_node": 2}, plan_doc(), "1 node x 2 GPUs (2), as the job"),
+    ({"hosts": {"node1": 8, "node2": 8}, "nodes": 1}, plan_doc(gpus_per_node=8), "1 node x 8 GPUs (8), as the job"),
+    ({"hosts": {"node1": 8, "node2": 8}}, plan_doc(gpus_per_node=8, nodes=2), "2 nodes x 8 GPUs (16), as the job"),
+    ({"hosts": {"node1": 8, "node2": 8}, "gpus_per_node": 4}, plan_doc(gpus_per_node=4, nodes=2),
+     "2 nodes x 4 GPUs (8), as the job"),
+])
+def test_a_plan_for_the_jobs_gpus_passes(tmp_path, kw, plan, detail):
+    assert preflight.check_plan_gpus(plan_target(tmp_path, plan, **kw)) == Check("plan GPUs", True, detail)
+
+
+def test_a_plan_for_a_billion_nodes_is_described_not_enumerated(tmp_path):
+    target = plan_target(tmp_path, plan_doc(gpus_per_node=8, nodes=10**9), gpus_per_node=8)
+    assert preflight.check_plan_gpus(target).detail == ("the plan is for 1000000000 nodes x 8 GPUs (8000000000), the "
+                                                        "job runs 1 node x 8 GPUs (8)")
+
+
+def test_the_gpu_check_is_skipped_where_the_job_is_unknown(tmp_path):
+    broken = tmp_path / "hostfile"
+    broken.write_text("node1 slots=two\n")  # its own check fails; the job's GPUs are not known
+    assert preflight.check_plan_gpus(plan_target(tmp_path, plan_doc(), hostfile=str(broken))) is None
+
+
+@pytest.mark.parametrize("config, detail, replan", [
+    ({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
+     "ZeRO stage 3, the plan's 2", "--zero-stage 3"),
+    ({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}},
+     "offload_optimizer none, the plan's cpu", "--offload-optimizer none"),
+    ({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2, "cpu_offload": False}},
+     "offload_optimizer none, the plan's cpu", "--offload-optimizer none"),
+    ({"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "CPU"}}},
+     "train_micro_batch_size_per_gpu 8, the plan's 4", "--micro-batch 8"),
+    # no zero_optimization: DeepSpeed runs ZeRO-0 without offload
+    ({}, "ZeRO stage 0, the plan's 2; offload_optimizer none, the plan's cpu", "--zero-stage 0 --offload-optimizer none"),
+    # ZeRO-3 on one side: the parameters' offload counts too
+    ({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "nvme",
+                                                                                                  "nvme_path": "/n"}}},
+     "ZeRO stage 3, the plan's 2; offload_param nvme, the plan's none", "--zero-stage 3 --offload-param nvme"),
+])
+def test_a_config_other_than_the_plans_fails_its_check(tmp_path, config, detail, replan):
+    target = plan_target(tmp_path, plan_doc(), config)
+    assert preflight.check_plan_config(target) == Check(
+        "plan config", False, f"{tmp_path / 'ds.json'} differs from the plan's decision: {detail}",
+        f"write the config from the plan (zerokit plan ... -o ds_config.json), or re-plan with {replan} to size this "
+        "config")
+
+
+@pytest.mark.parametrize("config, detail", [
+    (ZERO2_CPU, "ZeRO stage 2, offload_optimizer cpu, train_micro_batch_size_per_gpu 4: as the plan decided"),
+    # "auto": the Trainer fills the micro-batch from its own arguments, nothing to compare; the old cpu_offload flag
+    ({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "cpu_offload": True}},
+     "ZeRO stage 2, offload_optimizer cpu: as the plan decided"),
+    # parameters offloaded below ZeRO-3: DeepSpeed ignores it, and so does the check
+    ({**ZERO2_CPU, "zero_optimization": {**ZERO2_CPU["zero_optimization"], "offload_param": {"device": "cpu"}}},
+     "ZeRO stage 2, offload_optimizer cpu, train_micro_batch_size_per_gpu 4: as the plan decided"),
+])
+def test_a_config_as_the_plan_decided_passes(tmp_path, config, detail):
+    assert preflight.check_plan_config(plan_target(tmp_path, plan_doc(), config)) == Check("plan config", True, detail)
+
+
+def test_the_config_check_needs_a_config_and_a_decision(tmp_path):
+    assert preflight.check_plan_config(plan_target(tmp_path, plan_doc())) is None  # no --config: nothing passed
+    plan = plan_doc()
+    del plan["decision"]
+    assert preflight.check_plan_config(plan_target(tmp_path, plan, ZERO2_CPU)) is None
+    # a stage of the wrong type is lint's to report; the rest is still compared
+    odd = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": "2", "offload_optimizer": {"device": 1}}}
+    assert preflight.check_plan_config(plan_target(tmp_path, plan_doc(), odd)).detail.endswith(
+        ": train_micro_batch_size_per_gpu 2, the plan's 4")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("fits", "no", 'decision.fits must be true or false, got "no"'),
+    ("zero_stage", 4, "decision.zero_stage must be 0, 1, 2 or 3, got 4"),
+    ("zero_stage", 2.0, "decision.zero_stage must be 0, 1, 2 or 3, got 2.0"),
+    ("offload_optimizer", "gpu", 'decision.offload_optimizer must be none, cpu or nvme, got "gpu"'),
+    ("micro_batch_size", 0, "decision.micro_batch_size must be a whole number >= 1, got 0"),
+])
+def test_plan_decision_fields_of_the_wrong_type_are_refused(capsys, tmp_path, key, value, message):
+    plan = plan_doc(**{key: value})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    assert main(["preflight", "--plan", str(path)]) == 2
+    assert capsys.readouterr().err == f"zerokit preflight: error: --plan {path}: {message}; {FIX}\n"
+
+
+def test_the_launch_preflight_fails_on_a_config_other_than_the_plans(tmp_path, capsys, monkeypatch):
+    """Through `zerokit launch`: exit 3, nothing started (the script would say so if it ran)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text(json.dumps(plan_doc()))
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    (tmp_path / "train.py").write_text("open('ran', 'w').close()\n")
+    code = main(["launch", "--config", "ds.json", "--plan", "plan.json", "--gpus-per-node", "2", "--master-port",
+                 str(free_port()), "train.py"])
+    err = capsys.readouterr().err
+    assert code == 3 and not (tmp_path / "ran").exists()
+    assert "✗ plan config: ds.json differs from the plan's decision: ZeRO stage 3, the plan's 2; offload_optimizer " \
+           "none, the plan's cpu" in err, err

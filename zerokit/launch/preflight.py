@@ -103,6 +103,10 @@ class Target:
     """Variables the ranks get on top of this environment (launch --env)."""
     config: dict[str, Any] = field(default_factory=dict)
     """The ds_config as read (the batch-size check runs lint's rule on it)."""
+    config_file: str | None = None
+    """The --config path; None where the job is given no config (then `config` is empty and compared with nothing)."""
+    plan: dict[str, Any] | None = None
+    """`zerokit plan --format json` output (--plan) as read: the decision the job and the config are held to."""
 
     @property
     def world_size(self) -> int | None:
@@ -652,6 +656,118 @@ def check_batch_size(t: Target) -> Check | None:
                  + (f" fit world size {world}" if world else ""))
 
 
+def _decision(t: Target) -> dict[str, Any]:
+    return _dict((t.plan or {}).get("decision"))
+
+
+def check_plan_fits(t: Target) -> Check | None:
+    """A plan whose decision is the closest miss (`zerokit plan` exited 1): its sizes are a setup known not to fit."""
+    fits = _decision(t).get("fits")
+    if fits is None:
+        return None
+    memory = _dict(t.plan.get("memory")) if t.plan else {}
+    total, capacity = _dict(memory.get("per_gpu")).get("total"), memory.get("gpu_capacity")
+    sizes = (f"{format_bytes(total)} per GPU of {format_bytes(capacity)}"
+             if all(isinstance(n, int) and not isinstance(n, bool) for n in (total, capacity)) else "")
+    if fits:
+        return Check("plan", True, "fits" + (f": {sizes}" if sizes else ""))
+    missing = t.plan.get("missing") if t.plan else None
+    why = missing if isinstance(missing, str) and missing.strip() else sizes
+    return Check("plan", False, "nothing fits: `zerokit plan` exited 1, and this decision is its closest miss"
+                 + (f" ({why})" if why else ""),
+                 "re-plan with what it says is missing until `zerokit plan` exits 0, and launch that plan's config")
+
+
+def _gpus_shape(nodes: int, per: int) -> str:
+    """`1 node x 8 GPUs (8)`."""
+    return f"{nodes} node{'s' if nodes != 1 else ''} x {per} GPU{'s' if per != 1 else ''} ({nodes * per})"
+
+
+def _hosts_shape(hosts: dict[str, int]) -> str:
+    """`2 nodes x 8 GPUs (16)`, or each host's count where they differ."""
+    counts = set(hosts.values())
+    if len(counts) == 1:
+        return _gpus_shape(len(hosts), counts.pop())
+    shown = ", ".join(f"{h}:{n}" for h, n in list(hosts.items())[:4]) + (", ..." if len(hosts) > 4 else "")
+    return f"{sum(hosts.values())} GPUs on {len(hosts)} nodes ({shown})"
+
+
+def check_plan_gpus(t: Target) -> Check | None:
+    """The plan's GPUs against the job's ranks: ZeRO partitions the states over the world size, and the host RAM a
+    node needs grows with its ranks, so a plan for other GPUs sizes another job."""
+    hardware = _dict((t.plan or {}).get("hardware"))
+    per, nodes = hardware.get("gpus_per_node"), hardware.get("nodes", 1)
+    if per is None:
+        return None
+    if t.hosts:
+        job = dict(t.hosts)
+    elif t.hostfile or t.gpus_per_node is None:
+        return None  # a hostfile that did not read (its own check says so), or ranks DeepSpeed counts itself
+    else:
+        job = {"localhost": t.gpus_per_node}
+    planned = _gpus_shape(nodes, per)
+    if len(job) == nodes and set(job.values()) == {per}:
+        return Check("plan GPUs", True, f"{planned}, as the job")
+    counts = set(job.values())
+    replan = (f"re-plan with --gpus-per-node {counts.pop()} --nodes {len(job)}" if len(counts) == 1 else
+              f"give every host {per} slots")
+    return Check("plan GPUs", False, f"the plan is for {planned}, the job runs {_hosts_shape(job)}",
+                 f"{replan}, or run the job on the plan's {per * nodes} GPUs")
+
+
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+def config_decision(config: dict[str, Any]) -> dict[str, Any]:
+    """What a ds_config sets of the plan's decision, as DeepSpeed reads it: `zero_stage` (0 without
+    zero_optimization), `offload_optimizer`/`offload_param` ("none" without a block; the old cpu_offload and
+    cpu_offload_param flags mean "cpu") and `micro_batch_size` where it is a number ("auto": the Trainer's). A value
+    of the wrong type is left out: it is lint's to report."""
+    zero = config.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        return {}
+    out: dict[str, Any] = {}
+    stage = zero.get("stage", 0)
+    if isinstance(stage, int) and not isinstance(stage, bool):
+        out["zero_stage"] = stage
+    for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
+        block = zero.get(key)
+        device = _dict(block).get("device", "none") if block is not None else (
+            "cpu" if zero.get(legacy) is True else "none")
+        if isinstance(device, str) and device.lower() in OFFLOAD_DEVICES:
+            out[key] = device.lower()
+    micro = config.get("train_micro_batch_size_per_gpu")
+    if isinstance(micro, int) and not isinstance(micro, bool):
+        out["micro_batch_size"] = micro
+    return out
+
+
+def check_plan_config(t: Target) -> Check | None:
+    """--config against the keys the plan decided: the plan's sizes (and its GPU, RAM and NVMe checks) hold for its
+    own ZeRO stage, offload and micro-batch, not for another config's."""
+    decision = _decision(t)
+    if t.config_file is None or not decision:
+        return None
+    ours = config_decision(t.config)
+    keys = [("zero_stage", "ZeRO stage", "--zero-stage"), ("offload_optimizer", "offload_optimizer",
+                                                             "--offload-optimizer"),
+            ("offload_param", "offload_param", "--offload-param"),
+            ("micro_batch_size", "train_micro_batch_size_per_gpu", "--micro-batch")]
+    if 3 not in (ours.get("zero_stage"), decision.get("zero_stage")):
+        keys = [k for k in keys if k[0] != "offload_param"]  # DeepSpeed offloads parameters with ZeRO-3 only
+    compared = [k for k in keys if k[0] in ours and decision.get(k[0]) is not None]
+    differ = [k for k in compared if ours[k[0]] != decision[k[0]]]
+    if not differ:
+        if not compared:
+            return None
+        return Check("plan config", True, ", ".join(f"{label} {ours[key]}" for key, label, _ in compared)
+                     + ": as the plan decided")
+    return Check("plan config", False, f"{t.config_file} differs from the plan's decision: "
+                 + "; ".join(f"{label} {ours[key]}, the plan's {decision[key]}" for key, label, _ in differ),
+                 "write the config from the plan (zerokit plan ... -o ds_config.json), or re-plan with "
+                 + " ".join(f"{option} {ours[key]}" for key, _, option in differ) + " to size this config")
+
+
 def check_async_io(t: Target) -> Check | None:
     if not t.needs.async_io:
         return None
@@ -861,6 +977,9 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_cpu_threads,
     check_dtypes,
     check_batch_size,
+    check_plan_fits,
+    check_plan_gpus,
+    check_plan_config,
     check_cpu_adam,
     check_async_io,
     check_shm_comm,
@@ -1012,6 +1131,16 @@ PLAN_HARDWARE = (("gpu_memory_bytes", MAX_SIZE), ("gpus_per_node", MAX_SLOTS), (
 """The plan's `hardware` figures its sizes were computed for, each a whole number >= 1 (with its ceiling)."""
 
 
+PLAN_DECISION: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("fits", lambda v: isinstance(v, bool), "true or false"),
+    ("zero_stage", lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3, "0, 1, 2 or 3"),
+    ("offload_optimizer", lambda v: v in OFFLOAD_DEVICES, "none, cpu or nvme"),
+    ("offload_param", lambda v: v in OFFLOAD_DEVICES, "none, cpu or nvme"),
+    ("micro_batch_size", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
+)
+"""The plan's `decision` fields the checks compare the job and the config with."""
+
+
 def plan_problems(plan: dict[str, Any]) -> list[str]:
     """Every field of a plan JSON that launch and preflight read and that no `zerokit plan` writes, one phrase each.
     A field left out is absent (its check is skipped); one of the wrong type or value is not a plan's."""
@@ -1043,6 +1172,12 @@ def plan_problems(plan: dict[str, Any]) -> list[str]:
     shape = [hardware.get(key) for key in ("gpus_per_node", "nodes", "world_size")]
     if all(whole(n, 1, None) for n in shape) and shape[0] * shape[1] != shape[2]:
         problems.append(f"hardware.world_size is {shape[2]}, not gpus_per_node x nodes = {shape[0] * shape[1]}")
+    decision = plan.get("decision")
+    if decision is not None and not isinstance(decision, dict):
+        problems.append(f"decision must be an object {{zero_stage, ..., fits}}, got {shown(decision)}")
+    for key, ok, what in PLAN_DECISION:
+        if isinstance(decision, dict) and key in decision and not ok(decision[key]):
+            problems.append(f"decision.{key} must be {what}, got {shown(decision[key])}")
     return problems
 
 
@@ -1070,6 +1205,7 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
     narrowed to the hosts and ranks the runner will use (`runner.select_hosts`)."""
     ds_config = read_config(config) if config is not None else {}
     plan_data = read_plan(plan) if plan is not None else None
+    asked = gpus_per_node  # what the runner gets (--num_gpus): the hosts' slots stand without it
     if plan_data is not None and gpus_per_node is None:
         gpus_per_node = plan_data["hardware"].get("gpus_per_node")  # read_plan checked it
     if hostfile and not hosts:
@@ -1080,7 +1216,7 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
     if hosts:  # --no-ssh too: DeepSpeed's --node_rank indexes the hosts left after the filters
         from zerokit.launch.runner import select_hosts  # here, as parse_resource_filter is: the runner module
 
-        hosts = select_hosts(hosts, nodes, include, exclude, gpus_per_node)
+        hosts = select_hosts(hosts, nodes, include, exclude, asked)
     elif include is not None:  # one node: the ranks --include names on it, where it names slots
         from zerokit.launch.runner import parse_resource_filter
 
@@ -1088,5 +1224,6 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
         hosts = {h: len(set(slots)) for h, slots in picked.items()} if all(picked.values()) else {}
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
-                  node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config)
+                  node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config,
+                  config_file=config, plan=plan_data)
 
