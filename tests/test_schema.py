@@ -201,6 +201,65 @@ def test_zerokit_configs_validate_against_the_schema_with_jsonschema():
     assert len(list(validator.iter_errors(bad))) == 2
 
 
+def test_a_plain_validator_takes_auto_only_where_hf_fills_it_and_no_other_string():
+    """"auto" is a placeholder the HF Trainer or Accelerate replace (zerokit.autofill); a string anywhere else, or
+    "auto" where nobody fills it, reaches DeepSpeed as is. A third-party validator has only the schema to go by."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from zerokit.autofill import ACCELERATE_FILLS, TRAINER_FILLS
+    from zerokit.lint.schema import node_at
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+
+    def errors(cfg: dict) -> list[str]:
+        return [".".join(map(str, e.absolute_path)) for e in validator.iter_errors(cfg)]
+
+    assert errors({"train_batch_size": "auto", "gradient_clipping": "auto", "fp16": {"enabled": "auto"},
+                   "zero_optimization": {"stage": "auto", "reduce_bucket_size": "auto",
+                                         "offload_optimizer": {"device": "auto", "nvme_path": "auto"}}}) == []
+    assert errors({"train_batch_size": "eight"}) == ["train_batch_size"]
+    assert errors({"zero_optimization": {"stage": "two"}}) == ["zero_optimization.stage"]
+    assert errors({"gradient_accumulation_steps": 0}) == ["gradient_accumulation_steps"]  # the bound still holds
+    # nothing fills these: "auto" is the string DeepSpeed reads
+    assert errors({"steps_per_print": "auto"}) == ["steps_per_print"]
+    assert errors({"fp16": {"loss_scale_window": "auto"}}) == ["fp16.loss_scale_window"]
+    assert errors({"zero_optimization": {"prefetch_bucket_size": "auto"}}) == ["zero_optimization.prefetch_bucket_size"]
+    assert not any(node.get("x-auto-only") for node in _leaves(load_schema()))
+    for key in TRAINER_FILLS | ACCELERATE_FILLS:  # every key either fills has a node that takes "auto"
+        node = node_at(tuple(key.split(".")))
+        assert node is None or key.split(".")[0] in ("optimizer", "scheduler") or not errors(_nest(key, "auto")), key
+
+
+def _leaves(node: dict):
+    for sub in (node.get("properties") or {}).values():
+        yield sub
+        yield from _leaves(sub)
+
+
+def _nest(dotted: str, value) -> dict:
+    out = value
+    for part in reversed(dotted.split(".")):
+        out = {part: out}
+    return out
+
+
+def test_fp16_loss_scale_and_steps_per_print_bounds_are_what_deepspeed_does():
+    """DeepSpeedFP16Config._validate_loss_scale refuses a negative loss_scale (a field_validator, not a Field bound,
+    so the generator adds it); steps_per_print 0 is a ZeroDivisionError in the engine after the first step (see
+    test_lint_rules)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(load_schema())
+    assert not validator.is_valid({"fp16": {"loss_scale": -1}})
+    assert validator.is_valid({"fp16": {"loss_scale": 0}}) and validator.is_valid({"fp16": {"loss_scale": 128.0}})
+    assert not validator.is_valid({"steps_per_print": 0})
+    assert validator.is_valid({"steps_per_print": None}) and validator.is_valid({"steps_per_print": 10})
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.precision_config import DeepSpeedFP16Config
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"fp16.loss_scale must be >= 0 \(0 enables dynamic loss scaling\)"):
+        DeepSpeedFP16Config(loss_scale=-1)
+
+
 def test_schema_command_prints_the_shipped_schema(capsys):
     assert main(["schema"]) == 0
     out = capsys.readouterr().out
@@ -212,4 +271,5 @@ def test_schema_command_in_a_subprocess():
     proc = subprocess.run([sys.executable, "-m", "zerokit", "schema"], capture_output=True, text=True, timeout=60,
                           check=False)
     assert proc.returncode == 0 and proc.stderr == ""
-    assert json.loads(proc.stdout)["properties"]["zero_optimization"]["properties"]["stage"]["enum"][:4] == [0, 1, 2, 3]
+    stage = json.loads(proc.stdout)["properties"]["zero_optimization"]["properties"]["stage"]
+    assert stage["anyOf"] == [{"type": "integer", "enum": [0, 1, 2, 3]}, {"const": "auto"}]

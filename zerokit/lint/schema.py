@@ -55,6 +55,19 @@ def node_at(keypath: tuple, schema: dict | None = None) -> dict | None:
     return node
 
 
+def value_node(node: dict) -> dict:
+    """What a value under `node` must be. A key the HF Trainer or Accelerate fill is written anyOf [its constraints,
+    {"const": "auto"}] (so that a plain JSON Schema validator refuses any other string); the walker never checks an
+    "auto" itself (ZK501 decides whether the consumer fills it), so it reads the first branch, with the key's
+    description and default beside it."""
+    alts = node.get("anyOf")
+    if not isinstance(alts, list) or len(alts) != 2 or alts[1] != {"const": AUTO}:
+        return node
+    out = {k: v for k, v in node.items() if k != "anyOf"}
+    out.update(alts[0])
+    return out
+
+
 @lru_cache(maxsize=1)
 def _leaf_index() -> dict[str, list[str]]:
     """key name -> dotted paths where the schema has it; for 'did you mean zero_optimization.X'."""
@@ -90,10 +103,8 @@ _ARTICLE = {"integer": "an integer", "number": "a number", "boolean": "true or f
             "array": "a list", "object": "an object {...}", "null": "null"}
 
 
-def _type_ok(value: Any, types: list[str], auto_only: bool) -> bool:
+def _type_ok(value: Any, types: list[str]) -> bool:
     t = _json_type(value)
-    if t == "string" and auto_only:
-        return False  # "auto" never reaches here; any other string is the wrong type
     return t in types or (t == "integer" and "number" in types)
 
 
@@ -137,11 +148,12 @@ def _closest(key: str, candidates: tuple[str, ...]) -> str | None:
 
 def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Iterator[Hit]:
     """Type, enum and range of one value."""
+    node = value_node(node)
     types = node.get("type")
     if isinstance(types, str):
         types = [types]
-    if types and not _type_ok(value, types, node.get("x-auto-only", False)):
-        want = " or ".join(_ARTICLE.get(t, t) for t in types if t != "string" or not node.get("x-auto-only"))
+    if types and not _type_ok(value, types):
+        want = " or ".join(_ARTICLE.get(t, t) for t in types)
         name = dotted(keypath)
         fixed = _pydantic_coerces(value, types)
         fix = json.dumps(fixed) if fixed is not None else None
@@ -175,8 +187,9 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
                 default = node.get("default")
                 fix = (json.dumps(default) if _json_type(default) in ("integer", "number")
                        and not isinstance(default, bool) else None)
+                why = node.get("x-out-of-range")  # what DeepSpeed does with it, where it does not refuse it
                 yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}"
-                          + ("; DeepSpeed refuses it at initialize" if pydantic else "")
+                          + (f": {why}" if why else "; DeepSpeed refuses it at initialize" if pydantic else "")
                           + (f"; write {fix} (DeepSpeed's default)" if fix else ""), fix, ERROR, "ZK105")
                 return
 
@@ -222,7 +235,7 @@ def walk(data: dict) -> Iterator[Hit]:
             if key == "zero_optimization" and isinstance(value, bool):
                 continue  # the deprecated boolean form; ZK102 above covers it via rules
             yield from check_value(value, sub, keypath, pydantic)
-            items = sub.get("items")
+            items = value_node(sub).get("items")
             if isinstance(value, list) and items and "type" in items:
                 for i, item in enumerate(value):
                     yield from check_value(item, items, keypath + (i,), pydantic)
@@ -252,13 +265,16 @@ def _holds(value: Any, node: dict | None) -> bool:
     comet section, a sequence_parallel dict to the sequence_parallel_size integer) would break the config."""
     if node is None or value == AUTO:
         return True
+    node = value_node(node)
     if "properties" in node:
         return isinstance(value, dict)
     types = node.get("type")
     if not types:
         return True
     types = [types] if isinstance(types, str) else types
-    return _type_ok(value, types, False) or _pydantic_coerces(value, types) is not None
+    if isinstance(value, str) and types != ["object"]:
+        return True  # a placeholder HF fills, or a value ZK103 reports once the key is right
+    return _type_ok(value, types) or _pydantic_coerces(value, types) is not None
 
 
 def _unknown(key: str, value: Any, keypath: tuple, props: dict, pydantic: bool, budget: list[int]) -> Hit:

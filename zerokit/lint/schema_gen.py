@@ -55,7 +55,11 @@ DICT_SECTIONS: dict[str, dict] = {
     "gradient_accumulation_steps": leaf(I, None, "Micro-batches accumulated before each optimizer step.",
                                         exclusiveMinimum=0),
     "managed_gradient_accumulation": leaf(B, True, "Let the engine track gradient accumulation boundaries."),
-    "steps_per_print": leaf([I, "null"], None, "Print progress every N training steps."),
+    "steps_per_print": leaf([I, "null"], None, "Print progress every N training steps (null: never).",
+                            exclusiveMinimum=0, **{"x-out-of-range": (
+                                "DeepSpeed prints when (global_steps + 1) % steps_per_print == 0 (engine.py "
+                                "_take_model_step), so 0 raises ZeroDivisionError at the end of the first step; "
+                                "write the interval in steps, or null (DeepSpeed's default) to print nothing")}),
     "dump_state": leaf(B, False, "Print the optimizer state after initialization (debugging)."),
     "disable_python_gc": leaf(B, False, "Disable Python's automatic cyclic garbage collector during training."),
     "disable_allgather": leaf(B, False, "Disable allgather (legacy ZeRO stage-1 option)."),
@@ -230,6 +234,13 @@ PYDANTIC_SECTIONS = {
 }
 
 
+VALIDATOR_BOUNDS = {
+    ("fp16", "loss_scale"): {"minimum": 0},  # DeepSpeedFP16Config._validate_loss_scale: "must be >= 0"
+}
+"""Bounds a pydantic section enforces in a field_validator, where model_schema cannot read them off the Field
+(runtime/precision_config.py). The fp16 window and floor are checked only with dynamic scaling (lint's ZK204)."""
+
+
 def _import(path: str):
     mod, _, name = path.partition(":")
     module = __import__(mod, fromlist=[name])
@@ -379,6 +390,8 @@ def build_schema() -> dict:
         kind = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(type(value))
         if kind:
             ep_props[key]["type"] = [kind, "null"] if kind != "string" else ["string", "null"]
+    for (sec, key), bounds in VALIDATOR_BOUNDS.items():
+        props[sec]["properties"][key].update(bounds)
     props["expert_parallel"] = section("AutoEP: automatic expert parallelism for MoE models.",
                                        dict(sorted(ep_props.items())))
     props["timers"] = section("Engine timers.", {"throughput": model_schema(
@@ -416,18 +429,35 @@ def _removed(message: str) -> dict:
     return {"description": message, "deprecated": True, "x-removed": True, "not": {}}
 
 
-def _allow_auto(schema: dict) -> dict:
-    """Let editors accept "auto" on leaves: HF Trainer and Accelerate replace it before DeepSpeed reads it."""
-    for sub in schema.get("properties", {}).values():
+AUTO_ALTERNATIVE = {"const": "auto"}
+VALUE_KEYWORDS = ("type", "enum", "items", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
+                  "x-ignore-case")
+"""What describes a value itself; a key HF may fill keeps them in the first branch of its anyOf."""
+
+
+def _allow_auto(schema: dict, path: tuple = ()) -> dict:
+    """Let "auto" through where the HF Trainer or Accelerate replace it before DeepSpeed reads the config
+    (zerokit.autofill, read off HfTrainerDeepSpeedConfig.trainer_config_process/trainer_config_finalize and
+    Accelerate's DeepSpeedPlugin), and nowhere else: `steps_per_print: "auto"` is left as the string "auto".
+    A key typed without strings becomes anyOf [its constraints, {"const": "auto"}], so a plain JSON Schema
+    validator accepts "auto" and still refuses any other string ({"train_batch_size": "eight"})."""
+    from zerokit.autofill import ACCELERATE_FILLS, TRAINER_FILLS
+
+    filled = TRAINER_FILLS | ACCELERATE_FILLS
+    for key, sub in schema.get("properties", {}).items():
+        here = path + (key,)
         if sub.get("properties"):
-            _allow_auto(sub)
-        elif "type" in sub and sub.get("type") != "object" and not sub.get("x-removed"):
-            t = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
-            if "string" not in t:
-                sub["type"] = t + ["string"]
-                sub["x-auto-only"] = True  # the only string accepted is "auto"
+            _allow_auto(sub, here)
+            continue
+        if ".".join(here) not in filled or "type" not in sub or sub.get("x-removed"):
+            continue
+        types = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
+        if "string" in types:  # "auto" is already a string; only an enum has to name it
             if "enum" in sub and "auto" not in sub["enum"]:
                 sub["enum"] = sub["enum"] + ["auto"]
+            continue
+        value = {k: sub.pop(k) for k in VALUE_KEYWORDS if k in sub}
+        sub["anyOf"] = [value, dict(AUTO_ALTERNATIVE)]
     return schema
 
 
