@@ -67,6 +67,26 @@ def initialize(deepspeed, cfg: dict, client_optimizer: bool = False):
     return engine
 
 
+def train(engine, steps: int = 3, dtype=None, scale: float = 1.0) -> None:
+    """A few optimizer steps of the tiny model; `scale` blows the loss up until fp16 gradients overflow."""
+    import torch
+
+    for _ in range(steps):
+        x = torch.randn(1, 8, dtype=dtype or torch.float32)
+        engine.backward(engine(x).float().pow(2).sum() * scale)
+        engine.step()
+
+
+@pytest.fixture
+def fp16_on_cpu(ds, monkeypatch):
+    """DeepSpeed's CPU accelerator says it has no fp16 unless oneDNN does; torch runs fp16 on the CPU anyway, which
+    is all the loss-scaling code needs."""
+    from deepspeed.accelerator import get_accelerator
+
+    monkeypatch.setattr(get_accelerator(), "is_fp16_supported", lambda: True)
+    return ds
+
+
 class DataParallel:
     """DeepSpeed's mpu interface: what DeepSpeedConfig asks for the data-parallel world size."""
 
@@ -276,6 +296,70 @@ def test_zk205_master_weights_need_zero(ds):
         ds_config(cfg)
 
 
+def test_zk105_a_negative_fp16_loss_scale_is_refused(ds):
+    from pydantic import ValidationError
+
+    cfg = with_({"fp16": {"enabled": True, "loss_scale": -1}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK105", "fp16.loss_scale", "0")
+    assert "DeepSpeed refuses it at initialize" in f.message
+    with pytest.raises(ValidationError, match="fp16.loss_scale must be >= 0"):
+        ds_config(cfg)
+    with pytest.raises(ValidationError, match="fp16.loss_scale must be >= 0"):  # whether fp16 is on or not
+        ds_config(with_({"fp16": {"loss_scale": -1}}))
+
+
+def test_zk105_steps_per_print_0_divides_by_zero_after_the_first_step(ds):
+    cfg = with_(ADAGRAD, {"steps_per_print": 0})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK105", "steps_per_print") and "ZeroDivisionError" in f.message
+    engine = initialize(ds, cfg)  # DeepSpeedConfig takes it
+    with pytest.raises(ZeroDivisionError):
+        train(engine, steps=1)
+    assert lint(with_(ADAGRAD, {"steps_per_print": None})) == lint(with_(ADAGRAD, {"steps_per_print": 1})) == []
+    train(initialize(ds, with_(ADAGRAD, {"steps_per_print": None})), steps=1)
+
+
+def test_zk209_fp16_hysteresis_below_1_never_lowers_the_scale(fp16_on_cpu):
+    """Each step's gradients overflow at the starting scale; DeepSpeed skips the step. With hysteresis 0 the scale
+    stays where it was, step after step; with 1 it halves at each overflow."""
+    import torch
+
+    stuck = with_(ADAGRAD, {"zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "hysteresis": 0}})
+    [f] = lint(stuck)
+    assert (f.code, f.key, f.suggestion) == ("ZK209", "fp16.hysteresis", "2")
+    engine = initialize(fp16_on_cpu, stuck)
+    train(engine, steps=4, dtype=torch.half, scale=1e4)
+    assert (engine.skipped_steps, engine.optimizer.loss_scaler.cur_scale) == (4, 2**16)
+    moving = copy.deepcopy(stuck)
+    moving["fp16"]["hysteresis"] = 1
+    assert lint(moving) == []
+    engine = initialize(fp16_on_cpu, moving)
+    train(engine, steps=4, dtype=torch.half, scale=1e4)
+    assert (engine.skipped_steps, engine.optimizer.loss_scaler.cur_scale) == (4, 2**12)
+    # unused: a static scale, fp16 off, no ZeRO (the FP16 optimizers have no hysteresis)
+    for cfg in ({"fp16": {"enabled": True, "hysteresis": 0, "loss_scale": 128}, "zero_optimization": {"stage": 1}},
+                {"fp16": {"enabled": False, "hysteresis": 0}, "zero_optimization": {"stage": 1}},
+                {"fp16": {"enabled": True, "hysteresis": 0}}):
+        assert "ZK209" not in codes(with_(ADAGRAD, cfg))
+    assert "ZK209" in codes(with_(stuck, {"fp16": {"enabled": "auto", "hysteresis": -1}}), "trainer")
+
+
+def test_zk210_an_initial_scale_of_2_64_or_more_overflows_at_the_first_backward(fp16_on_cpu):
+    import torch
+
+    for stage in (1, 3):
+        cfg = with_(ADAGRAD, {"zero_optimization": {"stage": stage}, "fp16": {"enabled": True,
+                                                                           "initial_scale_power": 64}})
+        assert [(f.code, f.suggestion) for f in lint(cfg) if f.code != "ZK309"] == [("ZK210", "16")]
+        engine = initialize(fp16_on_cpu, cfg)
+        with pytest.raises(OverflowError, match="int too big to convert"):
+            train(engine, steps=1, dtype=torch.half)
+    ok = with_(ADAGRAD, {"zero_optimization": {"stage": 1}, "fp16": {"enabled": True, "initial_scale_power": 63}})
+    assert lint(ok) == []
+    train(initialize(fp16_on_cpu, ok), steps=1, dtype=torch.half)
+
+
 # ---------------------------------------------------------------- ZeRO and offload
 
 
@@ -449,6 +533,60 @@ def test_zk308_sum_allreduce_with_zero3(ds):
         ds_config(cfg)
 
 
+def test_zk315_gradient_predivide_factor_and_prescaling(ds):
+    cases = [  # config, what DeepSpeed does with it
+        ({"gradient_predivide_factor": 0}, ZeroDivisionError),
+        ({"gradient_predivide_factor": 0, "zero_optimization": {"stage": 2, "reduce_scatter": False}},
+         ZeroDivisionError),
+        ({"gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2}}, AssertionError),
+        ({"gradient_predivide_factor": 0, "zero_optimization": {"stage": 3}}, AssertionError),
+        ({"prescale_gradients": True, "zero_optimization": {"stage": 2}}, AssertionError),
+        ({"gradient_predivide_factor": 0, "zero_optimization": {"stage": 3, "reduce_scatter": False}}, "skipped"),
+    ]
+    for extra, effect in cases:
+        cfg = with_(ADAGRAD, extra)
+        assert [f.code for f in lint(cfg) if f.code != "ZK309"] == ["ZK315"], extra
+        if effect is AssertionError:
+            with pytest.raises(AssertionError, match="not yet supported"):
+                initialize(ds, cfg)
+            continue
+        engine = initialize(ds, cfg)
+        if effect is ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                train(engine, steps=1)
+        else:
+            train(engine, steps=2)
+            assert engine.skipped_steps == 2  # fp32 gradients divided by 0: inf/NaN, skipped as overflows
+    for extra in ({"gradient_predivide_factor": 2.0, "zero_optimization": {"stage": 2, "reduce_scatter": False}},
+                  {"gradient_predivide_factor": 0, "zero_optimization": {"stage": 1}},  # reduce_scatter: unread
+                  {"gradient_predivide_factor": 0, "gradient_allreduce_op": "sum"}):
+        cfg = with_(ADAGRAD, extra)
+        assert lint(cfg) == []
+        engine = initialize(ds, cfg)
+        train(engine, steps=2)
+        assert engine.skipped_steps == 0
+
+
+@pytest.mark.parametrize("opt, lr", [("Adagrad", "1e-3"), ("SGD", "fast"), ("Adagrad", None), ("Adagrad", [1e-3])])
+def test_zk412_a_learning_rate_that_is_no_number_fails(ds, opt, lr):
+    cfg = with_({"optimizer": {"type": opt, "params": {"lr": lr}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK412", "optimizer.params.lr", "0.001" if lr == "1e-3" else None)
+    with pytest.raises(TypeError, match="not supported between instances"):
+        initialize(ds, cfg)
+    [f] = lint(with_(ZERO0, cfg), "trainer")
+    assert f.suggestion == "auto" and "the HF Trainer fills it with the learning rate" in f.message
+    assert lint(with_(ZERO0, {"optimizer": {"type": opt, "params": {"lr": "auto"}}}), "trainer") == []
+
+
+def test_zk412_deepspeeds_fused_adam_fails_at_the_first_step(ds):
+    cfg = with_({"optimizer": {"type": "AdamW", "params": {"lr": "1e-3"}}})
+    assert codes(cfg) == {"ZK412"}
+    engine = initialize(ds, cfg)
+    with pytest.raises(TypeError, match="multi_tensor_adam"):
+        train(engine, steps=1)
+
+
 def test_zk309_zero3_without_16bit_gather_saves_no_weights(ds):
     cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 3}})
     assert [(f.code, f.severity) for f in lint(cfg)] == [("ZK309", "warning")]
@@ -507,6 +645,60 @@ def test_zk403_offload_with_a_client_torch_optimizer(ds):
     assert codes(cfg, target="trainer") == set()  # Accelerate maps a torch optimizer to DeepSpeedCPUAdam
     with pytest.raises(ZeRORuntimeException, match="zero_force_ds_cpu_optimizer"):
         initialize(ds, cfg, client_optimizer=True)
+
+
+CLIENT_OPTIMIZER_PREPARE = """
+import json, sys, torch
+import accelerate.accelerator as acc_mod
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin
+
+def mapped(optimizer):  # stands in for the swap to DeepSpeedCPUAdam, whose op would need a JIT build
+    raise SystemExit("MAPPED " + type(optimizer).__name__)
+
+acc_mod.map_pytorch_optim_to_deepspeed = mapped
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[1])))
+model = torch.nn.Linear(8, 8)
+try:
+    acc.prepare(model, torch.optim.AdamW(model.parameters()))
+    print("prepared")
+except Exception as e:
+    print(type(e).__name__)
+"""
+
+
+def test_zk403_the_deprecated_cpu_offload_gets_no_deepspeed_optimizer_behind_hf(ds):
+    """With no optimizer section the Trainer prepares its own torch AdamW (transformers deepspeed_optim_sched), as an
+    Accelerate script prepares its own optimizer. Accelerator._prepare_deepspeed swaps it for DeepSpeedCPUAdam when
+    offload_optimizer.device is set, not for the deprecated cpu_offload, which DeepSpeed offloads by all the same:
+    then DeepSpeed raises. (A real Trainer run shows the same: DeepSpeedCPUAdam with offload_optimizer, the
+    exception with cpu_offload.)"""
+    pytest.importorskip("accelerate")
+    import subprocess
+    import sys
+
+    offload = with_({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    legacy = with_({"zero_optimization": {"stage": 2, "cpu_offload": True}})
+    for target in ("trainer", "accelerate"):
+        assert codes(offload, target) == set()
+        [f] = [f for f in lint(legacy, target) if f.code == "ZK403"]
+        assert f.suggestion == "zero_optimization.offload_optimizer"
+        assert f.severity == ("error" if target == "trainer" else "warning")
+        assert "ZeRORuntimeException" in f.message and '"offload_optimizer": {"device": "cpu"}' in f.message
+    assert '"type": "AdamW" with "auto" params, which the Trainer fills' in lint(legacy, "trainer")[-1].message
+    assert "DummyOptim" in lint(legacy, "accelerate")[-1].message
+    assert codes(dict(legacy, zero_force_ds_cpu_optimizer=False), "trainer") == {"ZK102"}
+    said = []
+    for cfg in (offload, legacy):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = dict(os.environ, ACCELERATE_USE_DEEPSPEED="true", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        proc = subprocess.run([sys.executable, "-c", CLIENT_OPTIMIZER_PREPARE, json.dumps(cfg)], capture_output=True,
+                              text=True, timeout=600, env=env, check=False)
+        said.append((proc.stdout + proc.stderr).strip().splitlines()[-1])
+    assert said == ["MAPPED AdamW", "ZeRORuntimeException"]
 
 
 def test_zk404_max_grad_norm_in_optimizer_params(ds):

@@ -277,6 +277,46 @@ def fp16_static_scale_dynamic_keys(doc: Document, ctx: Context) -> Iterator[Hit]
                   f"{'it' if len(given) == 1 else 'them'}, or set fp16.loss_scale to 0 for dynamic scaling", "0")
 
 
+MAX_SCALE_POWER = 63
+"""torch takes a Python int scalar up to 2**64 - 1: loss * 2**64 raises OverflowError ('int too big to convert')."""
+
+
+def _dynamic_fp16_with_zero(cfg: dict) -> dict | None:
+    """The fp16 section where ZeRO's DynamicLossScaler runs it (fp16 on or "auto", loss_scale 0, ZeRO stage 1-3 or
+    not known yet), else None. Without ZeRO the engine's FP16 optimizers keep their own scale: no hysteresis, and
+    engine.backward scales only a ZeROOptimizer's loss (engine.py backward: scale_if_loss)."""
+    fp16 = _section(cfg, "fp16")
+    enabled = fp16.get("enabled")
+    if not (_is_true(enabled) or enabled == AUTO) or fp16.get("loss_scale", 0) != 0 or _stage(cfg) == 0:
+        return None
+    return fp16
+
+
+def fp16_hysteresis(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DynamicLossScaler.update_scale (runtime/fp16/loss_scaler.py) lowers the scale on an overflow only when
+    delayed_shift (hysteresis) is 1 or cur_hysteresis has counted down to 1; otherwise it decrements cur_hysteresis
+    and skips the step. From 0 or below the count never reaches 1: the scale never comes down, and every step that
+    overflows at it is skipped, with an info-level log line and no error."""
+    fp16 = _dynamic_fp16_with_zero(doc.data)
+    value = _int(fp16.get("hysteresis")) if fp16 is not None else None
+    if value is not None and value < 1:
+        yield Hit(("fp16", "hysteresis"), f"fp16.hysteresis {value}: ZeRO's dynamic loss scaler lowers the scale only "
+                  "when its hysteresis count reaches 1, which it never does from below 1, so after the first overflow "
+                  "every step is skipped and the model stops training, without an error; write 2 (DeepSpeed's "
+                  "default) or 1", "2")
+
+
+def fp16_scale_power(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedFP16Config.dynamic_loss_scale_args hands the scaler 2**initial_scale_power as a Python int, and
+    LossScalerBase.scale_loss multiplies the loss by it: torch refuses an int of 2**64 or more."""
+    fp16 = _dynamic_fp16_with_zero(doc.data)
+    power = _int(fp16.get("initial_scale_power")) if fp16 is not None else None
+    if power is not None and power > MAX_SCALE_POWER:
+        yield Hit(("fp16", "initial_scale_power"), f"fp16.initial_scale_power {power} makes the first loss scale "
+                  f"2**{power}, an integer torch cannot multiply the loss by: the first backward raises OverflowError "
+                  "('int too big to convert'); write 16 (DeepSpeed's default)", "16")
+
+
 def master_weights_need_zero(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedConfig._do_error_check: *_master_weights_and_grads and bf16_optimizer_states need ZeRO 1-3."""
     cfg = doc.data
@@ -569,6 +609,39 @@ def sum_allreduce_zero3(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "DeepSpeed refuses it at initialize; use 'mean' (scale the loss instead)", "mean")
 
 
+def gradient_prescaling(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """How DeepSpeed averages gradients with gradient_allreduce_op mean. With reduce_scatter (its default)
+    DeepSpeedZeroOptimizer at stage 2 and DeepSpeedZeroOptimizer_Stage3 assert at initialize that
+    gradient_predivide_factor is 1.0 and prescale_gradients is off ('not yet supported'). Elsewhere the factor
+    divides: engine.allreduce_bucket (stage 0) and stage_1_and_2 allreduce_bucket (reduce_scatter false) compute
+    1. / factor, ZeroDivisionError at the first step; stage 3 divides the gradient buffer by it, so every gradient is
+    inf or NaN and every step is skipped as an overflow. At stage 1 with reduce_scatter the average ignores it."""
+    cfg = doc.data
+    op = cfg.get("gradient_allreduce_op", "mean")
+    stage = _stage(cfg)
+    if (isinstance(op, str) and op.lower() == "sum") or stage is None:
+        return  # sum: no averaging, the factor is never read (ZK308 has stage 3)
+    reduce_scatter = _zero(cfg).get("reduce_scatter", True) is not False
+    factor = cfg.get("gradient_predivide_factor", 1.0)
+    number = isinstance(factor, (int, float)) and not isinstance(factor, bool)  # ZK103 reports the rest
+    asserts = stage in (2, 3) and reduce_scatter
+    if number and asserts and factor != 1:
+        yield Hit(("gradient_predivide_factor",), f"gradient_predivide_factor {factor:g} with ZeRO stage {stage} and "
+                  "reduce_scatter (its default): DeepSpeed asserts at initialize that it is 1.0 ('not yet "
+                  "supported'); remove it, or set zero_optimization.reduce_scatter to false", "1.0")
+    elif number and factor == 0 and not (stage == 1 and reduce_scatter):
+        effect = ("divides the gradients by it before the allreduce, so every gradient is inf or NaN and every step "
+                  "is skipped as an overflow" if stage == 3 else
+                  "averages the gradients with 1 / gradient_predivide_factor, so the first step raises "
+                  "ZeroDivisionError")
+        yield Hit(("gradient_predivide_factor",), f"gradient_predivide_factor 0: DeepSpeed {effect}; remove it (1.0 "
+                  "is DeepSpeed's default)", "1.0")
+    if asserts and _is_true(cfg.get("prescale_gradients")):
+        yield Hit(("prescale_gradients",), f"prescale_gradients with ZeRO stage {stage} and reduce_scatter (its "
+                  "default): DeepSpeed asserts at initialize that pre-scaling is off ('not yet supported'); remove "
+                  "it, or set zero_optimization.reduce_scatter to false", "false")
+
+
 GATHER_KEYS = ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
                "stage3_gather_fp16_weights_on_model_save")
 """The names DeepSpeedZeroConfig reads gather_16bit_weights_on_model_save under."""
@@ -651,16 +724,62 @@ def untested_zero_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def offload_client_optimizer(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """With optimizer offload and no optimizer section, DeepSpeed raises on a plain torch optimizer at initialize."""
+    """With optimizer offload and no optimizer section, engine._configure_optimizer raises ZeRORuntimeException on
+    a client optimizer that is not DeepSpeedCPUAdam / DeepSpeedCPULion (zero_force_ds_cpu_optimizer, default true).
+    Behind the HF Trainer (transformers deepspeed_optim_sched: no "optimizer" -> trainer.create_optimizer(), a torch
+    AdamW) and Accelerate, Accelerator._prepare_deepspeed swaps a torch optimizer for DeepSpeedCPUAdam
+    (map_pytorch_optim_to_deepspeed), but only when it finds zero_optimization.offload_optimizer.device: the
+    deprecated `cpu_offload: true`, which DeepSpeed still reads as optimizer offload, gets the raise."""
     cfg = doc.data
     dev, key = _offload(cfg, "optimizer")
-    if ctx.target != "deepspeed" or dev not in ("cpu", "nvme") or "optimizer" in cfg:
+    if dev not in ("cpu", "nvme") or "optimizer" in cfg or cfg.get("zero_force_ds_cpu_optimizer", True) is False:
         return
-    if cfg.get("zero_force_ds_cpu_optimizer", True) is not False:
+    if ctx.target == "deepspeed":
         yield Hit(key, "optimizer offload without an 'optimizer' section: the optimizer you pass to "
                   "deepspeed.initialize must be DeepSpeedCPUAdam or DeepSpeedCPULion (a torch optimizer raises "
                   "ZeRORuntimeException); add "
                   "an optimizer section, or set zero_force_ds_cpu_optimizer to false", "optimizer")
+    elif key[-1] == "cpu_offload":
+        instead = "write \"offload_optimizer\": {\"device\": \"cpu\"} in its place, or add an \"optimizer\" section"
+        if ctx.target == "trainer":
+            yield Hit(key, "zero_optimization.cpu_offload with no 'optimizer' section: the HF Trainer builds its "
+                      "own optimizer (torch AdamW by default), which Accelerate swaps for DeepSpeedCPUAdam only when it finds "
+                      "offload_optimizer.device, not the deprecated cpu_offload that DeepSpeed still offloads by, so "
+                      f"initialize raises ZeRORuntimeException; {instead} (\"type\": \"AdamW\" with \"auto\" params, "
+                      "which the Trainer fills)", "zero_optimization.offload_optimizer", ERROR)
+        else:
+            yield Hit(key, "zero_optimization.cpu_offload with no 'optimizer' section: Accelerate swaps the torch "
+                      "optimizer you prepare for DeepSpeedCPUAdam only when it finds offload_optimizer.device, not "
+                      "the deprecated cpu_offload that DeepSpeed still offloads by, and anything but DeepSpeedCPUAdam "
+                      f"or DeepSpeedCPULion raises ZeRORuntimeException at initialize; {instead} (\"type\": "
+                      "\"AdamW\", \"params\": {\"lr\": \"auto\", \"weight_decay\": \"auto\"}) and prepare a "
+                      "DummyOptim", "zero_optimization.offload_optimizer")
+
+
+def optimizer_lr_type(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._configure_basic_optimizer hands optimizer.params to the optimizer's constructor as written: torch's
+    optimizers compare lr with 0.0 (TypeError at initialize), DeepSpeed's FusedAdam hands it to its kernel
+    (TypeError at the first step). A numeric string fails too; behind the HF Trainer it also mismatches
+    learning_rate (HfTrainerDeepSpeedConfig.fill_match compares the written value)."""
+    params = _section(doc.data, "optimizer").get("params")
+    if not isinstance(params, dict) or "lr" not in params:
+        return
+    lr = params["lr"]
+    if lr == AUTO or isinstance(lr, (int, float)):  # a bool too: torch reads true as 1.0
+        return
+    try:
+        number = float(lr) if isinstance(lr, str) else math.nan
+    except ValueError:
+        number = math.nan
+    written = json.dumps(number) if math.isfinite(number) else None
+    if fills(ctx.target, "optimizer.params.lr"):
+        fix, how = AUTO, (f"write \"auto\" ({TARGET_NAMES[ctx.target]} fills it with the learning rate)"
+                          + (f" or the number {written}" if written else " or a number"))
+    else:
+        fix, how = written, f"write the number {written}" if written else "write a number, e.g. 1e-5"
+    yield Hit(("optimizer", "params", "lr"), f"optimizer.params.lr is {schema_mod._show(lr)}, not a number: DeepSpeed "
+              "hands it to the optimizer as written, which fails with TypeError (torch optimizers at initialize, "
+              f"DeepSpeed's fused Adam at the first step); {how}", fix)
 
 
 def max_grad_norm_param(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -926,6 +1045,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK203", ERROR, "fp16-and-bf16", fp16_and_bf16),
     Rule("ZK204", ERROR, "fp16-dynamic-loss-scale", fp16_loss_scale),
     Rule("ZK208", WARNING, "fp16-static-scale-dynamic-keys", fp16_static_scale_dynamic_keys),
+    Rule("ZK209", ERROR, "fp16-hysteresis-below-1", fp16_hysteresis),
+    Rule("ZK210", ERROR, "fp16-scale-power-overflow", fp16_scale_power),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),
@@ -940,6 +1061,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK307", WARNING, "bucket-memory", bucket_memory),
     Rule("ZK314", ERROR, "bucket-exceeds-gpu", bucket_exceeds_gpu),
     Rule("ZK308", ERROR, "sum-allreduce-zero3", sum_allreduce_zero3),
+    Rule("ZK315", ERROR, "gradient-prescaling", gradient_prescaling),
     Rule("ZK309", WARNING, "zero3-no-16bit-save", zero3_no_16bit_save),
     Rule("ZK310", ERROR, "compute-grad-norm-stage", compute_grad_norm_stage),
     Rule("ZK313", ERROR, "compute-grad-norm-off", compute_grad_norm_off),
@@ -947,6 +1069,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK402", ERROR, "untested-zero-optimizer", untested_zero_optimizer),
     Rule("ZK403", WARNING, "offload-needs-ds-optimizer", offload_client_optimizer),
     Rule("ZK404", ERROR, "max-grad-norm-param", max_grad_norm_param),
+    Rule("ZK412", ERROR, "optimizer-lr-not-a-number", optimizer_lr_type),
     Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
     Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
