@@ -257,6 +257,55 @@ def test_accelerate_launch_does_not_know_the_misspelled_yaml_key():
     assert "offload_optimzer_nvme_path" not in dests
 
 
+def test_a_yaml_that_is_no_accelerate_config_is_linted_as_the_ds_config_it_would_be(capsys, tmp_path):
+    """Before, any YAML counted as an Accelerate config, and one with none of its keys linted clean (exit 0). Now it
+    gets what a JSON file with the same keys gets, and ZK107 where HF would json.load it."""
+    as_yaml = write(tmp_path, "y.yaml", "a: &a [1, 2]\nb: *a\n")
+    as_json = write(tmp_path, "y.json", json.dumps({"a": [1, 2], "b": [1, 2]}))
+    for target in ("trainer", "accelerate", "deepspeed"):
+        code, from_yaml = run_json(capsys, "--target", target, as_yaml)
+        json_code, from_json = run_json(capsys, "--target", target, as_json)
+        assert code == json_code == 1
+        yaml_codes = sorted((f["code"], f["key"]) for f in from_yaml if f["code"] != "ZK107")
+        assert yaml_codes == sorted((f["code"], f["key"]) for f in from_json)
+        assert ("ZK100", "a") in yaml_codes and ("ZK100", "b") in yaml_codes
+        assert [f["line"] for f in from_yaml if f["code"] == "ZK100"] == [1, 2]
+        assert [f["code"] for f in from_yaml if f["code"] == "ZK107"] == ([] if target == "deepspeed" else ["ZK107"])
+    # keys YAML writes as other types are linted as json.dumps would write them; still no traceback
+    odd = write(tmp_path, "odd.yml", "2020-01-01: x\n7: !!binary aGk=\ns: !!set {a, b}\nzero_optimization: {stage: 2}\n")
+    code, findings = run_json(capsys, "--target", "deepspeed", odd)
+    assert code == 1 and {f["key"] for f in findings if f["code"] == "ZK100"} == {"2020-01-01", "7", "s"}
+    # a YAML ds_config written in JSON syntax is what json.load reads: no ZK107
+    flow = write(tmp_path, "flow.yaml", json.dumps({"train_micro_batch_size_per_gpu": 1,
+                                                    "zero_optimization": {"stage": 2}}))
+    assert run_json(capsys, "--target", "trainer", flow) == (0, [])
+    hf = pytest.importorskip("transformers.integrations.deepspeed")
+    with pytest.raises(json.JSONDecodeError):
+        hf.HfDeepSpeedConfig(as_yaml)
+    assert hf.HfDeepSpeedConfig(flow).config["zero_optimization"] == {"stage": 2}
+
+
+def test_an_unknown_key_in_an_accelerate_config_is_refused_by_accelerate(capsys, tmp_path):
+    path = write(tmp_path, "acc.yaml", "distributed_type: DEEPSPEED\nnum_proceses: 2\ndeepspeed_config:\n"
+                 "  zero_stage: 2\n")
+    code, findings = run_json(capsys, path)
+    assert code == 1 and [(f["line"], f["code"], f["key"], f["suggestion"]) for f in findings] == [
+        (2, "ZK100", "num_proceses", "num_processes")]
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    with pytest.raises(ValueError, match=r"had unknown keys \(\['num_proceses'\]\)"):
+        config_args.load_config_from_file(path)
+    fixed = write(tmp_path, "fixed.yaml", "distributed_type: DEEPSPEED\nnum_processes: 2\nfp16: false\n"
+                  "deepspeed_config:\n  zero_stage: 2\n")  # fp16: the old key Accelerate still converts
+    assert run_json(capsys, fixed) == (0, [])
+    assert config_args.load_config_from_file(fixed).num_processes == 2
+    import dataclasses
+
+    from zerokit.lint.accelerate import CONFIG_KEYS
+
+    fields = {f.name for c in (config_args.ClusterConfig, config_args.SageMakerConfig) for f in dataclasses.fields(c)}
+    assert CONFIG_KEYS == fields | {"fp16", "dynamo_backend"}
+
+
 # ---------------------------------------------------------------- what zerokit ships and emits lints clean
 
 

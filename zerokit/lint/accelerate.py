@@ -27,10 +27,23 @@ IGNORED_WITH_FILE = ("gradient_accumulation_steps", "gradient_clipping", "zero_s
                      "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
                      "zero3_save_16bit_model")
 DEVICES = ("none", "cpu", "nvme")
+# accelerate/commands/config/config_args.py: the fields of BaseConfig, ClusterConfig and SageMakerConfig, and the two
+# old keys process_config converts ("fp16", "dynamo_backend"); from_yaml_file refuses any other key
+CONFIG_KEYS = frozenset((
+    "additional_args", "base_job_name", "command_file", "commands", "compute_environment", "debug",
+    "deepspeed_config", "distributed_type", "downcast_bf16", "dynamo_config", "ec2_instance_type",
+    "enable_cpu_affinity", "fp8_config", "fsdp_config", "gpu_ids", "iam_role_name", "image_uri", "machine_rank",
+    "main_process_ip", "main_process_port", "main_training_function", "megatron_lm_config", "mixed_precision",
+    "mpirun_config", "num_machines", "num_processes", "parallelism_config", "profile", "py_version",
+    "pytorch_version", "rdzv_backend", "region", "sagemaker_inputs_file", "sagemaker_metrics_file", "same_network",
+    "tpu_env", "tpu_name", "tpu_use_cluster", "tpu_use_sudo", "tpu_vm", "tpu_zone", "transformers_version",
+    "use_cpu", "fp16", "dynamo_backend"))
 
 
 def is_accelerate_yaml(doc: Document) -> bool:
-    return doc.syntax == "yaml"
+    """A YAML with at least one key of an Accelerate config; any other YAML is linted as the ds_config it would
+    be, so that its unknown keys are reported as a JSON file's are."""
+    return doc.syntax == "yaml" and any(key in CONFIG_KEYS for key in doc.data)
 
 
 def yaml_findings(doc: Document) -> list[Finding]:
@@ -41,6 +54,12 @@ def yaml_findings(doc: Document) -> list[Finding]:
     def add(key: tuple, severity: str, code: str, message: str, suggestion: str | None = None) -> None:
         line, col = doc.where(key)
         out.append(Finding(doc.path, line, col, severity, code, ".".join(map(str, key)), message, suggestion))
+
+    for key in doc.data:
+        if key not in CONFIG_KEYS:
+            guess = _did_you_mean(str(key), sorted(CONFIG_KEYS))
+            add((key,), ERROR, "ZK100", f"unknown key '{key}' in an Accelerate config: accelerate launch refuses the "
+                "file ('had unknown keys')" + (f" (did you mean '{guess}'?)" if guess else "; delete it"), guess)
 
     if not isinstance(ds, dict):
         if ds is not None:
@@ -172,5 +191,5 @@ def synthesize(doc: Document) -> tuple[Document, dict[str, str]]:
     if mp in ("fp16", "bf16") and ("mixed_precision",) in doc.positions:
         positions[(mp,)] = positions[(mp, "enabled")] = doc.positions[("mixed_precision",)]
         mapping[f"{mp}.enabled"] = "mixed_precision"
-    synth = Document(doc.path, cfg, positions, syntax="yaml", base_dir=doc.base_dir)
+    synth = Document(doc.path, cfg, positions, syntax="accelerate", base_dir=doc.base_dir)
     return synth, mapping

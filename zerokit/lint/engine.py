@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import copy
 import glob
 import os
 import re
@@ -19,7 +20,7 @@ from zerokit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from zerokit.fileio import same_path
 from zerokit.lint import accelerate
 from zerokit.lint.findings import ERROR, WARNING, Finding
-from zerokit.lint.loader import Document, LoadError, load_file, load_stdin, load_text
+from zerokit.lint.loader import Document, LoadError, as_json, load_file, load_stdin, load_text
 from zerokit.lint.rules import Context, run_rules
 
 __all__ = ["Context", "LintResult", "expand", "lint_document", "lint_paths", "lint_text"]
@@ -57,6 +58,9 @@ def lint_document(doc: Document, ctx: Context) -> list[Finding]:
 
 def _lint_document(doc: Document, ctx: Context) -> list[Finding]:
     if not accelerate.is_accelerate_yaml(doc):
+        if doc.syntax == "yaml":  # no Accelerate config: lint the ds_config it would be, as the JSON of it
+            doc = copy.copy(doc)
+            doc.data = as_json(doc.data)
         return run_rules(doc, ctx)
     out = accelerate.yaml_findings(doc)
     acc = Context("accelerate", ctx.world_size, ctx.gpu_memory)

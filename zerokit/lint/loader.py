@@ -44,10 +44,10 @@ class Document:
     path: str
     data: dict
     positions: dict[KeyPath, Position] = field(default_factory=dict)
-    syntax: str = "json"  # json | hjson | yaml
+    syntax: str = "json"  # json | hjson | yaml | accelerate (the ds_config Accelerate builds from a YAML's fields)
     duplicates: list[tuple[KeyPath, Position]] = field(default_factory=list)
     base_dir: Path | None = None
-    json_error: str = ""  # why strict JSON rejected an HJSON file
+    json_error: str = ""  # why strict JSON rejected an HJSON or YAML file
     json_error_pos: Position | None = None
     bom: bool = False  # starts with a UTF-8 byte-order mark: hjson (DeepSpeed) skips it, json.load (HF) refuses it
 
@@ -299,7 +299,27 @@ def parse_yaml(text: str, path: str) -> Document:
                     stack.append((v, p + (key,)))
         elif isinstance(n, yaml.SequenceNode):
             stack.extend((v, p + (i,)) for i, v in enumerate(n.value))
-    return Document(path, data, positions, "yaml")
+    doc = Document(path, data, positions, "yaml")
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as e:  # most YAML is no JSON: what HF's json.load says of it
+        doc.json_error, doc.json_error_pos = _syntax_message(e.msg, text, e.pos)[0], (e.lineno, e.colno)
+    except (ValueError, RecursionError) as e:  # a number of 4300+ digits, nesting json.loads cannot follow
+        doc.json_error, doc.json_error_pos = (str(e).splitlines() or [type(e).__name__])[0], (1, 1)
+    return doc
+
+
+def as_json(value: Any) -> Any:
+    """A YAML value as the JSON a ds_config holds: keys as json.dumps writes them (1 -> "1", true -> "true"), dates
+    and bytes as strings, sets and pairs as lists. The YAML loader has bounded its depth and size."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else json.dumps(k) if isinstance(k, (bool, int, float)) or k is None
+                else str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [as_json(v) for v in value]
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    return str(value)
 
 
 def _check_expansion(root: Any, path: str) -> None:

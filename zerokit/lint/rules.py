@@ -175,9 +175,12 @@ def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
     """HfDeepSpeedConfig reads the file with json.load, so HJSON syntax works only with the deepspeed launcher."""
-    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "yaml":
+    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "accelerate":
         return
-    if doc.syntax == "hjson":
+    if doc.syntax == "yaml" and doc.json_error:  # a YAML that is no Accelerate config, linted as a ds_config
+        yield Hit((), f"YAML, not JSON ({doc.json_error}): {TARGET_NAMES[ctx.target]} loads a ds_config with "
+                  "json.load and fails; write it as JSON", pos=doc.json_error_pos)
+    elif doc.syntax == "hjson":
         yield Hit((), f"not strict JSON ({doc.json_error}): DeepSpeed reads HJSON, but {TARGET_NAMES[ctx.target]} "
                   "loads the file with json.load and fails; quote keys, drop comments and trailing commas, or lint "
                   "with --target deepspeed", pos=doc.json_error_pos)
@@ -657,7 +660,7 @@ def zero3_no_16bit_save(doc: Document, ctx: Context) -> Iterator[Hit]:
     autotp = tp > 1 and stage != 3 and ctx.target in ("trainer", "accelerate")
     if stage != 3 and not autotp:
         return
-    if doc.syntax != "yaml" and any(zero.get(k) is False for k in GATHER_KEYS):
+    if doc.syntax != "accelerate" and any(zero.get(k) is False for k in GATHER_KEYS):
         return  # written false: the user chose sharded checkpoints only (`accelerate config` writes false itself)
     if any(zero.get(k) is True or zero.get(k) == AUTO for k in GATHER_KEYS):
         return
@@ -1007,7 +1010,7 @@ def auto_from_accelerate_defaults(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedPlugin.__post_init__ fills the ZeRO stage, offload devices, NVMe paths and the 16-bit gather flag
     from its own fields, not from the training: the ACCELERATE_DEEPSPEED_* variables `accelerate launch` exports from
     `accelerate config`, else stage 2, no offload, no gathering. The HF Trainer builds the same plugin."""
-    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "yaml":
+    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "accelerate":
         return
     for key in _auto_leaves(doc.data, ()):
         name = dotted(key)
@@ -1023,7 +1026,7 @@ def accelerate_needs_zero_section(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedPlugin: 'Please specify the ZeRO optimization config in the DeepSpeed config.' The HF Trainer builds
     one from TrainingArguments(deepspeed=...) too (transformers' training_args), so both targets need the section, as
     a section: the plugin reads zero_optimization.get(...) (a bare `true` raises AttributeError there)."""
-    if ctx.target not in ("accelerate", "trainer") or doc.syntax == "yaml":
+    if ctx.target not in ("accelerate", "trainer") or doc.syntax == "accelerate":
         return
     who = "Accelerate refuses" if ctx.target == "accelerate" else "TrainingArguments(deepspeed=...) refuses"
     zero = doc.data.get("zero_optimization")
