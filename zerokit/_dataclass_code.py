@@ -434,47 +434,37 @@ def __create_fn__():
  return __hash__
 _47 = __create_fn__
 
-def __create_fn__(_type_script, _type_script_args, _type_config, _type_gpus_per_node, _type_nodes, _type_include, _type_exclude, _type_hostfile, _type_hosts, _type_launcher, _type_master_addr, _type_master_port, _type_env, _type_files_dir, _type_runner, _type_extra_runner_args, _type_no_ssh, _type_node_rank, _type_visible_devices, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_script_args, _dflt_config, _dflt_gpus_per_node, _dflt_nodes, _dflt_include, _dflt_exclude, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_addr, _dflt_master_port, _dflt_env, _dflt_files_dir, _dflt_runner, _dflt_extra_runner_args, _dflt_no_ssh, _dflt_node_rank, _dflt_visible_devices, _return_type):
- def __init__(self,script:_type_script,script_args:_type_script_args=_dflt_script_args,config:_type_config=_dflt_config,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,nodes:_type_nodes=_dflt_nodes,include:_type_include=_dflt_include,exclude:_type_exclude=_dflt_exclude,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_dflt_hosts,launcher:_type_launcher=_dflt_launcher,master_addr:_type_master_addr=_dflt_master_addr,master_port:_type_master_port=_dflt_master_port,env:_type_env=_dflt_env,files_dir:_type_files_dir=_dflt_files_dir,runner:_type_runner=_dflt_runner,extra_runner_args:_type_extra_runner_args=_HAS_DEFAULT_FACTORY,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,visible_devices:_type_visible_devices=_dflt_visible_devices)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'script',script)
-  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)
-  __dataclass_builtins_object__.__setattr__(self,'config',config)
-  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
-  __dataclass_builtins_object__.__setattr__(self,'nodes',nodes)
-  __dataclass_builtins_object__.__setattr__(self,'include',include)
-  __dataclass_builtins_object__.__setattr__(self,'exclude',exclude)
-  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
-  __dataclass_builtins_object__.__setattr__(self,'hosts',hosts)
-  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)
-  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)
-  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)
-  __dataclass_builtins_object__.__setattr__(self,'env',env)
-  __dataclass_builtins_object__.__setattr__(self,'files_dir',files_dir)
-  __dataclass_builtins_object__.__setattr__(self,'runner',runner)
-  __dataclass_builtins_object__.__setattr__(self,'extra_runner_args',_dflt_extra_runner_args() if extra_runner_args is _HAS_DEFAULT_FACTORY else extra_runner_args)
-  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)
-  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)
-  __dataclass_builtins_object__.__setattr__(self,'visible_devices',visible_devices)
+def __create_fn__(_type_activations, _type_transient, _type_generic, _type_note, _type_forward_transient, _type_loss_transient, _type_head_transient, _type_layer_transient, _type_head_weight_gradient, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_note, _dflt_forward_transient, _dflt_loss_transient, _dflt_head_transient, _dflt_layer_transient, _dflt_head_weight_gradient, _return_type):
+ def __init__(self,activations:_type_activations,transient:_type_transient,generic:_type_generic,note:_type_note=_dflt_note,forward_transient:_type_forward_transient=_dflt_forward_transient,loss_transient:_type_loss_transient=_dflt_loss_transient,head_transient:_type_head_transient=_dflt_head_transient,layer_transient:_type_layer_transient=_dflt_layer_transient,head_weight_gradient:_type_head_weight_gradient=_dflt_head_weight_gradient)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'activations',activations)
+  __dataclass_builtins_object__.__setattr__(self,'transient',transient)
+  __dataclass_builtins_object__.__setattr__(self,'generic',generic)
+  __dataclass_builtins_object__.__setattr__(self,'note',note)
+  __dataclass_builtins_object__.__setattr__(self,'forward_transient',forward_transient)
+  __dataclass_builtins_object__.__setattr__(self,'loss_transient',loss_transient)
+  __dataclass_builtins_object__.__setattr__(self,'head_transient',head_transient)
+  __dataclass_builtins_object__.__setattr__(self,'layer_transient',layer_transient)
+  __dataclass_builtins_object__.__setattr__(self,'head_weight_gradient',head_weight_gradient)
  return __init__
 _48 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(script={self.script!r}, script_args={self.script_args!r}, config={self.config!r}, gpus_per_node={self.gpus_per_node!r}, nodes={self.nodes!r}, include={self.include!r}, exclude={self.exclude!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_addr={self.master_addr!r}, master_port={self.master_port!r}, env={self.env!r}, files_dir={self.files_dir!r}, runner={self.runner!r}, extra_runner_args={self.extra_runner_args!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, visible_devices={self.visible_devices!r})"
+  return self.__class__.__qualname__ + f"(activations={self.activations!r}, transient={self.transient!r}, generic={self.generic!r}, note={self.note!r}, forward_transient={self.forward_transient!r}, loss_transient={self.loss_transient!r}, head_transient={self.head_transient!r}, layer_transient={self.layer_transient!r}, head_weight_gradient={self.head_weight_gradient!r})"
  return __repr__
 _49 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,)==(other.script,other.script_args,other.config,other.gpus_per_node,other.nodes,other.include,other.exclude,other.hostfile,other.hosts,other.launcher,other.master_addr,other.master_port,other.env,other.files_dir,other.runner,other.extra_runner_args,other.no_ssh,other.node_rank,other.visible_devices,)
+   return (self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,)==(other.activations,other.transient,other.generic,other.note,other.forward_transient,other.loss_transient,other.head_transient,other.layer_transient,other.head_weight_gradient,)
   return NotImplemented
  return __eq__
 _50 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('script','script_args','config','gpus_per_node','nodes','include','exclude','hostfile','hosts','launcher','master_addr','master_port','env','files_dir','runner','extra_runner_args','no_ssh','node_rank','visible_devices',):
+  if type(self) is cls or name in ('activations','transient','generic','note','forward_transient','loss_transient','head_transient','layer_transient','head_weight_gradient',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -482,7 +472,7 @@ _51 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('script','script_args','config','gpus_per_node','nodes','include','exclude','hostfile','hosts','launcher','master_addr','master_port','env','files_dir','runner','extra_runner_args','no_ssh','node_rank','visible_devices',):
+  if type(self) is cls or name in ('activations','transient','generic','note','forward_transient','loss_transient','head_transient','layer_transient','head_weight_gradient',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -490,9 +480,104 @@ _52 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,))
+  return hash((self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,))
  return __hash__
 _53 = __create_fn__
+
+def __create_fn__(_type_rank, _type_targets, _type_dropout, _type_quantized, _type_adapter_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_targets, _dflt_dropout, _dflt_quantized, _dflt_adapter_bytes, _return_type):
+ def __init__(self,rank:_type_rank,targets:_type_targets=_dflt_targets,dropout:_type_dropout=_dflt_dropout,quantized:_type_quantized=_dflt_quantized,adapter_bytes:_type_adapter_bytes=_dflt_adapter_bytes)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'rank',rank)
+  __dataclass_builtins_object__.__setattr__(self,'targets',targets)
+  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)
+  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)
+  __dataclass_builtins_object__.__setattr__(self,'adapter_bytes',adapter_bytes)
+  self.__post_init__()
+ return __init__
+_54 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(rank={self.rank!r}, targets={self.targets!r}, dropout={self.dropout!r}, quantized={self.quantized!r}, adapter_bytes={self.adapter_bytes!r})"
+ return __repr__
+_55 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,)==(other.rank,other.targets,other.dropout,other.quantized,other.adapter_bytes,)
+  return NotImplemented
+ return __eq__
+_56 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('rank','targets','dropout','quantized','adapter_bytes',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_57 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('rank','targets','dropout','quantized','adapter_bytes',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_58 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,))
+ return __hash__
+_59 = __create_fn__
+
+def __create_fn__(_type_setup, _type_precision, _type_buffers, _type_phases, _type_peak_phase, _type_host, _type_activations_source, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_activations_source, _return_type):
+ def __init__(self,setup:_type_setup,precision:_type_precision,buffers:_type_buffers,phases:_type_phases,peak_phase:_type_peak_phase,host:_type_host,activations_source:_type_activations_source=_dflt_activations_source)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'setup',setup)
+  __dataclass_builtins_object__.__setattr__(self,'precision',precision)
+  __dataclass_builtins_object__.__setattr__(self,'buffers',buffers)
+  __dataclass_builtins_object__.__setattr__(self,'phases',phases)
+  __dataclass_builtins_object__.__setattr__(self,'peak_phase',peak_phase)
+  __dataclass_builtins_object__.__setattr__(self,'host',host)
+  __dataclass_builtins_object__.__setattr__(self,'activations_source',activations_source)
+ return __init__
+_60 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(setup={self.setup!r}, precision={self.precision!r}, buffers={self.buffers!r}, phases={self.phases!r}, peak_phase={self.peak_phase!r}, host={self.host!r}, activations_source={self.activations_source!r})"
+ return __repr__
+_61 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,)==(other.setup,other.precision,other.buffers,other.phases,other.peak_phase,other.host,other.activations_source,)
+  return NotImplemented
+ return __eq__
+_62 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('setup','precision','buffers','phases','peak_phase','host','activations_source',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_63 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('setup','precision','buffers','phases','peak_phase','host','activations_source',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_64 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,))
+ return __hash__
+_65 = __create_fn__
 
 def __create_fn__(_type_model_type, _type_hidden_size, _type_num_layers, _type_vocab_size, _type_intermediate_size, _type_layer_matmuls, _type_head_matmuls, _type_attention, _type_parameter_modules, _type_module_sizes, _type_elementwise_per_token, _type_score_softcap, _type__cache, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_module_sizes, _dflt_elementwise_per_token, _dflt_score_softcap, _dflt__cache, _return_type):
  def __init__(self,model_type:_type_model_type,hidden_size:_type_hidden_size,num_layers:_type_num_layers,vocab_size:_type_vocab_size,intermediate_size:_type_intermediate_size,layer_matmuls:_type_layer_matmuls,head_matmuls:_type_head_matmuls,attention:_type_attention,parameter_modules:_type_parameter_modules,module_sizes:_type_module_sizes=_dflt_module_sizes,elementwise_per_token:_type_elementwise_per_token=_dflt_elementwise_per_token,score_softcap:_type_score_softcap=_dflt_score_softcap,_cache:_type__cache=_HAS_DEFAULT_FACTORY)->_return_type:
@@ -510,13 +595,13 @@ def __create_fn__(_type_model_type, _type_hidden_size, _type_num_layers, _type_v
   __dataclass_builtins_object__.__setattr__(self,'score_softcap',score_softcap)
   __dataclass_builtins_object__.__setattr__(self,'_cache',_dflt__cache() if _cache is _HAS_DEFAULT_FACTORY else _cache)
  return __init__
-_54 = __create_fn__
+_66 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(model_type={self.model_type!r}, hidden_size={self.hidden_size!r}, num_layers={self.num_layers!r}, vocab_size={self.vocab_size!r}, intermediate_size={self.intermediate_size!r}, layer_matmuls={self.layer_matmuls!r}, head_matmuls={self.head_matmuls!r}, attention={self.attention!r}, parameter_modules={self.parameter_modules!r}, module_sizes={self.module_sizes!r}, elementwise_per_token={self.elementwise_per_token!r}, score_softcap={self.score_softcap!r})"
  return __repr__
-_55 = __create_fn__
+_67 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -524,7 +609,7 @@ def __create_fn__():
    return (self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,)==(other.model_type,other.hidden_size,other.num_layers,other.vocab_size,other.intermediate_size,other.layer_matmuls,other.head_matmuls,other.attention,other.parameter_modules,other.module_sizes,other.elementwise_per_token,other.score_softcap,)
   return NotImplemented
  return __eq__
-_56 = __create_fn__
+_68 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -532,7 +617,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_57 = __create_fn__
+_69 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -540,13 +625,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_58 = __create_fn__
+_70 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,))
  return __hash__
-_59 = __create_fn__
+_71 = __create_fn__
 
 def __create_fn__(_type_name, _type_device, _type_matmul, _type_matmul_forward, _type_matmul_input_grad, _type_attention, _type_elementwise, _type_op_overhead_s, _type_intra_node_bandwidth, _type_inter_node_bandwidth, _type_collective_efficiency, _type_collective_latency_s, _type_comm_overlaps_compute, _type_h2d_pinned, _type_d2h_pinned, _type_h2d_pageable, _type_d2h_pageable, _type_cpu_adam_params_per_s, _type_device_adam_params_per_s, _type_host_cast_params_per_s, _type_h2d_cast_params_per_s, _type_nvme_read, _type_nvme_write, _type_zero3_module_overhead_s, _type_dropout_elements_per_s, _type_dequant_elements_per_s, _type_quantized_linear_overhead_s, _type_bucket_flush_s, _type_step_overhead_s, _type_compute_scale, _type_ranks_measured, _type_dense_peak, _type_sources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_device, _dflt_matmul, _dflt_matmul_forward, _dflt_matmul_input_grad, _dflt_attention, _dflt_elementwise, _dflt_op_overhead_s, _dflt_intra_node_bandwidth, _dflt_inter_node_bandwidth, _dflt_collective_efficiency, _dflt_collective_latency_s, _dflt_comm_overlaps_compute, _dflt_h2d_pinned, _dflt_d2h_pinned, _dflt_h2d_pageable, _dflt_d2h_pageable, _dflt_cpu_adam_params_per_s, _dflt_device_adam_params_per_s, _dflt_host_cast_params_per_s, _dflt_h2d_cast_params_per_s, _dflt_nvme_read, _dflt_nvme_write, _dflt_zero3_module_overhead_s, _dflt_dropout_elements_per_s, _dflt_dequant_elements_per_s, _dflt_quantized_linear_overhead_s, _dflt_bucket_flush_s, _dflt_step_overhead_s, _dflt_compute_scale, _dflt_ranks_measured, _dflt_dense_peak, _dflt_sources, _return_type):
  def __init__(self,name:_type_name,device:_type_device=_dflt_device,matmul:_type_matmul=_HAS_DEFAULT_FACTORY,matmul_forward:_type_matmul_forward=_HAS_DEFAULT_FACTORY,matmul_input_grad:_type_matmul_input_grad=_HAS_DEFAULT_FACTORY,attention:_type_attention=_HAS_DEFAULT_FACTORY,elementwise:_type_elementwise=_dflt_elementwise,op_overhead_s:_type_op_overhead_s=_dflt_op_overhead_s,intra_node_bandwidth:_type_intra_node_bandwidth=_dflt_intra_node_bandwidth,inter_node_bandwidth:_type_inter_node_bandwidth=_dflt_inter_node_bandwidth,collective_efficiency:_type_collective_efficiency=_dflt_collective_efficiency,collective_latency_s:_type_collective_latency_s=_dflt_collective_latency_s,comm_overlaps_compute:_type_comm_overlaps_compute=_dflt_comm_overlaps_compute,h2d_pinned:_type_h2d_pinned=_dflt_h2d_pinned,d2h_pinned:_type_d2h_pinned=_dflt_d2h_pinned,h2d_pageable:_type_h2d_pageable=_dflt_h2d_pageable,d2h_pageable:_type_d2h_pageable=_dflt_d2h_pageable,cpu_adam_params_per_s:_type_cpu_adam_params_per_s=_dflt_cpu_adam_params_per_s,device_adam_params_per_s:_type_device_adam_params_per_s=_dflt_device_adam_params_per_s,host_cast_params_per_s:_type_host_cast_params_per_s=_dflt_host_cast_params_per_s,h2d_cast_params_per_s:_type_h2d_cast_params_per_s=_dflt_h2d_cast_params_per_s,nvme_read:_type_nvme_read=_dflt_nvme_read,nvme_write:_type_nvme_write=_dflt_nvme_write,zero3_module_overhead_s:_type_zero3_module_overhead_s=_dflt_zero3_module_overhead_s,dropout_elements_per_s:_type_dropout_elements_per_s=_dflt_dropout_elements_per_s,dequant_elements_per_s:_type_dequant_elements_per_s=_dflt_dequant_elements_per_s,quantized_linear_overhead_s:_type_quantized_linear_overhead_s=_dflt_quantized_linear_overhead_s,bucket_flush_s:_type_bucket_flush_s=_dflt_bucket_flush_s,step_overhead_s:_type_step_overhead_s=_dflt_step_overhead_s,compute_scale:_type_compute_scale=_dflt_compute_scale,ranks_measured:_type_ranks_measured=_dflt_ranks_measured,dense_peak:_type_dense_peak=_HAS_DEFAULT_FACTORY,sources:_type_sources=_HAS_DEFAULT_FACTORY)->_return_type:
@@ -584,13 +669,13 @@ def __create_fn__(_type_name, _type_device, _type_matmul, _type_matmul_forward, 
   __dataclass_builtins_object__.__setattr__(self,'dense_peak',_dflt_dense_peak() if dense_peak is _HAS_DEFAULT_FACTORY else dense_peak)
   __dataclass_builtins_object__.__setattr__(self,'sources',_dflt_sources() if sources is _HAS_DEFAULT_FACTORY else sources)
  return __init__
-_60 = __create_fn__
+_72 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(name={self.name!r}, device={self.device!r}, matmul={self.matmul!r}, matmul_forward={self.matmul_forward!r}, matmul_input_grad={self.matmul_input_grad!r}, attention={self.attention!r}, elementwise={self.elementwise!r}, op_overhead_s={self.op_overhead_s!r}, intra_node_bandwidth={self.intra_node_bandwidth!r}, inter_node_bandwidth={self.inter_node_bandwidth!r}, collective_efficiency={self.collective_efficiency!r}, collective_latency_s={self.collective_latency_s!r}, comm_overlaps_compute={self.comm_overlaps_compute!r}, h2d_pinned={self.h2d_pinned!r}, d2h_pinned={self.d2h_pinned!r}, h2d_pageable={self.h2d_pageable!r}, d2h_pageable={self.d2h_pageable!r}, cpu_adam_params_per_s={self.cpu_adam_params_per_s!r}, device_adam_params_per_s={self.device_adam_params_per_s!r}, host_cast_params_per_s={self.host_cast_params_per_s!r}, h2d_cast_params_per_s={self.h2d_cast_params_per_s!r}, nvme_read={self.nvme_read!r}, nvme_write={self.nvme_write!r}, zero3_module_overhead_s={self.zero3_module_overhead_s!r}, dropout_elements_per_s={self.dropout_elements_per_s!r}, dequant_elements_per_s={self.dequant_elements_per_s!r}, quantized_linear_overhead_s={self.quantized_linear_overhead_s!r}, bucket_flush_s={self.bucket_flush_s!r}, step_overhead_s={self.step_overhead_s!r}, compute_scale={self.compute_scale!r}, ranks_measured={self.ranks_measured!r}, dense_peak={self.dense_peak!r}, sources={self.sources!r})"
  return __repr__
-_61 = __create_fn__
+_73 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -598,7 +683,7 @@ def __create_fn__():
    return (self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,)==(other.name,other.device,other.matmul,other.matmul_forward,other.matmul_input_grad,other.attention,other.elementwise,other.op_overhead_s,other.intra_node_bandwidth,other.inter_node_bandwidth,other.collective_efficiency,other.collective_latency_s,other.comm_overlaps_compute,other.h2d_pinned,other.d2h_pinned,other.h2d_pageable,other.d2h_pageable,other.cpu_adam_params_per_s,other.device_adam_params_per_s,other.host_cast_params_per_s,other.h2d_cast_params_per_s,other.nvme_read,other.nvme_write,other.zero3_module_overhead_s,other.dropout_elements_per_s,other.dequant_elements_per_s,other.quantized_linear_overhead_s,other.bucket_flush_s,other.step_overhead_s,other.compute_scale,other.ranks_measured,other.dense_peak,other.sources,)
   return NotImplemented
  return __eq__
-_62 = __create_fn__
+_74 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -606,7 +691,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_63 = __create_fn__
+_75 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -614,13 +699,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_64 = __create_fn__
+_76 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,))
  return __hash__
-_65 = __create_fn__
+_77 = __create_fn__
 
 def __create_fn__(_type_step_time_s, _type_tokens_per_s, _type_mfu, _type_compute_s, _type_communication_s, _type_exposed_communication_s, _type_offload_s, _type_optimizer_s, _type_overhead_s, _type_tokens_per_step, _type_flops_per_step, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
  def __init__(self,step_time_s:_type_step_time_s,tokens_per_s:_type_tokens_per_s,mfu:_type_mfu,compute_s:_type_compute_s,communication_s:_type_communication_s,exposed_communication_s:_type_exposed_communication_s,offload_s:_type_offload_s,optimizer_s:_type_optimizer_s,overhead_s:_type_overhead_s,tokens_per_step:_type_tokens_per_step,flops_per_step:_type_flops_per_step)->_return_type:
@@ -636,13 +721,13 @@ def __create_fn__(_type_step_time_s, _type_tokens_per_s, _type_mfu, _type_comput
   self.tokens_per_step=tokens_per_step
   self.flops_per_step=flops_per_step
  return __init__
-_66 = __create_fn__
+_78 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(step_time_s={self.step_time_s!r}, tokens_per_s={self.tokens_per_s!r}, mfu={self.mfu!r}, compute_s={self.compute_s!r}, communication_s={self.communication_s!r}, exposed_communication_s={self.exposed_communication_s!r}, offload_s={self.offload_s!r}, optimizer_s={self.optimizer_s!r}, overhead_s={self.overhead_s!r}, tokens_per_step={self.tokens_per_step!r}, flops_per_step={self.flops_per_step!r})"
  return __repr__
-_67 = __create_fn__
+_79 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -650,774 +735,7 @@ def __create_fn__():
    return (self.step_time_s,self.tokens_per_s,self.mfu,self.compute_s,self.communication_s,self.exposed_communication_s,self.offload_s,self.optimizer_s,self.overhead_s,self.tokens_per_step,self.flops_per_step,)==(other.step_time_s,other.tokens_per_s,other.mfu,other.compute_s,other.communication_s,other.exposed_communication_s,other.offload_s,other.optimizer_s,other.overhead_s,other.tokens_per_step,other.flops_per_step,)
   return NotImplemented
  return __eq__
-_68 = __create_fn__
-
-def __create_fn__(_type_name, _type_ok, _type_detail, _type_fix, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_fix, _return_type):
- def __init__(self,name:_type_name,ok:_type_ok,detail:_type_detail,fix:_type_fix=_dflt_fix)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'ok',ok)
-  __dataclass_builtins_object__.__setattr__(self,'detail',detail)
-  __dataclass_builtins_object__.__setattr__(self,'fix',fix)
- return __init__
-_69 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(name={self.name!r}, ok={self.ok!r}, detail={self.detail!r}, fix={self.fix!r})"
- return __repr__
-_70 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.name,self.ok,self.detail,self.fix,)==(other.name,other.ok,other.detail,other.fix,)
-  return NotImplemented
- return __eq__
-_71 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('name','ok','detail','fix',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_72 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('name','ok','detail','fix',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_73 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.name,self.ok,self.detail,self.fix,))
- return __hash__
-_74 = __create_fn__
-
-def __create_fn__(_type_cpu_adam, _type_cpu_optimizer_op, _type_dtypes, _type_async_io, _type_nvme_paths, _type_nvme_missing, _type_nvme_bytes, _type_cpu_bytes, _type_gpu_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cpu_adam, _dflt_cpu_optimizer_op, _dflt_dtypes, _dflt_async_io, _dflt_nvme_paths, _dflt_nvme_missing, _dflt_nvme_bytes, _dflt_cpu_bytes, _dflt_gpu_bytes, _return_type):
- def __init__(self,cpu_adam:_type_cpu_adam=_dflt_cpu_adam,cpu_optimizer_op:_type_cpu_optimizer_op=_dflt_cpu_optimizer_op,dtypes:_type_dtypes=_dflt_dtypes,async_io:_type_async_io=_dflt_async_io,nvme_paths:_type_nvme_paths=_dflt_nvme_paths,nvme_missing:_type_nvme_missing=_dflt_nvme_missing,nvme_bytes:_type_nvme_bytes=_dflt_nvme_bytes,cpu_bytes:_type_cpu_bytes=_dflt_cpu_bytes,gpu_bytes:_type_gpu_bytes=_dflt_gpu_bytes)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'cpu_adam',cpu_adam)
-  __dataclass_builtins_object__.__setattr__(self,'cpu_optimizer_op',cpu_optimizer_op)
-  __dataclass_builtins_object__.__setattr__(self,'dtypes',dtypes)
-  __dataclass_builtins_object__.__setattr__(self,'async_io',async_io)
-  __dataclass_builtins_object__.__setattr__(self,'nvme_paths',nvme_paths)
-  __dataclass_builtins_object__.__setattr__(self,'nvme_missing',nvme_missing)
-  __dataclass_builtins_object__.__setattr__(self,'nvme_bytes',nvme_bytes)
-  __dataclass_builtins_object__.__setattr__(self,'cpu_bytes',cpu_bytes)
-  __dataclass_builtins_object__.__setattr__(self,'gpu_bytes',gpu_bytes)
- return __init__
-_75 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(cpu_adam={self.cpu_adam!r}, cpu_optimizer_op={self.cpu_optimizer_op!r}, dtypes={self.dtypes!r}, async_io={self.async_io!r}, nvme_paths={self.nvme_paths!r}, nvme_missing={self.nvme_missing!r}, nvme_bytes={self.nvme_bytes!r}, cpu_bytes={self.cpu_bytes!r}, gpu_bytes={self.gpu_bytes!r})"
- return __repr__
-_76 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,)==(other.cpu_adam,other.cpu_optimizer_op,other.dtypes,other.async_io,other.nvme_paths,other.nvme_missing,other.nvme_bytes,other.cpu_bytes,other.gpu_bytes,)
-  return NotImplemented
- return __eq__
-_77 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('cpu_adam','cpu_optimizer_op','dtypes','async_io','nvme_paths','nvme_missing','nvme_bytes','cpu_bytes','gpu_bytes',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_78 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('cpu_adam','cpu_optimizer_op','dtypes','async_io','nvme_paths','nvme_missing','nvme_bytes','cpu_bytes','gpu_bytes',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_79 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))
- return __hash__
 _80 = __create_fn__
-
-def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, _type_config, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _dflt_config, _return_type):
- def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)
-  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
-  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
-  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)
-  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)
-  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)
-  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)
-  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)
-  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)
-  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)
-  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)
- return __init__
-_81 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r}, config={self.config!r})"
- return __repr__
-_82 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,other.config,)
-  return NotImplemented
- return __eq__
-_83 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env','config',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_84 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env','config',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_85 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,))
- return __hash__
-_86 = __create_fn__
-
-def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):
- def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'path',path)
-  __dataclass_builtins_object__.__setattr__(self,'line',line)
-  __dataclass_builtins_object__.__setattr__(self,'column',column)
-  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
-  __dataclass_builtins_object__.__setattr__(self,'code',code)
-  __dataclass_builtins_object__.__setattr__(self,'key',key)
-  __dataclass_builtins_object__.__setattr__(self,'message',message)
-  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)
- return __init__
-_87 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"
- return __repr__
-_88 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)
-  return NotImplemented
- return __eq__
-_89 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('path','line','column','severity','code','key','message','suggestion',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_90 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('path','line','column','severity','code','key','message','suggestion',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_91 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))
- return __hash__
-_92 = __create_fn__
-
-def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):
- def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:
-  self.path=path
-  self.data=data
-  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions
-  self.syntax=syntax
-  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates
-  self.base_dir=base_dir
-  self.json_error=json_error
-  self.json_error_pos=json_error_pos
-  self.bom=bom
- return __init__
-_93 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"
- return __repr__
-_94 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)
-  return NotImplemented
- return __eq__
-_95 = __create_fn__
-
-def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):
- def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'key',key)
-  __dataclass_builtins_object__.__setattr__(self,'message',message)
-  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)
-  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
-  __dataclass_builtins_object__.__setattr__(self,'code',code)
-  __dataclass_builtins_object__.__setattr__(self,'pos',pos)
- return __init__
-_96 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"
- return __repr__
-_97 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)
-  return NotImplemented
- return __eq__
-_98 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_99 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_100 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))
- return __hash__
-_101 = __create_fn__
-
-def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):
- def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'target',target)
-  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)
-  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)
- return __init__
-_102 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"
- return __repr__
-_103 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)
-  return NotImplemented
- return __eq__
-_104 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('target','world_size','gpu_memory',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_105 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('target','world_size','gpu_memory',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_106 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.target,self.world_size,self.gpu_memory,))
- return __hash__
-_107 = __create_fn__
-
-def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'code',code)
-  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
-  __dataclass_builtins_object__.__setattr__(self,'name',name)
-  __dataclass_builtins_object__.__setattr__(self,'check',check)
- return __init__
-_108 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"
- return __repr__
-_109 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)
-  return NotImplemented
- return __eq__
-_110 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('code','severity','name','check',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_111 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('code','severity','name','check',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_112 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.code,self.severity,self.name,self.check,))
- return __hash__
-_113 = __create_fn__
-
-def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):
- def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:
-  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings
-  self.files=files
-  self.unreadable=unreadable
- return __init__
-_114 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"
- return __repr__
-_115 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)
-  return NotImplemented
- return __eq__
-_116 = __create_fn__
-
-def __create_fn__(_type_activations, _type_transient, _type_generic, _type_note, _type_forward_transient, _type_loss_transient, _type_head_transient, _type_layer_transient, _type_head_weight_gradient, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_note, _dflt_forward_transient, _dflt_loss_transient, _dflt_head_transient, _dflt_layer_transient, _dflt_head_weight_gradient, _return_type):
- def __init__(self,activations:_type_activations,transient:_type_transient,generic:_type_generic,note:_type_note=_dflt_note,forward_transient:_type_forward_transient=_dflt_forward_transient,loss_transient:_type_loss_transient=_dflt_loss_transient,head_transient:_type_head_transient=_dflt_head_transient,layer_transient:_type_layer_transient=_dflt_layer_transient,head_weight_gradient:_type_head_weight_gradient=_dflt_head_weight_gradient)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'activations',activations)
-  __dataclass_builtins_object__.__setattr__(self,'transient',transient)
-  __dataclass_builtins_object__.__setattr__(self,'generic',generic)
-  __dataclass_builtins_object__.__setattr__(self,'note',note)
-  __dataclass_builtins_object__.__setattr__(self,'forward_transient',forward_transient)
-  __dataclass_builtins_object__.__setattr__(self,'loss_transient',loss_transient)
-  __dataclass_builtins_object__.__setattr__(self,'head_transient',head_transient)
-  __dataclass_builtins_object__.__setattr__(self,'layer_transient',layer_transient)
-  __dataclass_builtins_object__.__setattr__(self,'head_weight_gradient',head_weight_gradient)
- return __init__
-_117 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(activations={self.activations!r}, transient={self.transient!r}, generic={self.generic!r}, note={self.note!r}, forward_transient={self.forward_transient!r}, loss_transient={self.loss_transient!r}, head_transient={self.head_transient!r}, layer_transient={self.layer_transient!r}, head_weight_gradient={self.head_weight_gradient!r})"
- return __repr__
-_118 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,)==(other.activations,other.transient,other.generic,other.note,other.forward_transient,other.loss_transient,other.head_transient,other.layer_transient,other.head_weight_gradient,)
-  return NotImplemented
- return __eq__
-_119 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('activations','transient','generic','note','forward_transient','loss_transient','head_transient','layer_transient','head_weight_gradient',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_120 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('activations','transient','generic','note','forward_transient','loss_transient','head_transient','layer_transient','head_weight_gradient',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_121 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,))
- return __hash__
-_122 = __create_fn__
-
-def __create_fn__(_type_rank, _type_targets, _type_dropout, _type_quantized, _type_adapter_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_targets, _dflt_dropout, _dflt_quantized, _dflt_adapter_bytes, _return_type):
- def __init__(self,rank:_type_rank,targets:_type_targets=_dflt_targets,dropout:_type_dropout=_dflt_dropout,quantized:_type_quantized=_dflt_quantized,adapter_bytes:_type_adapter_bytes=_dflt_adapter_bytes)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'rank',rank)
-  __dataclass_builtins_object__.__setattr__(self,'targets',targets)
-  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)
-  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)
-  __dataclass_builtins_object__.__setattr__(self,'adapter_bytes',adapter_bytes)
-  self.__post_init__()
- return __init__
-_123 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(rank={self.rank!r}, targets={self.targets!r}, dropout={self.dropout!r}, quantized={self.quantized!r}, adapter_bytes={self.adapter_bytes!r})"
- return __repr__
-_124 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,)==(other.rank,other.targets,other.dropout,other.quantized,other.adapter_bytes,)
-  return NotImplemented
- return __eq__
-_125 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('rank','targets','dropout','quantized','adapter_bytes',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_126 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('rank','targets','dropout','quantized','adapter_bytes',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_127 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,))
- return __hash__
-_128 = __create_fn__
-
-def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'layers',layers)
-  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)
-  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)
-  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)
-  __dataclass_builtins_object__.__setattr__(self,'activations',activations)
- return __init__
-_129 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"
- return __repr__
-_130 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)
-  return NotImplemented
- return __eq__
-_131 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_132 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_133 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))
- return __hash__
-_134 = __create_fn__
-
-def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'one',one)
-  __dataclass_builtins_object__.__setattr__(self,'shared',shared)
-  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)
- return __init__
-_135 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"
- return __repr__
-_136 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)
-  return NotImplemented
- return __eq__
-_137 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('one','shared','per_sample',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_138 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('one','shared','per_sample',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_139 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.one,self.shared,self.per_sample,))
- return __hash__
-_140 = __create_fn__
-
-def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):
- def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'config',config)
-  __dataclass_builtins_object__.__setattr__(self,'attention',attention)
-  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)
-  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)
-  __dataclass_builtins_object__.__setattr__(self,'windows',windows)
-  __dataclass_builtins_object__.__setattr__(self,'probes',probes)
-  __dataclass_builtins_object__.__setattr__(self,'checks',checks)
-  __dataclass_builtins_object__.__setattr__(self,'versions',versions)
-  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)
-  __dataclass_builtins_object__.__setattr__(self,'cached',cached)
-  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())
-  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())
-  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())
-  self.__post_init__()
- return __init__
-_141 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"
- return __repr__
-_142 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)
-  return NotImplemented
- return __eq__
-_143 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('config','attention','dtype','n_layers','windows','probes','checks','versions','seconds','cached','_fits','_layer_fits','_estimates',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_144 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('config','attention','dtype','n_layers','windows','probes','checks','versions','seconds','cached','_fits','_layer_fits','_estimates',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_145 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))
- return __hash__
-_146 = __create_fn__
-
-def __create_fn__(_type_setup, _type_precision, _type_buffers, _type_phases, _type_peak_phase, _type_host, _type_activations_source, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_activations_source, _return_type):
- def __init__(self,setup:_type_setup,precision:_type_precision,buffers:_type_buffers,phases:_type_phases,peak_phase:_type_peak_phase,host:_type_host,activations_source:_type_activations_source=_dflt_activations_source)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'setup',setup)
-  __dataclass_builtins_object__.__setattr__(self,'precision',precision)
-  __dataclass_builtins_object__.__setattr__(self,'buffers',buffers)
-  __dataclass_builtins_object__.__setattr__(self,'phases',phases)
-  __dataclass_builtins_object__.__setattr__(self,'peak_phase',peak_phase)
-  __dataclass_builtins_object__.__setattr__(self,'host',host)
-  __dataclass_builtins_object__.__setattr__(self,'activations_source',activations_source)
- return __init__
-_147 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(setup={self.setup!r}, precision={self.precision!r}, buffers={self.buffers!r}, phases={self.phases!r}, peak_phase={self.peak_phase!r}, host={self.host!r}, activations_source={self.activations_source!r})"
- return __repr__
-_148 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,)==(other.setup,other.precision,other.buffers,other.phases,other.peak_phase,other.host,other.activations_source,)
-  return NotImplemented
- return __eq__
-_149 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('setup','precision','buffers','phases','peak_phase','host','activations_source',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_150 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('setup','precision','buffers','phases','peak_phase','host','activations_source',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_151 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,))
- return __hash__
-_152 = __create_fn__
-
-def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):
- def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)
-  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)
-  __dataclass_builtins_object__.__setattr__(self,'modules',modules)
-  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)
-  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)
-  __dataclass_builtins_object__.__setattr__(self,'rank',rank)
-  __dataclass_builtins_object__.__setattr__(self,'linears',linears)
- return __init__
-_153 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"
- return __repr__
-_154 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)
-  return NotImplemented
- return __eq__
-_155 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_156 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_157 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))
- return __hash__
-_158 = __create_fn__
-
-def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'total',total)
-  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)
-  __dataclass_builtins_object__.__setattr__(self,'constants',constants)
-  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)
-  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)
-  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)
- return __init__
-_159 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"
- return __repr__
-_160 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)
-  return NotImplemented
- return __eq__
-_161 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('total','quantized','constants','unquantized','quantized_parameters','quantized_modules',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_162 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('total','quantized','constants','unquantized','quantized_parameters','quantized_modules',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_163 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))
- return __hash__
-_164 = __create_fn__
 
 def __create_fn__(_type_model, _type_hardware, _type_training, _type_precision, _type_peft, _type_batch, _type_candidates, _type_evaluations, _type_chosen, _type_relax_micro_batch, _type_global_batch, _type_batch_note, _type_warnings, _type_activation_model, _type_machine, _type__activations, _type__analytic_models, _type__parts, _type__steps, _type__figures, _type__limits, _type_overhead, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_precision, _dflt_peft, _dflt_batch, _dflt_candidates, _dflt_evaluations, _dflt_chosen, _dflt_relax_micro_batch, _dflt_global_batch, _dflt_batch_note, _dflt_warnings, _dflt_activation_model, _dflt_machine, _dflt__activations, _dflt__analytic_models, _dflt__parts, _dflt__steps, _dflt__figures, _dflt__limits, _dflt_overhead, _return_type):
  def __init__(self,model:_type_model,hardware:_type_hardware,training:_type_training,precision:_type_precision=_dflt_precision,peft:_type_peft=_dflt_peft,batch:_type_batch=_dflt_batch,candidates:_type_candidates=_dflt_candidates,evaluations:_type_evaluations=_dflt_evaluations,chosen:_type_chosen=_dflt_chosen,relax_micro_batch:_type_relax_micro_batch=_dflt_relax_micro_batch,global_batch:_type_global_batch=_dflt_global_batch,batch_note:_type_batch_note=_dflt_batch_note,warnings:_type_warnings=_HAS_DEFAULT_FACTORY,activation_model:_type_activation_model=_dflt_activation_model,machine:_type_machine=_dflt_machine,_activations:_type__activations=_HAS_DEFAULT_FACTORY,_analytic_models:_type__analytic_models=_HAS_DEFAULT_FACTORY,_parts:_type__parts=_HAS_DEFAULT_FACTORY,_steps:_type__steps=_HAS_DEFAULT_FACTORY,_figures:_type__figures=_HAS_DEFAULT_FACTORY,_limits:_type__limits=_HAS_DEFAULT_FACTORY,overhead:_type_overhead=_dflt_overhead)->_return_type:
@@ -1445,13 +763,13 @@ def __create_fn__(_type_model, _type_hardware, _type_training, _type_precision, 
   self.overhead=overhead
   self.__post_init__()
  return __init__
-_165 = __create_fn__
+_81 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(model={self.model!r}, hardware={self.hardware!r}, training={self.training!r}, precision={self.precision!r}, peft={self.peft!r}, batch={self.batch!r}, candidates={self.candidates!r}, evaluations={self.evaluations!r}, chosen={self.chosen!r}, relax_micro_batch={self.relax_micro_batch!r}, global_batch={self.global_batch!r}, batch_note={self.batch_note!r}, warnings={self.warnings!r}, activation_model={self.activation_model!r}, machine={self.machine!r}, _activations={self._activations!r}, _analytic_models={self._analytic_models!r}, _parts={self._parts!r}, _steps={self._steps!r}, _figures={self._figures!r}, _limits={self._limits!r}, overhead={self.overhead!r})"
  return __repr__
-_166 = __create_fn__
+_82 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1459,7 +777,7 @@ def __create_fn__():
    return (self.model,self.hardware,self.training,self.precision,self.peft,self.batch,self.candidates,self.evaluations,self.chosen,self.relax_micro_batch,self.global_batch,self.batch_note,self.warnings,self.activation_model,self.machine,self._activations,self._analytic_models,self._parts,self._steps,self._figures,self._limits,self.overhead,)==(other.model,other.hardware,other.training,other.precision,other.peft,other.batch,other.candidates,other.evaluations,other.chosen,other.relax_micro_batch,other.global_batch,other.batch_note,other.warnings,other.activation_model,other.machine,other._activations,other._analytic_models,other._parts,other._steps,other._figures,other._limits,other.overhead,)
   return NotImplemented
  return __eq__
-_167 = __create_fn__
+_83 = __create_fn__
 
 def __create_fn__(_type_micro_batches, _type_per_gpu_samples, _type_asked, _type_options, _type_exact, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_asked, _dflt_options, _dflt_exact, _return_type):
  def __init__(self,micro_batches:_type_micro_batches,per_gpu_samples:_type_per_gpu_samples,asked:_type_asked=_dflt_asked,options:_type_options=_dflt_options,exact:_type_exact=_dflt_exact)->_return_type:
@@ -1469,13 +787,13 @@ def __create_fn__(_type_micro_batches, _type_per_gpu_samples, _type_asked, _type
   __dataclass_builtins_object__.__setattr__(self,'options',options)
   __dataclass_builtins_object__.__setattr__(self,'exact',exact)
  return __init__
-_168 = __create_fn__
+_84 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(micro_batches={self.micro_batches!r}, per_gpu_samples={self.per_gpu_samples!r}, asked={self.asked!r}, options={self.options!r}, exact={self.exact!r})"
  return __repr__
-_169 = __create_fn__
+_85 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1483,7 +801,7 @@ def __create_fn__():
    return (self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,)==(other.micro_batches,other.per_gpu_samples,other.asked,other.options,other.exact,)
   return NotImplemented
  return __eq__
-_170 = __create_fn__
+_86 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1491,7 +809,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_171 = __create_fn__
+_87 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1499,11 +817,695 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_172 = __create_fn__
+_88 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,))
+ return __hash__
+_89 = __create_fn__
+
+def __create_fn__(_type_script, _type_script_args, _type_config, _type_gpus_per_node, _type_nodes, _type_include, _type_exclude, _type_hostfile, _type_hosts, _type_launcher, _type_master_addr, _type_master_port, _type_env, _type_files_dir, _type_runner, _type_extra_runner_args, _type_no_ssh, _type_node_rank, _type_visible_devices, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_script_args, _dflt_config, _dflt_gpus_per_node, _dflt_nodes, _dflt_include, _dflt_exclude, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_addr, _dflt_master_port, _dflt_env, _dflt_files_dir, _dflt_runner, _dflt_extra_runner_args, _dflt_no_ssh, _dflt_node_rank, _dflt_visible_devices, _return_type):
+ def __init__(self,script:_type_script,script_args:_type_script_args=_dflt_script_args,config:_type_config=_dflt_config,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,nodes:_type_nodes=_dflt_nodes,include:_type_include=_dflt_include,exclude:_type_exclude=_dflt_exclude,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_dflt_hosts,launcher:_type_launcher=_dflt_launcher,master_addr:_type_master_addr=_dflt_master_addr,master_port:_type_master_port=_dflt_master_port,env:_type_env=_dflt_env,files_dir:_type_files_dir=_dflt_files_dir,runner:_type_runner=_dflt_runner,extra_runner_args:_type_extra_runner_args=_HAS_DEFAULT_FACTORY,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,visible_devices:_type_visible_devices=_dflt_visible_devices)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'script',script)
+  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)
+  __dataclass_builtins_object__.__setattr__(self,'config',config)
+  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
+  __dataclass_builtins_object__.__setattr__(self,'nodes',nodes)
+  __dataclass_builtins_object__.__setattr__(self,'include',include)
+  __dataclass_builtins_object__.__setattr__(self,'exclude',exclude)
+  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
+  __dataclass_builtins_object__.__setattr__(self,'hosts',hosts)
+  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)
+  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)
+  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)
+  __dataclass_builtins_object__.__setattr__(self,'env',env)
+  __dataclass_builtins_object__.__setattr__(self,'files_dir',files_dir)
+  __dataclass_builtins_object__.__setattr__(self,'runner',runner)
+  __dataclass_builtins_object__.__setattr__(self,'extra_runner_args',_dflt_extra_runner_args() if extra_runner_args is _HAS_DEFAULT_FACTORY else extra_runner_args)
+  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)
+  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)
+  __dataclass_builtins_object__.__setattr__(self,'visible_devices',visible_devices)
+ return __init__
+_90 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(script={self.script!r}, script_args={self.script_args!r}, config={self.config!r}, gpus_per_node={self.gpus_per_node!r}, nodes={self.nodes!r}, include={self.include!r}, exclude={self.exclude!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_addr={self.master_addr!r}, master_port={self.master_port!r}, env={self.env!r}, files_dir={self.files_dir!r}, runner={self.runner!r}, extra_runner_args={self.extra_runner_args!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, visible_devices={self.visible_devices!r})"
+ return __repr__
+_91 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,)==(other.script,other.script_args,other.config,other.gpus_per_node,other.nodes,other.include,other.exclude,other.hostfile,other.hosts,other.launcher,other.master_addr,other.master_port,other.env,other.files_dir,other.runner,other.extra_runner_args,other.no_ssh,other.node_rank,other.visible_devices,)
+  return NotImplemented
+ return __eq__
+_92 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('script','script_args','config','gpus_per_node','nodes','include','exclude','hostfile','hosts','launcher','master_addr','master_port','env','files_dir','runner','extra_runner_args','no_ssh','node_rank','visible_devices',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_93 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('script','script_args','config','gpus_per_node','nodes','include','exclude','hostfile','hosts','launcher','master_addr','master_port','env','files_dir','runner','extra_runner_args','no_ssh','node_rank','visible_devices',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_94 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,))
+ return __hash__
+_95 = __create_fn__
+
+def __create_fn__(_type_name, _type_ok, _type_detail, _type_fix, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_fix, _return_type):
+ def __init__(self,name:_type_name,ok:_type_ok,detail:_type_detail,fix:_type_fix=_dflt_fix)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'name',name)
+  __dataclass_builtins_object__.__setattr__(self,'ok',ok)
+  __dataclass_builtins_object__.__setattr__(self,'detail',detail)
+  __dataclass_builtins_object__.__setattr__(self,'fix',fix)
+ return __init__
+_96 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(name={self.name!r}, ok={self.ok!r}, detail={self.detail!r}, fix={self.fix!r})"
+ return __repr__
+_97 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.name,self.ok,self.detail,self.fix,)==(other.name,other.ok,other.detail,other.fix,)
+  return NotImplemented
+ return __eq__
+_98 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('name','ok','detail','fix',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_99 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('name','ok','detail','fix',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_100 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.name,self.ok,self.detail,self.fix,))
+ return __hash__
+_101 = __create_fn__
+
+def __create_fn__(_type_cpu_adam, _type_cpu_optimizer_op, _type_dtypes, _type_async_io, _type_nvme_paths, _type_nvme_missing, _type_nvme_bytes, _type_cpu_bytes, _type_gpu_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cpu_adam, _dflt_cpu_optimizer_op, _dflt_dtypes, _dflt_async_io, _dflt_nvme_paths, _dflt_nvme_missing, _dflt_nvme_bytes, _dflt_cpu_bytes, _dflt_gpu_bytes, _return_type):
+ def __init__(self,cpu_adam:_type_cpu_adam=_dflt_cpu_adam,cpu_optimizer_op:_type_cpu_optimizer_op=_dflt_cpu_optimizer_op,dtypes:_type_dtypes=_dflt_dtypes,async_io:_type_async_io=_dflt_async_io,nvme_paths:_type_nvme_paths=_dflt_nvme_paths,nvme_missing:_type_nvme_missing=_dflt_nvme_missing,nvme_bytes:_type_nvme_bytes=_dflt_nvme_bytes,cpu_bytes:_type_cpu_bytes=_dflt_cpu_bytes,gpu_bytes:_type_gpu_bytes=_dflt_gpu_bytes)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'cpu_adam',cpu_adam)
+  __dataclass_builtins_object__.__setattr__(self,'cpu_optimizer_op',cpu_optimizer_op)
+  __dataclass_builtins_object__.__setattr__(self,'dtypes',dtypes)
+  __dataclass_builtins_object__.__setattr__(self,'async_io',async_io)
+  __dataclass_builtins_object__.__setattr__(self,'nvme_paths',nvme_paths)
+  __dataclass_builtins_object__.__setattr__(self,'nvme_missing',nvme_missing)
+  __dataclass_builtins_object__.__setattr__(self,'nvme_bytes',nvme_bytes)
+  __dataclass_builtins_object__.__setattr__(self,'cpu_bytes',cpu_bytes)
+  __dataclass_builtins_object__.__setattr__(self,'gpu_bytes',gpu_bytes)
+ return __init__
+_102 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(cpu_adam={self.cpu_adam!r}, cpu_optimizer_op={self.cpu_optimizer_op!r}, dtypes={self.dtypes!r}, async_io={self.async_io!r}, nvme_paths={self.nvme_paths!r}, nvme_missing={self.nvme_missing!r}, nvme_bytes={self.nvme_bytes!r}, cpu_bytes={self.cpu_bytes!r}, gpu_bytes={self.gpu_bytes!r})"
+ return __repr__
+_103 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,)==(other.cpu_adam,other.cpu_optimizer_op,other.dtypes,other.async_io,other.nvme_paths,other.nvme_missing,other.nvme_bytes,other.cpu_bytes,other.gpu_bytes,)
+  return NotImplemented
+ return __eq__
+_104 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('cpu_adam','cpu_optimizer_op','dtypes','async_io','nvme_paths','nvme_missing','nvme_bytes','cpu_bytes','gpu_bytes',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_105 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('cpu_adam','cpu_optimizer_op','dtypes','async_io','nvme_paths','nvme_missing','nvme_bytes','cpu_bytes','gpu_bytes',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_106 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))
+ return __hash__
+_107 = __create_fn__
+
+def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, _type_config, _type_config_file, _type_plan, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _dflt_config, _dflt_config_file, _dflt_plan, _return_type):
+ def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,plan:_type_plan=_dflt_plan)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)
+  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
+  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
+  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)
+  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)
+  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)
+  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)
+  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)
+  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)
+  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)
+  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)
+  __dataclass_builtins_object__.__setattr__(self,'config_file',config_file)
+  __dataclass_builtins_object__.__setattr__(self,'plan',plan)
+ return __init__
+_108 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, plan={self.plan!r})"
+ return __repr__
+_109 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,self.config_file,self.plan,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,other.config,other.config_file,other.plan,)
+  return NotImplemented
+ return __eq__
+_110 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env','config','config_file','plan',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_111 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','env','config','config_file','plan',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_112 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,self.config_file,self.plan,))
+ return __hash__
+_113 = __create_fn__
+
+def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):
+ def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'path',path)
+  __dataclass_builtins_object__.__setattr__(self,'line',line)
+  __dataclass_builtins_object__.__setattr__(self,'column',column)
+  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
+  __dataclass_builtins_object__.__setattr__(self,'code',code)
+  __dataclass_builtins_object__.__setattr__(self,'key',key)
+  __dataclass_builtins_object__.__setattr__(self,'message',message)
+  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)
+ return __init__
+_114 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"
+ return __repr__
+_115 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)
+  return NotImplemented
+ return __eq__
+_116 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('path','line','column','severity','code','key','message','suggestion',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_117 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('path','line','column','severity','code','key','message','suggestion',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_118 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))
+ return __hash__
+_119 = __create_fn__
+
+def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):
+ def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:
+  self.path=path
+  self.data=data
+  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions
+  self.syntax=syntax
+  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates
+  self.base_dir=base_dir
+  self.json_error=json_error
+  self.json_error_pos=json_error_pos
+  self.bom=bom
+ return __init__
+_120 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"
+ return __repr__
+_121 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)
+  return NotImplemented
+ return __eq__
+_122 = __create_fn__
+
+def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):
+ def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'key',key)
+  __dataclass_builtins_object__.__setattr__(self,'message',message)
+  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)
+  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
+  __dataclass_builtins_object__.__setattr__(self,'code',code)
+  __dataclass_builtins_object__.__setattr__(self,'pos',pos)
+ return __init__
+_123 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"
+ return __repr__
+_124 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)
+  return NotImplemented
+ return __eq__
+_125 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_126 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_127 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))
+ return __hash__
+_128 = __create_fn__
+
+def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):
+ def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'target',target)
+  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)
+  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)
+ return __init__
+_129 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"
+ return __repr__
+_130 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)
+  return NotImplemented
+ return __eq__
+_131 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_132 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_133 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.target,self.world_size,self.gpu_memory,))
+ return __hash__
+_134 = __create_fn__
+
+def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
+ def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'code',code)
+  __dataclass_builtins_object__.__setattr__(self,'severity',severity)
+  __dataclass_builtins_object__.__setattr__(self,'name',name)
+  __dataclass_builtins_object__.__setattr__(self,'check',check)
+ return __init__
+_135 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"
+ return __repr__
+_136 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)
+  return NotImplemented
+ return __eq__
+_137 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('code','severity','name','check',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_138 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('code','severity','name','check',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_139 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.code,self.severity,self.name,self.check,))
+ return __hash__
+_140 = __create_fn__
+
+def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):
+ def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:
+  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings
+  self.files=files
+  self.unreadable=unreadable
+ return __init__
+_141 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"
+ return __repr__
+_142 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)
+  return NotImplemented
+ return __eq__
+_143 = __create_fn__
+
+def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
+ def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'layers',layers)
+  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)
+  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)
+  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)
+  __dataclass_builtins_object__.__setattr__(self,'activations',activations)
+ return __init__
+_144 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"
+ return __repr__
+_145 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)
+  return NotImplemented
+ return __eq__
+_146 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_147 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_148 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))
+ return __hash__
+_149 = __create_fn__
+
+def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
+ def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'one',one)
+  __dataclass_builtins_object__.__setattr__(self,'shared',shared)
+  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)
+ return __init__
+_150 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"
+ return __repr__
+_151 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)
+  return NotImplemented
+ return __eq__
+_152 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('one','shared','per_sample',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_153 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('one','shared','per_sample',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_154 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.one,self.shared,self.per_sample,))
+ return __hash__
+_155 = __create_fn__
+
+def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):
+ def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'config',config)
+  __dataclass_builtins_object__.__setattr__(self,'attention',attention)
+  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)
+  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)
+  __dataclass_builtins_object__.__setattr__(self,'windows',windows)
+  __dataclass_builtins_object__.__setattr__(self,'probes',probes)
+  __dataclass_builtins_object__.__setattr__(self,'checks',checks)
+  __dataclass_builtins_object__.__setattr__(self,'versions',versions)
+  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)
+  __dataclass_builtins_object__.__setattr__(self,'cached',cached)
+  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())
+  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())
+  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())
+  self.__post_init__()
+ return __init__
+_156 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"
+ return __repr__
+_157 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)
+  return NotImplemented
+ return __eq__
+_158 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('config','attention','dtype','n_layers','windows','probes','checks','versions','seconds','cached','_fits','_layer_fits','_estimates',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_159 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('config','attention','dtype','n_layers','windows','probes','checks','versions','seconds','cached','_fits','_layer_fits','_estimates',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_160 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))
+ return __hash__
+_161 = __create_fn__
+
+def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):
+ def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)
+  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)
+  __dataclass_builtins_object__.__setattr__(self,'modules',modules)
+  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)
+  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)
+  __dataclass_builtins_object__.__setattr__(self,'rank',rank)
+  __dataclass_builtins_object__.__setattr__(self,'linears',linears)
+ return __init__
+_162 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"
+ return __repr__
+_163 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)
+  return NotImplemented
+ return __eq__
+_164 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_165 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('trainable','per_module','modules','target_modules','adapted','rank','linears',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_166 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))
+ return __hash__
+_167 = __create_fn__
+
+def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
+ def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'total',total)
+  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)
+  __dataclass_builtins_object__.__setattr__(self,'constants',constants)
+  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)
+  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)
+  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)
+ return __init__
+_168 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"
+ return __repr__
+_169 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)
+  return NotImplemented
+ return __eq__
+_170 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('total','quantized','constants','unquantized','quantized_parameters','quantized_modules',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_171 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('total','quantized','constants','unquantized','quantized_parameters','quantized_modules',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_172 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))
  return __hash__
 _173 = __create_fn__
 
@@ -1609,132 +1611,132 @@ SOURCES = {
     'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'model\',\'hardware\',\'training\',\'decision\',\'memory\',\'cpu_bytes_per_node\',\'nvme_bytes_per_node\',\'candidates\',\'reasons\',\'missing\',\'warnings\',\'ds_config\',\'phases\',\'peak_phase\',\'host_steady_state\',\'host_load_peak\',\'activations_source\',\'performance\',\'time_to_train_s\',\'peft\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _45,
     'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'model\',\'hardware\',\'training\',\'decision\',\'memory\',\'cpu_bytes_per_node\',\'nvme_bytes_per_node\',\'candidates\',\'reasons\',\'missing\',\'warnings\',\'ds_config\',\'phases\',\'peak_phase\',\'host_steady_state\',\'host_load_peak\',\'activations_source\',\'performance\',\'time_to_train_s\',\'peft\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _46,
     'def __create_fn__():\n def __hash__(self):\n  return hash((self.model,self.hardware,self.training,self.decision,self.memory,self.cpu_bytes_per_node,self.nvme_bytes_per_node,self.candidates,self.reasons,self.missing,self.warnings,self.ds_config,self.phases,self.peak_phase,self.host_steady_state,self.host_load_peak,self.activations_source,self.performance,self.time_to_train_s,self.peft,))\n return __hash__': _47,
-    "def __create_fn__(_type_script, _type_script_args, _type_config, _type_gpus_per_node, _type_nodes, _type_include, _type_exclude, _type_hostfile, _type_hosts, _type_launcher, _type_master_addr, _type_master_port, _type_env, _type_files_dir, _type_runner, _type_extra_runner_args, _type_no_ssh, _type_node_rank, _type_visible_devices, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_script_args, _dflt_config, _dflt_gpus_per_node, _dflt_nodes, _dflt_include, _dflt_exclude, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_addr, _dflt_master_port, _dflt_env, _dflt_files_dir, _dflt_runner, _dflt_extra_runner_args, _dflt_no_ssh, _dflt_node_rank, _dflt_visible_devices, _return_type):\n def __init__(self,script:_type_script,script_args:_type_script_args=_dflt_script_args,config:_type_config=_dflt_config,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,nodes:_type_nodes=_dflt_nodes,include:_type_include=_dflt_include,exclude:_type_exclude=_dflt_exclude,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_dflt_hosts,launcher:_type_launcher=_dflt_launcher,master_addr:_type_master_addr=_dflt_master_addr,master_port:_type_master_port=_dflt_master_port,env:_type_env=_dflt_env,files_dir:_type_files_dir=_dflt_files_dir,runner:_type_runner=_dflt_runner,extra_runner_args:_type_extra_runner_args=_HAS_DEFAULT_FACTORY,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,visible_devices:_type_visible_devices=_dflt_visible_devices)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'script',script)\n  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'nodes',nodes)\n  __dataclass_builtins_object__.__setattr__(self,'include',include)\n  __dataclass_builtins_object__.__setattr__(self,'exclude',exclude)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'env',env)\n  __dataclass_builtins_object__.__setattr__(self,'files_dir',files_dir)\n  __dataclass_builtins_object__.__setattr__(self,'runner',runner)\n  __dataclass_builtins_object__.__setattr__(self,'extra_runner_args',_dflt_extra_runner_args() if extra_runner_args is _HAS_DEFAULT_FACTORY else extra_runner_args)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'visible_devices',visible_devices)\n return __init__": _48,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(script={self.script!r}, script_args={self.script_args!r}, config={self.config!r}, gpus_per_node={self.gpus_per_node!r}, nodes={self.nodes!r}, include={self.include!r}, exclude={self.exclude!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_addr={self.master_addr!r}, master_port={self.master_port!r}, env={self.env!r}, files_dir={self.files_dir!r}, runner={self.runner!r}, extra_runner_args={self.extra_runner_args!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, visible_devices={self.visible_devices!r})"\n return __repr__': _49,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,)==(other.script,other.script_args,other.config,other.gpus_per_node,other.nodes,other.include,other.exclude,other.hostfile,other.hosts,other.launcher,other.master_addr,other.master_port,other.env,other.files_dir,other.runner,other.extra_runner_args,other.no_ssh,other.node_rank,other.visible_devices,)\n  return NotImplemented\n return __eq__': _50,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'script\',\'script_args\',\'config\',\'gpus_per_node\',\'nodes\',\'include\',\'exclude\',\'hostfile\',\'hosts\',\'launcher\',\'master_addr\',\'master_port\',\'env\',\'files_dir\',\'runner\',\'extra_runner_args\',\'no_ssh\',\'node_rank\',\'visible_devices\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _51,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'script\',\'script_args\',\'config\',\'gpus_per_node\',\'nodes\',\'include\',\'exclude\',\'hostfile\',\'hosts\',\'launcher\',\'master_addr\',\'master_port\',\'env\',\'files_dir\',\'runner\',\'extra_runner_args\',\'no_ssh\',\'node_rank\',\'visible_devices\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _52,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,))\n return __hash__': _53,
-    "def __create_fn__(_type_model_type, _type_hidden_size, _type_num_layers, _type_vocab_size, _type_intermediate_size, _type_layer_matmuls, _type_head_matmuls, _type_attention, _type_parameter_modules, _type_module_sizes, _type_elementwise_per_token, _type_score_softcap, _type__cache, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_module_sizes, _dflt_elementwise_per_token, _dflt_score_softcap, _dflt__cache, _return_type):\n def __init__(self,model_type:_type_model_type,hidden_size:_type_hidden_size,num_layers:_type_num_layers,vocab_size:_type_vocab_size,intermediate_size:_type_intermediate_size,layer_matmuls:_type_layer_matmuls,head_matmuls:_type_head_matmuls,attention:_type_attention,parameter_modules:_type_parameter_modules,module_sizes:_type_module_sizes=_dflt_module_sizes,elementwise_per_token:_type_elementwise_per_token=_dflt_elementwise_per_token,score_softcap:_type_score_softcap=_dflt_score_softcap,_cache:_type__cache=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'model_type',model_type)\n  __dataclass_builtins_object__.__setattr__(self,'hidden_size',hidden_size)\n  __dataclass_builtins_object__.__setattr__(self,'num_layers',num_layers)\n  __dataclass_builtins_object__.__setattr__(self,'vocab_size',vocab_size)\n  __dataclass_builtins_object__.__setattr__(self,'intermediate_size',intermediate_size)\n  __dataclass_builtins_object__.__setattr__(self,'layer_matmuls',layer_matmuls)\n  __dataclass_builtins_object__.__setattr__(self,'head_matmuls',head_matmuls)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'parameter_modules',parameter_modules)\n  __dataclass_builtins_object__.__setattr__(self,'module_sizes',module_sizes)\n  __dataclass_builtins_object__.__setattr__(self,'elementwise_per_token',elementwise_per_token)\n  __dataclass_builtins_object__.__setattr__(self,'score_softcap',score_softcap)\n  __dataclass_builtins_object__.__setattr__(self,'_cache',_dflt__cache() if _cache is _HAS_DEFAULT_FACTORY else _cache)\n return __init__": _54,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(model_type={self.model_type!r}, hidden_size={self.hidden_size!r}, num_layers={self.num_layers!r}, vocab_size={self.vocab_size!r}, intermediate_size={self.intermediate_size!r}, layer_matmuls={self.layer_matmuls!r}, head_matmuls={self.head_matmuls!r}, attention={self.attention!r}, parameter_modules={self.parameter_modules!r}, module_sizes={self.module_sizes!r}, elementwise_per_token={self.elementwise_per_token!r}, score_softcap={self.score_softcap!r})"\n return __repr__': _55,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,)==(other.model_type,other.hidden_size,other.num_layers,other.vocab_size,other.intermediate_size,other.layer_matmuls,other.head_matmuls,other.attention,other.parameter_modules,other.module_sizes,other.elementwise_per_token,other.score_softcap,)\n  return NotImplemented\n return __eq__': _56,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'model_type\',\'hidden_size\',\'num_layers\',\'vocab_size\',\'intermediate_size\',\'layer_matmuls\',\'head_matmuls\',\'attention\',\'parameter_modules\',\'module_sizes\',\'elementwise_per_token\',\'score_softcap\',\'_cache\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _57,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'model_type\',\'hidden_size\',\'num_layers\',\'vocab_size\',\'intermediate_size\',\'layer_matmuls\',\'head_matmuls\',\'attention\',\'parameter_modules\',\'module_sizes\',\'elementwise_per_token\',\'score_softcap\',\'_cache\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _58,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,))\n return __hash__': _59,
-    "def __create_fn__(_type_name, _type_device, _type_matmul, _type_matmul_forward, _type_matmul_input_grad, _type_attention, _type_elementwise, _type_op_overhead_s, _type_intra_node_bandwidth, _type_inter_node_bandwidth, _type_collective_efficiency, _type_collective_latency_s, _type_comm_overlaps_compute, _type_h2d_pinned, _type_d2h_pinned, _type_h2d_pageable, _type_d2h_pageable, _type_cpu_adam_params_per_s, _type_device_adam_params_per_s, _type_host_cast_params_per_s, _type_h2d_cast_params_per_s, _type_nvme_read, _type_nvme_write, _type_zero3_module_overhead_s, _type_dropout_elements_per_s, _type_dequant_elements_per_s, _type_quantized_linear_overhead_s, _type_bucket_flush_s, _type_step_overhead_s, _type_compute_scale, _type_ranks_measured, _type_dense_peak, _type_sources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_device, _dflt_matmul, _dflt_matmul_forward, _dflt_matmul_input_grad, _dflt_attention, _dflt_elementwise, _dflt_op_overhead_s, _dflt_intra_node_bandwidth, _dflt_inter_node_bandwidth, _dflt_collective_efficiency, _dflt_collective_latency_s, _dflt_comm_overlaps_compute, _dflt_h2d_pinned, _dflt_d2h_pinned, _dflt_h2d_pageable, _dflt_d2h_pageable, _dflt_cpu_adam_params_per_s, _dflt_device_adam_params_per_s, _dflt_host_cast_params_per_s, _dflt_h2d_cast_params_per_s, _dflt_nvme_read, _dflt_nvme_write, _dflt_zero3_module_overhead_s, _dflt_dropout_elements_per_s, _dflt_dequant_elements_per_s, _dflt_quantized_linear_overhead_s, _dflt_bucket_flush_s, _dflt_step_overhead_s, _dflt_compute_scale, _dflt_ranks_measured, _dflt_dense_peak, _dflt_sources, _return_type):\n def __init__(self,name:_type_name,device:_type_device=_dflt_device,matmul:_type_matmul=_HAS_DEFAULT_FACTORY,matmul_forward:_type_matmul_forward=_HAS_DEFAULT_FACTORY,matmul_input_grad:_type_matmul_input_grad=_HAS_DEFAULT_FACTORY,attention:_type_attention=_HAS_DEFAULT_FACTORY,elementwise:_type_elementwise=_dflt_elementwise,op_overhead_s:_type_op_overhead_s=_dflt_op_overhead_s,intra_node_bandwidth:_type_intra_node_bandwidth=_dflt_intra_node_bandwidth,inter_node_bandwidth:_type_inter_node_bandwidth=_dflt_inter_node_bandwidth,collective_efficiency:_type_collective_efficiency=_dflt_collective_efficiency,collective_latency_s:_type_collective_latency_s=_dflt_collective_latency_s,comm_overlaps_compute:_type_comm_overlaps_compute=_dflt_comm_overlaps_compute,h2d_pinned:_type_h2d_pinned=_dflt_h2d_pinned,d2h_pinned:_type_d2h_pinned=_dflt_d2h_pinned,h2d_pageable:_type_h2d_pageable=_dflt_h2d_pageable,d2h_pageable:_type_d2h_pageable=_dflt_d2h_pageable,cpu_adam_params_per_s:_type_cpu_adam_params_per_s=_dflt_cpu_adam_params_per_s,device_adam_params_per_s:_type_device_adam_params_per_s=_dflt_device_adam_params_per_s,host_cast_params_per_s:_type_host_cast_params_per_s=_dflt_host_cast_params_per_s,h2d_cast_params_per_s:_type_h2d_cast_params_per_s=_dflt_h2d_cast_params_per_s,nvme_read:_type_nvme_read=_dflt_nvme_read,nvme_write:_type_nvme_write=_dflt_nvme_write,zero3_module_overhead_s:_type_zero3_module_overhead_s=_dflt_zero3_module_overhead_s,dropout_elements_per_s:_type_dropout_elements_per_s=_dflt_dropout_elements_per_s,dequant_elements_per_s:_type_dequant_elements_per_s=_dflt_dequant_elements_per_s,quantized_linear_overhead_s:_type_quantized_linear_overhead_s=_dflt_quantized_linear_overhead_s,bucket_flush_s:_type_bucket_flush_s=_dflt_bucket_flush_s,step_overhead_s:_type_step_overhead_s=_dflt_step_overhead_s,compute_scale:_type_compute_scale=_dflt_compute_scale,ranks_measured:_type_ranks_measured=_dflt_ranks_measured,dense_peak:_type_dense_peak=_HAS_DEFAULT_FACTORY,sources:_type_sources=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'device',device)\n  __dataclass_builtins_object__.__setattr__(self,'matmul',_dflt_matmul() if matmul is _HAS_DEFAULT_FACTORY else matmul)\n  __dataclass_builtins_object__.__setattr__(self,'matmul_forward',_dflt_matmul_forward() if matmul_forward is _HAS_DEFAULT_FACTORY else matmul_forward)\n  __dataclass_builtins_object__.__setattr__(self,'matmul_input_grad',_dflt_matmul_input_grad() if matmul_input_grad is _HAS_DEFAULT_FACTORY else matmul_input_grad)\n  __dataclass_builtins_object__.__setattr__(self,'attention',_dflt_attention() if attention is _HAS_DEFAULT_FACTORY else attention)\n  __dataclass_builtins_object__.__setattr__(self,'elementwise',elementwise)\n  __dataclass_builtins_object__.__setattr__(self,'op_overhead_s',op_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'intra_node_bandwidth',intra_node_bandwidth)\n  __dataclass_builtins_object__.__setattr__(self,'inter_node_bandwidth',inter_node_bandwidth)\n  __dataclass_builtins_object__.__setattr__(self,'collective_efficiency',collective_efficiency)\n  __dataclass_builtins_object__.__setattr__(self,'collective_latency_s',collective_latency_s)\n  __dataclass_builtins_object__.__setattr__(self,'comm_overlaps_compute',comm_overlaps_compute)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_pinned',h2d_pinned)\n  __dataclass_builtins_object__.__setattr__(self,'d2h_pinned',d2h_pinned)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_pageable',h2d_pageable)\n  __dataclass_builtins_object__.__setattr__(self,'d2h_pageable',d2h_pageable)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_adam_params_per_s',cpu_adam_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'device_adam_params_per_s',device_adam_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'host_cast_params_per_s',host_cast_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_cast_params_per_s',h2d_cast_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_read',nvme_read)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_write',nvme_write)\n  __dataclass_builtins_object__.__setattr__(self,'zero3_module_overhead_s',zero3_module_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'dropout_elements_per_s',dropout_elements_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'dequant_elements_per_s',dequant_elements_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_linear_overhead_s',quantized_linear_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'bucket_flush_s',bucket_flush_s)\n  __dataclass_builtins_object__.__setattr__(self,'step_overhead_s',step_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'compute_scale',compute_scale)\n  __dataclass_builtins_object__.__setattr__(self,'ranks_measured',ranks_measured)\n  __dataclass_builtins_object__.__setattr__(self,'dense_peak',_dflt_dense_peak() if dense_peak is _HAS_DEFAULT_FACTORY else dense_peak)\n  __dataclass_builtins_object__.__setattr__(self,'sources',_dflt_sources() if sources is _HAS_DEFAULT_FACTORY else sources)\n return __init__": _60,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(name={self.name!r}, device={self.device!r}, matmul={self.matmul!r}, matmul_forward={self.matmul_forward!r}, matmul_input_grad={self.matmul_input_grad!r}, attention={self.attention!r}, elementwise={self.elementwise!r}, op_overhead_s={self.op_overhead_s!r}, intra_node_bandwidth={self.intra_node_bandwidth!r}, inter_node_bandwidth={self.inter_node_bandwidth!r}, collective_efficiency={self.collective_efficiency!r}, collective_latency_s={self.collective_latency_s!r}, comm_overlaps_compute={self.comm_overlaps_compute!r}, h2d_pinned={self.h2d_pinned!r}, d2h_pinned={self.d2h_pinned!r}, h2d_pageable={self.h2d_pageable!r}, d2h_pageable={self.d2h_pageable!r}, cpu_adam_params_per_s={self.cpu_adam_params_per_s!r}, device_adam_params_per_s={self.device_adam_params_per_s!r}, host_cast_params_per_s={self.host_cast_params_per_s!r}, h2d_cast_params_per_s={self.h2d_cast_params_per_s!r}, nvme_read={self.nvme_read!r}, nvme_write={self.nvme_write!r}, zero3_module_overhead_s={self.zero3_module_overhead_s!r}, dropout_elements_per_s={self.dropout_elements_per_s!r}, dequant_elements_per_s={self.dequant_elements_per_s!r}, quantized_linear_overhead_s={self.quantized_linear_overhead_s!r}, bucket_flush_s={self.bucket_flush_s!r}, step_overhead_s={self.step_overhead_s!r}, compute_scale={self.compute_scale!r}, ranks_measured={self.ranks_measured!r}, dense_peak={self.dense_peak!r}, sources={self.sources!r})"\n return __repr__': _61,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,)==(other.name,other.device,other.matmul,other.matmul_forward,other.matmul_input_grad,other.attention,other.elementwise,other.op_overhead_s,other.intra_node_bandwidth,other.inter_node_bandwidth,other.collective_efficiency,other.collective_latency_s,other.comm_overlaps_compute,other.h2d_pinned,other.d2h_pinned,other.h2d_pageable,other.d2h_pageable,other.cpu_adam_params_per_s,other.device_adam_params_per_s,other.host_cast_params_per_s,other.h2d_cast_params_per_s,other.nvme_read,other.nvme_write,other.zero3_module_overhead_s,other.dropout_elements_per_s,other.dequant_elements_per_s,other.quantized_linear_overhead_s,other.bucket_flush_s,other.step_overhead_s,other.compute_scale,other.ranks_measured,other.dense_peak,other.sources,)\n  return NotImplemented\n return __eq__': _62,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'name\',\'device\',\'matmul\',\'matmul_forward\',\'matmul_input_grad\',\'attention\',\'elementwise\',\'op_overhead_s\',\'intra_node_bandwidth\',\'inter_node_bandwidth\',\'collective_efficiency\',\'collective_latency_s\',\'comm_overlaps_compute\',\'h2d_pinned\',\'d2h_pinned\',\'h2d_pageable\',\'d2h_pageable\',\'cpu_adam_params_per_s\',\'device_adam_params_per_s\',\'host_cast_params_per_s\',\'h2d_cast_params_per_s\',\'nvme_read\',\'nvme_write\',\'zero3_module_overhead_s\',\'dropout_elements_per_s\',\'dequant_elements_per_s\',\'quantized_linear_overhead_s\',\'bucket_flush_s\',\'step_overhead_s\',\'compute_scale\',\'ranks_measured\',\'dense_peak\',\'sources\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _63,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'name\',\'device\',\'matmul\',\'matmul_forward\',\'matmul_input_grad\',\'attention\',\'elementwise\',\'op_overhead_s\',\'intra_node_bandwidth\',\'inter_node_bandwidth\',\'collective_efficiency\',\'collective_latency_s\',\'comm_overlaps_compute\',\'h2d_pinned\',\'d2h_pinned\',\'h2d_pageable\',\'d2h_pageable\',\'cpu_adam_params_per_s\',\'device_adam_params_per_s\',\'host_cast_params_per_s\',\'h2d_cast_params_per_s\',\'nvme_read\',\'nvme_write\',\'zero3_module_overhead_s\',\'dropout_elements_per_s\',\'dequant_elements_per_s\',\'quantized_linear_overhead_s\',\'bucket_flush_s\',\'step_overhead_s\',\'compute_scale\',\'ranks_measured\',\'dense_peak\',\'sources\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _64,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,))\n return __hash__': _65,
-    'def __create_fn__(_type_step_time_s, _type_tokens_per_s, _type_mfu, _type_compute_s, _type_communication_s, _type_exposed_communication_s, _type_offload_s, _type_optimizer_s, _type_overhead_s, _type_tokens_per_step, _type_flops_per_step, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,step_time_s:_type_step_time_s,tokens_per_s:_type_tokens_per_s,mfu:_type_mfu,compute_s:_type_compute_s,communication_s:_type_communication_s,exposed_communication_s:_type_exposed_communication_s,offload_s:_type_offload_s,optimizer_s:_type_optimizer_s,overhead_s:_type_overhead_s,tokens_per_step:_type_tokens_per_step,flops_per_step:_type_flops_per_step)->_return_type:\n  self.step_time_s=step_time_s\n  self.tokens_per_s=tokens_per_s\n  self.mfu=mfu\n  self.compute_s=compute_s\n  self.communication_s=communication_s\n  self.exposed_communication_s=exposed_communication_s\n  self.offload_s=offload_s\n  self.optimizer_s=optimizer_s\n  self.overhead_s=overhead_s\n  self.tokens_per_step=tokens_per_step\n  self.flops_per_step=flops_per_step\n return __init__': _66,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(step_time_s={self.step_time_s!r}, tokens_per_s={self.tokens_per_s!r}, mfu={self.mfu!r}, compute_s={self.compute_s!r}, communication_s={self.communication_s!r}, exposed_communication_s={self.exposed_communication_s!r}, offload_s={self.offload_s!r}, optimizer_s={self.optimizer_s!r}, overhead_s={self.overhead_s!r}, tokens_per_step={self.tokens_per_step!r}, flops_per_step={self.flops_per_step!r})"\n return __repr__': _67,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.step_time_s,self.tokens_per_s,self.mfu,self.compute_s,self.communication_s,self.exposed_communication_s,self.offload_s,self.optimizer_s,self.overhead_s,self.tokens_per_step,self.flops_per_step,)==(other.step_time_s,other.tokens_per_s,other.mfu,other.compute_s,other.communication_s,other.exposed_communication_s,other.offload_s,other.optimizer_s,other.overhead_s,other.tokens_per_step,other.flops_per_step,)\n  return NotImplemented\n return __eq__': _68,
-    "def __create_fn__(_type_name, _type_ok, _type_detail, _type_fix, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_fix, _return_type):\n def __init__(self,name:_type_name,ok:_type_ok,detail:_type_detail,fix:_type_fix=_dflt_fix)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'ok',ok)\n  __dataclass_builtins_object__.__setattr__(self,'detail',detail)\n  __dataclass_builtins_object__.__setattr__(self,'fix',fix)\n return __init__": _69,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(name={self.name!r}, ok={self.ok!r}, detail={self.detail!r}, fix={self.fix!r})"\n return __repr__': _70,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.name,self.ok,self.detail,self.fix,)==(other.name,other.ok,other.detail,other.fix,)\n  return NotImplemented\n return __eq__': _71,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'name\',\'ok\',\'detail\',\'fix\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _72,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'name\',\'ok\',\'detail\',\'fix\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _73,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.name,self.ok,self.detail,self.fix,))\n return __hash__': _74,
-    "def __create_fn__(_type_cpu_adam, _type_cpu_optimizer_op, _type_dtypes, _type_async_io, _type_nvme_paths, _type_nvme_missing, _type_nvme_bytes, _type_cpu_bytes, _type_gpu_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cpu_adam, _dflt_cpu_optimizer_op, _dflt_dtypes, _dflt_async_io, _dflt_nvme_paths, _dflt_nvme_missing, _dflt_nvme_bytes, _dflt_cpu_bytes, _dflt_gpu_bytes, _return_type):\n def __init__(self,cpu_adam:_type_cpu_adam=_dflt_cpu_adam,cpu_optimizer_op:_type_cpu_optimizer_op=_dflt_cpu_optimizer_op,dtypes:_type_dtypes=_dflt_dtypes,async_io:_type_async_io=_dflt_async_io,nvme_paths:_type_nvme_paths=_dflt_nvme_paths,nvme_missing:_type_nvme_missing=_dflt_nvme_missing,nvme_bytes:_type_nvme_bytes=_dflt_nvme_bytes,cpu_bytes:_type_cpu_bytes=_dflt_cpu_bytes,gpu_bytes:_type_gpu_bytes=_dflt_gpu_bytes)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'cpu_adam',cpu_adam)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_optimizer_op',cpu_optimizer_op)\n  __dataclass_builtins_object__.__setattr__(self,'dtypes',dtypes)\n  __dataclass_builtins_object__.__setattr__(self,'async_io',async_io)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_paths',nvme_paths)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_missing',nvme_missing)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_bytes',nvme_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_bytes',cpu_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_bytes',gpu_bytes)\n return __init__": _75,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(cpu_adam={self.cpu_adam!r}, cpu_optimizer_op={self.cpu_optimizer_op!r}, dtypes={self.dtypes!r}, async_io={self.async_io!r}, nvme_paths={self.nvme_paths!r}, nvme_missing={self.nvme_missing!r}, nvme_bytes={self.nvme_bytes!r}, cpu_bytes={self.cpu_bytes!r}, gpu_bytes={self.gpu_bytes!r})"\n return __repr__': _76,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,)==(other.cpu_adam,other.cpu_optimizer_op,other.dtypes,other.async_io,other.nvme_paths,other.nvme_missing,other.nvme_bytes,other.cpu_bytes,other.gpu_bytes,)\n  return NotImplemented\n return __eq__': _77,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _78,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _79,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))\n return __hash__': _80,
-    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, _type_config, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _dflt_config, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)\n  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)\n return __init__": _81,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r}, config={self.config!r})"\n return __repr__': _82,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,other.config,)\n  return NotImplemented\n return __eq__': _83,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',\'config\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _84,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',\'config\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _85,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,))\n return __hash__': _86,
-    "def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):\n def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'path',path)\n  __dataclass_builtins_object__.__setattr__(self,'line',line)\n  __dataclass_builtins_object__.__setattr__(self,'column',column)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n return __init__": _87,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"\n return __repr__': _88,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)\n  return NotImplemented\n return __eq__': _89,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _90,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _91,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))\n return __hash__': _92,
-    'def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):\n def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:\n  self.path=path\n  self.data=data\n  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions\n  self.syntax=syntax\n  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates\n  self.base_dir=base_dir\n  self.json_error=json_error\n  self.json_error_pos=json_error_pos\n  self.bom=bom\n return __init__': _93,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"\n return __repr__': _94,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)\n  return NotImplemented\n return __eq__': _95,
-    "def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):\n def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'pos',pos)\n return __init__": _96,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"\n return __repr__': _97,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)\n  return NotImplemented\n return __eq__': _98,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _99,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _100,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))\n return __hash__': _101,
-    "def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):\n def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'target',target)\n  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)\n return __init__": _102,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"\n return __repr__': _103,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)\n  return NotImplemented\n return __eq__': _104,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _105,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _106,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.target,self.world_size,self.gpu_memory,))\n return __hash__': _107,
-    "def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'check',check)\n return __init__": _108,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"\n return __repr__': _109,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)\n  return NotImplemented\n return __eq__': _110,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _111,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _112,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.code,self.severity,self.name,self.check,))\n return __hash__': _113,
-    'def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):\n def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:\n  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings\n  self.files=files\n  self.unreadable=unreadable\n return __init__': _114,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"\n return __repr__': _115,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)\n  return NotImplemented\n return __eq__': _116,
-    "def __create_fn__(_type_activations, _type_transient, _type_generic, _type_note, _type_forward_transient, _type_loss_transient, _type_head_transient, _type_layer_transient, _type_head_weight_gradient, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_note, _dflt_forward_transient, _dflt_loss_transient, _dflt_head_transient, _dflt_layer_transient, _dflt_head_weight_gradient, _return_type):\n def __init__(self,activations:_type_activations,transient:_type_transient,generic:_type_generic,note:_type_note=_dflt_note,forward_transient:_type_forward_transient=_dflt_forward_transient,loss_transient:_type_loss_transient=_dflt_loss_transient,head_transient:_type_head_transient=_dflt_head_transient,layer_transient:_type_layer_transient=_dflt_layer_transient,head_weight_gradient:_type_head_weight_gradient=_dflt_head_weight_gradient)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n  __dataclass_builtins_object__.__setattr__(self,'transient',transient)\n  __dataclass_builtins_object__.__setattr__(self,'generic',generic)\n  __dataclass_builtins_object__.__setattr__(self,'note',note)\n  __dataclass_builtins_object__.__setattr__(self,'forward_transient',forward_transient)\n  __dataclass_builtins_object__.__setattr__(self,'loss_transient',loss_transient)\n  __dataclass_builtins_object__.__setattr__(self,'head_transient',head_transient)\n  __dataclass_builtins_object__.__setattr__(self,'layer_transient',layer_transient)\n  __dataclass_builtins_object__.__setattr__(self,'head_weight_gradient',head_weight_gradient)\n return __init__": _117,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(activations={self.activations!r}, transient={self.transient!r}, generic={self.generic!r}, note={self.note!r}, forward_transient={self.forward_transient!r}, loss_transient={self.loss_transient!r}, head_transient={self.head_transient!r}, layer_transient={self.layer_transient!r}, head_weight_gradient={self.head_weight_gradient!r})"\n return __repr__': _118,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,)==(other.activations,other.transient,other.generic,other.note,other.forward_transient,other.loss_transient,other.head_transient,other.layer_transient,other.head_weight_gradient,)\n  return NotImplemented\n return __eq__': _119,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'activations\',\'transient\',\'generic\',\'note\',\'forward_transient\',\'loss_transient\',\'head_transient\',\'layer_transient\',\'head_weight_gradient\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _120,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'activations\',\'transient\',\'generic\',\'note\',\'forward_transient\',\'loss_transient\',\'head_transient\',\'layer_transient\',\'head_weight_gradient\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _121,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,))\n return __hash__': _122,
-    "def __create_fn__(_type_rank, _type_targets, _type_dropout, _type_quantized, _type_adapter_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_targets, _dflt_dropout, _dflt_quantized, _dflt_adapter_bytes, _return_type):\n def __init__(self,rank:_type_rank,targets:_type_targets=_dflt_targets,dropout:_type_dropout=_dflt_dropout,quantized:_type_quantized=_dflt_quantized,adapter_bytes:_type_adapter_bytes=_dflt_adapter_bytes)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'targets',targets)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_bytes',adapter_bytes)\n  self.__post_init__()\n return __init__": _123,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(rank={self.rank!r}, targets={self.targets!r}, dropout={self.dropout!r}, quantized={self.quantized!r}, adapter_bytes={self.adapter_bytes!r})"\n return __repr__': _124,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,)==(other.rank,other.targets,other.dropout,other.quantized,other.adapter_bytes,)\n  return NotImplemented\n return __eq__': _125,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'rank\',\'targets\',\'dropout\',\'quantized\',\'adapter_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _126,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'rank\',\'targets\',\'dropout\',\'quantized\',\'adapter_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _127,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,))\n return __hash__': _128,
-    "def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'layers',layers)\n  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)\n  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)\n  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n return __init__": _129,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"\n return __repr__': _130,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)\n  return NotImplemented\n return __eq__': _131,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _132,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _133,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))\n return __hash__': _134,
-    "def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'one',one)\n  __dataclass_builtins_object__.__setattr__(self,'shared',shared)\n  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)\n return __init__": _135,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"\n return __repr__': _136,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)\n  return NotImplemented\n return __eq__': _137,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _138,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _139,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.one,self.shared,self.per_sample,))\n return __hash__': _140,
-    "def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):\n def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)\n  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)\n  __dataclass_builtins_object__.__setattr__(self,'windows',windows)\n  __dataclass_builtins_object__.__setattr__(self,'probes',probes)\n  __dataclass_builtins_object__.__setattr__(self,'checks',checks)\n  __dataclass_builtins_object__.__setattr__(self,'versions',versions)\n  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)\n  __dataclass_builtins_object__.__setattr__(self,'cached',cached)\n  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())\n  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())\n  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())\n  self.__post_init__()\n return __init__": _141,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"\n return __repr__': _142,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)\n  return NotImplemented\n return __eq__': _143,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _144,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _145,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))\n return __hash__': _146,
-    "def __create_fn__(_type_setup, _type_precision, _type_buffers, _type_phases, _type_peak_phase, _type_host, _type_activations_source, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_activations_source, _return_type):\n def __init__(self,setup:_type_setup,precision:_type_precision,buffers:_type_buffers,phases:_type_phases,peak_phase:_type_peak_phase,host:_type_host,activations_source:_type_activations_source=_dflt_activations_source)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'setup',setup)\n  __dataclass_builtins_object__.__setattr__(self,'precision',precision)\n  __dataclass_builtins_object__.__setattr__(self,'buffers',buffers)\n  __dataclass_builtins_object__.__setattr__(self,'phases',phases)\n  __dataclass_builtins_object__.__setattr__(self,'peak_phase',peak_phase)\n  __dataclass_builtins_object__.__setattr__(self,'host',host)\n  __dataclass_builtins_object__.__setattr__(self,'activations_source',activations_source)\n return __init__": _147,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(setup={self.setup!r}, precision={self.precision!r}, buffers={self.buffers!r}, phases={self.phases!r}, peak_phase={self.peak_phase!r}, host={self.host!r}, activations_source={self.activations_source!r})"\n return __repr__': _148,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,)==(other.setup,other.precision,other.buffers,other.phases,other.peak_phase,other.host,other.activations_source,)\n  return NotImplemented\n return __eq__': _149,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _150,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _151,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,))\n return __hash__': _152,
-    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'linears',linears)\n return __init__": _153,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"\n return __repr__': _154,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)\n  return NotImplemented\n return __eq__': _155,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _156,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _157,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))\n return __hash__': _158,
-    "def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'total',total)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'constants',constants)\n  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _159,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _160,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _161,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _162,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _163,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))\n return __hash__': _164,
-    'def __create_fn__(_type_model, _type_hardware, _type_training, _type_precision, _type_peft, _type_batch, _type_candidates, _type_evaluations, _type_chosen, _type_relax_micro_batch, _type_global_batch, _type_batch_note, _type_warnings, _type_activation_model, _type_machine, _type__activations, _type__analytic_models, _type__parts, _type__steps, _type__figures, _type__limits, _type_overhead, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_precision, _dflt_peft, _dflt_batch, _dflt_candidates, _dflt_evaluations, _dflt_chosen, _dflt_relax_micro_batch, _dflt_global_batch, _dflt_batch_note, _dflt_warnings, _dflt_activation_model, _dflt_machine, _dflt__activations, _dflt__analytic_models, _dflt__parts, _dflt__steps, _dflt__figures, _dflt__limits, _dflt_overhead, _return_type):\n def __init__(self,model:_type_model,hardware:_type_hardware,training:_type_training,precision:_type_precision=_dflt_precision,peft:_type_peft=_dflt_peft,batch:_type_batch=_dflt_batch,candidates:_type_candidates=_dflt_candidates,evaluations:_type_evaluations=_dflt_evaluations,chosen:_type_chosen=_dflt_chosen,relax_micro_batch:_type_relax_micro_batch=_dflt_relax_micro_batch,global_batch:_type_global_batch=_dflt_global_batch,batch_note:_type_batch_note=_dflt_batch_note,warnings:_type_warnings=_HAS_DEFAULT_FACTORY,activation_model:_type_activation_model=_dflt_activation_model,machine:_type_machine=_dflt_machine,_activations:_type__activations=_HAS_DEFAULT_FACTORY,_analytic_models:_type__analytic_models=_HAS_DEFAULT_FACTORY,_parts:_type__parts=_HAS_DEFAULT_FACTORY,_steps:_type__steps=_HAS_DEFAULT_FACTORY,_figures:_type__figures=_HAS_DEFAULT_FACTORY,_limits:_type__limits=_HAS_DEFAULT_FACTORY,overhead:_type_overhead=_dflt_overhead)->_return_type:\n  self.model=model\n  self.hardware=hardware\n  self.training=training\n  self.precision=precision\n  self.peft=peft\n  self.batch=batch\n  self.candidates=candidates\n  self.evaluations=evaluations\n  self.chosen=chosen\n  self.relax_micro_batch=relax_micro_batch\n  self.global_batch=global_batch\n  self.batch_note=batch_note\n  self.warnings=_dflt_warnings() if warnings is _HAS_DEFAULT_FACTORY else warnings\n  self.activation_model=activation_model\n  self.machine=machine\n  self._activations=_dflt__activations() if _activations is _HAS_DEFAULT_FACTORY else _activations\n  self._analytic_models=_dflt__analytic_models() if _analytic_models is _HAS_DEFAULT_FACTORY else _analytic_models\n  self._parts=_dflt__parts() if _parts is _HAS_DEFAULT_FACTORY else _parts\n  self._steps=_dflt__steps() if _steps is _HAS_DEFAULT_FACTORY else _steps\n  self._figures=_dflt__figures() if _figures is _HAS_DEFAULT_FACTORY else _figures\n  self._limits=_dflt__limits() if _limits is _HAS_DEFAULT_FACTORY else _limits\n  self.overhead=overhead\n  self.__post_init__()\n return __init__': _165,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(model={self.model!r}, hardware={self.hardware!r}, training={self.training!r}, precision={self.precision!r}, peft={self.peft!r}, batch={self.batch!r}, candidates={self.candidates!r}, evaluations={self.evaluations!r}, chosen={self.chosen!r}, relax_micro_batch={self.relax_micro_batch!r}, global_batch={self.global_batch!r}, batch_note={self.batch_note!r}, warnings={self.warnings!r}, activation_model={self.activation_model!r}, machine={self.machine!r}, _activations={self._activations!r}, _analytic_models={self._analytic_models!r}, _parts={self._parts!r}, _steps={self._steps!r}, _figures={self._figures!r}, _limits={self._limits!r}, overhead={self.overhead!r})"\n return __repr__': _166,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.model,self.hardware,self.training,self.precision,self.peft,self.batch,self.candidates,self.evaluations,self.chosen,self.relax_micro_batch,self.global_batch,self.batch_note,self.warnings,self.activation_model,self.machine,self._activations,self._analytic_models,self._parts,self._steps,self._figures,self._limits,self.overhead,)==(other.model,other.hardware,other.training,other.precision,other.peft,other.batch,other.candidates,other.evaluations,other.chosen,other.relax_micro_batch,other.global_batch,other.batch_note,other.warnings,other.activation_model,other.machine,other._activations,other._analytic_models,other._parts,other._steps,other._figures,other._limits,other.overhead,)\n  return NotImplemented\n return __eq__': _167,
-    "def __create_fn__(_type_micro_batches, _type_per_gpu_samples, _type_asked, _type_options, _type_exact, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_asked, _dflt_options, _dflt_exact, _return_type):\n def __init__(self,micro_batches:_type_micro_batches,per_gpu_samples:_type_per_gpu_samples,asked:_type_asked=_dflt_asked,options:_type_options=_dflt_options,exact:_type_exact=_dflt_exact)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'micro_batches',micro_batches)\n  __dataclass_builtins_object__.__setattr__(self,'per_gpu_samples',per_gpu_samples)\n  __dataclass_builtins_object__.__setattr__(self,'asked',asked)\n  __dataclass_builtins_object__.__setattr__(self,'options',options)\n  __dataclass_builtins_object__.__setattr__(self,'exact',exact)\n return __init__": _168,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(micro_batches={self.micro_batches!r}, per_gpu_samples={self.per_gpu_samples!r}, asked={self.asked!r}, options={self.options!r}, exact={self.exact!r})"\n return __repr__': _169,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,)==(other.micro_batches,other.per_gpu_samples,other.asked,other.options,other.exact,)\n  return NotImplemented\n return __eq__': _170,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',\'asked\',\'options\',\'exact\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _171,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',\'asked\',\'options\',\'exact\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _172,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,))\n return __hash__': _173,
+    "def __create_fn__(_type_activations, _type_transient, _type_generic, _type_note, _type_forward_transient, _type_loss_transient, _type_head_transient, _type_layer_transient, _type_head_weight_gradient, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_note, _dflt_forward_transient, _dflt_loss_transient, _dflt_head_transient, _dflt_layer_transient, _dflt_head_weight_gradient, _return_type):\n def __init__(self,activations:_type_activations,transient:_type_transient,generic:_type_generic,note:_type_note=_dflt_note,forward_transient:_type_forward_transient=_dflt_forward_transient,loss_transient:_type_loss_transient=_dflt_loss_transient,head_transient:_type_head_transient=_dflt_head_transient,layer_transient:_type_layer_transient=_dflt_layer_transient,head_weight_gradient:_type_head_weight_gradient=_dflt_head_weight_gradient)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n  __dataclass_builtins_object__.__setattr__(self,'transient',transient)\n  __dataclass_builtins_object__.__setattr__(self,'generic',generic)\n  __dataclass_builtins_object__.__setattr__(self,'note',note)\n  __dataclass_builtins_object__.__setattr__(self,'forward_transient',forward_transient)\n  __dataclass_builtins_object__.__setattr__(self,'loss_transient',loss_transient)\n  __dataclass_builtins_object__.__setattr__(self,'head_transient',head_transient)\n  __dataclass_builtins_object__.__setattr__(self,'layer_transient',layer_transient)\n  __dataclass_builtins_object__.__setattr__(self,'head_weight_gradient',head_weight_gradient)\n return __init__": _48,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(activations={self.activations!r}, transient={self.transient!r}, generic={self.generic!r}, note={self.note!r}, forward_transient={self.forward_transient!r}, loss_transient={self.loss_transient!r}, head_transient={self.head_transient!r}, layer_transient={self.layer_transient!r}, head_weight_gradient={self.head_weight_gradient!r})"\n return __repr__': _49,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,)==(other.activations,other.transient,other.generic,other.note,other.forward_transient,other.loss_transient,other.head_transient,other.layer_transient,other.head_weight_gradient,)\n  return NotImplemented\n return __eq__': _50,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'activations\',\'transient\',\'generic\',\'note\',\'forward_transient\',\'loss_transient\',\'head_transient\',\'layer_transient\',\'head_weight_gradient\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _51,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'activations\',\'transient\',\'generic\',\'note\',\'forward_transient\',\'loss_transient\',\'head_transient\',\'layer_transient\',\'head_weight_gradient\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _52,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.activations,self.transient,self.generic,self.note,self.forward_transient,self.loss_transient,self.head_transient,self.layer_transient,self.head_weight_gradient,))\n return __hash__': _53,
+    "def __create_fn__(_type_rank, _type_targets, _type_dropout, _type_quantized, _type_adapter_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_targets, _dflt_dropout, _dflt_quantized, _dflt_adapter_bytes, _return_type):\n def __init__(self,rank:_type_rank,targets:_type_targets=_dflt_targets,dropout:_type_dropout=_dflt_dropout,quantized:_type_quantized=_dflt_quantized,adapter_bytes:_type_adapter_bytes=_dflt_adapter_bytes)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'targets',targets)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_bytes',adapter_bytes)\n  self.__post_init__()\n return __init__": _54,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(rank={self.rank!r}, targets={self.targets!r}, dropout={self.dropout!r}, quantized={self.quantized!r}, adapter_bytes={self.adapter_bytes!r})"\n return __repr__': _55,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,)==(other.rank,other.targets,other.dropout,other.quantized,other.adapter_bytes,)\n  return NotImplemented\n return __eq__': _56,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'rank\',\'targets\',\'dropout\',\'quantized\',\'adapter_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _57,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'rank\',\'targets\',\'dropout\',\'quantized\',\'adapter_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _58,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.rank,self.targets,self.dropout,self.quantized,self.adapter_bytes,))\n return __hash__': _59,
+    "def __create_fn__(_type_setup, _type_precision, _type_buffers, _type_phases, _type_peak_phase, _type_host, _type_activations_source, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_activations_source, _return_type):\n def __init__(self,setup:_type_setup,precision:_type_precision,buffers:_type_buffers,phases:_type_phases,peak_phase:_type_peak_phase,host:_type_host,activations_source:_type_activations_source=_dflt_activations_source)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'setup',setup)\n  __dataclass_builtins_object__.__setattr__(self,'precision',precision)\n  __dataclass_builtins_object__.__setattr__(self,'buffers',buffers)\n  __dataclass_builtins_object__.__setattr__(self,'phases',phases)\n  __dataclass_builtins_object__.__setattr__(self,'peak_phase',peak_phase)\n  __dataclass_builtins_object__.__setattr__(self,'host',host)\n  __dataclass_builtins_object__.__setattr__(self,'activations_source',activations_source)\n return __init__": _60,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(setup={self.setup!r}, precision={self.precision!r}, buffers={self.buffers!r}, phases={self.phases!r}, peak_phase={self.peak_phase!r}, host={self.host!r}, activations_source={self.activations_source!r})"\n return __repr__': _61,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,)==(other.setup,other.precision,other.buffers,other.phases,other.peak_phase,other.host,other.activations_source,)\n  return NotImplemented\n return __eq__': _62,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _63,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'setup\',\'precision\',\'buffers\',\'phases\',\'peak_phase\',\'host\',\'activations_source\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _64,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.setup,self.precision,self.buffers,self.phases,self.peak_phase,self.host,self.activations_source,))\n return __hash__': _65,
+    "def __create_fn__(_type_model_type, _type_hidden_size, _type_num_layers, _type_vocab_size, _type_intermediate_size, _type_layer_matmuls, _type_head_matmuls, _type_attention, _type_parameter_modules, _type_module_sizes, _type_elementwise_per_token, _type_score_softcap, _type__cache, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_module_sizes, _dflt_elementwise_per_token, _dflt_score_softcap, _dflt__cache, _return_type):\n def __init__(self,model_type:_type_model_type,hidden_size:_type_hidden_size,num_layers:_type_num_layers,vocab_size:_type_vocab_size,intermediate_size:_type_intermediate_size,layer_matmuls:_type_layer_matmuls,head_matmuls:_type_head_matmuls,attention:_type_attention,parameter_modules:_type_parameter_modules,module_sizes:_type_module_sizes=_dflt_module_sizes,elementwise_per_token:_type_elementwise_per_token=_dflt_elementwise_per_token,score_softcap:_type_score_softcap=_dflt_score_softcap,_cache:_type__cache=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'model_type',model_type)\n  __dataclass_builtins_object__.__setattr__(self,'hidden_size',hidden_size)\n  __dataclass_builtins_object__.__setattr__(self,'num_layers',num_layers)\n  __dataclass_builtins_object__.__setattr__(self,'vocab_size',vocab_size)\n  __dataclass_builtins_object__.__setattr__(self,'intermediate_size',intermediate_size)\n  __dataclass_builtins_object__.__setattr__(self,'layer_matmuls',layer_matmuls)\n  __dataclass_builtins_object__.__setattr__(self,'head_matmuls',head_matmuls)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'parameter_modules',parameter_modules)\n  __dataclass_builtins_object__.__setattr__(self,'module_sizes',module_sizes)\n  __dataclass_builtins_object__.__setattr__(self,'elementwise_per_token',elementwise_per_token)\n  __dataclass_builtins_object__.__setattr__(self,'score_softcap',score_softcap)\n  __dataclass_builtins_object__.__setattr__(self,'_cache',_dflt__cache() if _cache is _HAS_DEFAULT_FACTORY else _cache)\n return __init__": _66,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(model_type={self.model_type!r}, hidden_size={self.hidden_size!r}, num_layers={self.num_layers!r}, vocab_size={self.vocab_size!r}, intermediate_size={self.intermediate_size!r}, layer_matmuls={self.layer_matmuls!r}, head_matmuls={self.head_matmuls!r}, attention={self.attention!r}, parameter_modules={self.parameter_modules!r}, module_sizes={self.module_sizes!r}, elementwise_per_token={self.elementwise_per_token!r}, score_softcap={self.score_softcap!r})"\n return __repr__': _67,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,)==(other.model_type,other.hidden_size,other.num_layers,other.vocab_size,other.intermediate_size,other.layer_matmuls,other.head_matmuls,other.attention,other.parameter_modules,other.module_sizes,other.elementwise_per_token,other.score_softcap,)\n  return NotImplemented\n return __eq__': _68,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'model_type\',\'hidden_size\',\'num_layers\',\'vocab_size\',\'intermediate_size\',\'layer_matmuls\',\'head_matmuls\',\'attention\',\'parameter_modules\',\'module_sizes\',\'elementwise_per_token\',\'score_softcap\',\'_cache\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _69,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'model_type\',\'hidden_size\',\'num_layers\',\'vocab_size\',\'intermediate_size\',\'layer_matmuls\',\'head_matmuls\',\'attention\',\'parameter_modules\',\'module_sizes\',\'elementwise_per_token\',\'score_softcap\',\'_cache\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _70,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.model_type,self.hidden_size,self.num_layers,self.vocab_size,self.intermediate_size,self.layer_matmuls,self.head_matmuls,self.attention,self.parameter_modules,self.module_sizes,self.elementwise_per_token,self.score_softcap,))\n return __hash__': _71,
+    "def __create_fn__(_type_name, _type_device, _type_matmul, _type_matmul_forward, _type_matmul_input_grad, _type_attention, _type_elementwise, _type_op_overhead_s, _type_intra_node_bandwidth, _type_inter_node_bandwidth, _type_collective_efficiency, _type_collective_latency_s, _type_comm_overlaps_compute, _type_h2d_pinned, _type_d2h_pinned, _type_h2d_pageable, _type_d2h_pageable, _type_cpu_adam_params_per_s, _type_device_adam_params_per_s, _type_host_cast_params_per_s, _type_h2d_cast_params_per_s, _type_nvme_read, _type_nvme_write, _type_zero3_module_overhead_s, _type_dropout_elements_per_s, _type_dequant_elements_per_s, _type_quantized_linear_overhead_s, _type_bucket_flush_s, _type_step_overhead_s, _type_compute_scale, _type_ranks_measured, _type_dense_peak, _type_sources, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_device, _dflt_matmul, _dflt_matmul_forward, _dflt_matmul_input_grad, _dflt_attention, _dflt_elementwise, _dflt_op_overhead_s, _dflt_intra_node_bandwidth, _dflt_inter_node_bandwidth, _dflt_collective_efficiency, _dflt_collective_latency_s, _dflt_comm_overlaps_compute, _dflt_h2d_pinned, _dflt_d2h_pinned, _dflt_h2d_pageable, _dflt_d2h_pageable, _dflt_cpu_adam_params_per_s, _dflt_device_adam_params_per_s, _dflt_host_cast_params_per_s, _dflt_h2d_cast_params_per_s, _dflt_nvme_read, _dflt_nvme_write, _dflt_zero3_module_overhead_s, _dflt_dropout_elements_per_s, _dflt_dequant_elements_per_s, _dflt_quantized_linear_overhead_s, _dflt_bucket_flush_s, _dflt_step_overhead_s, _dflt_compute_scale, _dflt_ranks_measured, _dflt_dense_peak, _dflt_sources, _return_type):\n def __init__(self,name:_type_name,device:_type_device=_dflt_device,matmul:_type_matmul=_HAS_DEFAULT_FACTORY,matmul_forward:_type_matmul_forward=_HAS_DEFAULT_FACTORY,matmul_input_grad:_type_matmul_input_grad=_HAS_DEFAULT_FACTORY,attention:_type_attention=_HAS_DEFAULT_FACTORY,elementwise:_type_elementwise=_dflt_elementwise,op_overhead_s:_type_op_overhead_s=_dflt_op_overhead_s,intra_node_bandwidth:_type_intra_node_bandwidth=_dflt_intra_node_bandwidth,inter_node_bandwidth:_type_inter_node_bandwidth=_dflt_inter_node_bandwidth,collective_efficiency:_type_collective_efficiency=_dflt_collective_efficiency,collective_latency_s:_type_collective_latency_s=_dflt_collective_latency_s,comm_overlaps_compute:_type_comm_overlaps_compute=_dflt_comm_overlaps_compute,h2d_pinned:_type_h2d_pinned=_dflt_h2d_pinned,d2h_pinned:_type_d2h_pinned=_dflt_d2h_pinned,h2d_pageable:_type_h2d_pageable=_dflt_h2d_pageable,d2h_pageable:_type_d2h_pageable=_dflt_d2h_pageable,cpu_adam_params_per_s:_type_cpu_adam_params_per_s=_dflt_cpu_adam_params_per_s,device_adam_params_per_s:_type_device_adam_params_per_s=_dflt_device_adam_params_per_s,host_cast_params_per_s:_type_host_cast_params_per_s=_dflt_host_cast_params_per_s,h2d_cast_params_per_s:_type_h2d_cast_params_per_s=_dflt_h2d_cast_params_per_s,nvme_read:_type_nvme_read=_dflt_nvme_read,nvme_write:_type_nvme_write=_dflt_nvme_write,zero3_module_overhead_s:_type_zero3_module_overhead_s=_dflt_zero3_module_overhead_s,dropout_elements_per_s:_type_dropout_elements_per_s=_dflt_dropout_elements_per_s,dequant_elements_per_s:_type_dequant_elements_per_s=_dflt_dequant_elements_per_s,quantized_linear_overhead_s:_type_quantized_linear_overhead_s=_dflt_quantized_linear_overhead_s,bucket_flush_s:_type_bucket_flush_s=_dflt_bucket_flush_s,step_overhead_s:_type_step_overhead_s=_dflt_step_overhead_s,compute_scale:_type_compute_scale=_dflt_compute_scale,ranks_measured:_type_ranks_measured=_dflt_ranks_measured,dense_peak:_type_dense_peak=_HAS_DEFAULT_FACTORY,sources:_type_sources=_HAS_DEFAULT_FACTORY)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'device',device)\n  __dataclass_builtins_object__.__setattr__(self,'matmul',_dflt_matmul() if matmul is _HAS_DEFAULT_FACTORY else matmul)\n  __dataclass_builtins_object__.__setattr__(self,'matmul_forward',_dflt_matmul_forward() if matmul_forward is _HAS_DEFAULT_FACTORY else matmul_forward)\n  __dataclass_builtins_object__.__setattr__(self,'matmul_input_grad',_dflt_matmul_input_grad() if matmul_input_grad is _HAS_DEFAULT_FACTORY else matmul_input_grad)\n  __dataclass_builtins_object__.__setattr__(self,'attention',_dflt_attention() if attention is _HAS_DEFAULT_FACTORY else attention)\n  __dataclass_builtins_object__.__setattr__(self,'elementwise',elementwise)\n  __dataclass_builtins_object__.__setattr__(self,'op_overhead_s',op_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'intra_node_bandwidth',intra_node_bandwidth)\n  __dataclass_builtins_object__.__setattr__(self,'inter_node_bandwidth',inter_node_bandwidth)\n  __dataclass_builtins_object__.__setattr__(self,'collective_efficiency',collective_efficiency)\n  __dataclass_builtins_object__.__setattr__(self,'collective_latency_s',collective_latency_s)\n  __dataclass_builtins_object__.__setattr__(self,'comm_overlaps_compute',comm_overlaps_compute)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_pinned',h2d_pinned)\n  __dataclass_builtins_object__.__setattr__(self,'d2h_pinned',d2h_pinned)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_pageable',h2d_pageable)\n  __dataclass_builtins_object__.__setattr__(self,'d2h_pageable',d2h_pageable)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_adam_params_per_s',cpu_adam_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'device_adam_params_per_s',device_adam_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'host_cast_params_per_s',host_cast_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'h2d_cast_params_per_s',h2d_cast_params_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_read',nvme_read)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_write',nvme_write)\n  __dataclass_builtins_object__.__setattr__(self,'zero3_module_overhead_s',zero3_module_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'dropout_elements_per_s',dropout_elements_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'dequant_elements_per_s',dequant_elements_per_s)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_linear_overhead_s',quantized_linear_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'bucket_flush_s',bucket_flush_s)\n  __dataclass_builtins_object__.__setattr__(self,'step_overhead_s',step_overhead_s)\n  __dataclass_builtins_object__.__setattr__(self,'compute_scale',compute_scale)\n  __dataclass_builtins_object__.__setattr__(self,'ranks_measured',ranks_measured)\n  __dataclass_builtins_object__.__setattr__(self,'dense_peak',_dflt_dense_peak() if dense_peak is _HAS_DEFAULT_FACTORY else dense_peak)\n  __dataclass_builtins_object__.__setattr__(self,'sources',_dflt_sources() if sources is _HAS_DEFAULT_FACTORY else sources)\n return __init__": _72,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(name={self.name!r}, device={self.device!r}, matmul={self.matmul!r}, matmul_forward={self.matmul_forward!r}, matmul_input_grad={self.matmul_input_grad!r}, attention={self.attention!r}, elementwise={self.elementwise!r}, op_overhead_s={self.op_overhead_s!r}, intra_node_bandwidth={self.intra_node_bandwidth!r}, inter_node_bandwidth={self.inter_node_bandwidth!r}, collective_efficiency={self.collective_efficiency!r}, collective_latency_s={self.collective_latency_s!r}, comm_overlaps_compute={self.comm_overlaps_compute!r}, h2d_pinned={self.h2d_pinned!r}, d2h_pinned={self.d2h_pinned!r}, h2d_pageable={self.h2d_pageable!r}, d2h_pageable={self.d2h_pageable!r}, cpu_adam_params_per_s={self.cpu_adam_params_per_s!r}, device_adam_params_per_s={self.device_adam_params_per_s!r}, host_cast_params_per_s={self.host_cast_params_per_s!r}, h2d_cast_params_per_s={self.h2d_cast_params_per_s!r}, nvme_read={self.nvme_read!r}, nvme_write={self.nvme_write!r}, zero3_module_overhead_s={self.zero3_module_overhead_s!r}, dropout_elements_per_s={self.dropout_elements_per_s!r}, dequant_elements_per_s={self.dequant_elements_per_s!r}, quantized_linear_overhead_s={self.quantized_linear_overhead_s!r}, bucket_flush_s={self.bucket_flush_s!r}, step_overhead_s={self.step_overhead_s!r}, compute_scale={self.compute_scale!r}, ranks_measured={self.ranks_measured!r}, dense_peak={self.dense_peak!r}, sources={self.sources!r})"\n return __repr__': _73,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,)==(other.name,other.device,other.matmul,other.matmul_forward,other.matmul_input_grad,other.attention,other.elementwise,other.op_overhead_s,other.intra_node_bandwidth,other.inter_node_bandwidth,other.collective_efficiency,other.collective_latency_s,other.comm_overlaps_compute,other.h2d_pinned,other.d2h_pinned,other.h2d_pageable,other.d2h_pageable,other.cpu_adam_params_per_s,other.device_adam_params_per_s,other.host_cast_params_per_s,other.h2d_cast_params_per_s,other.nvme_read,other.nvme_write,other.zero3_module_overhead_s,other.dropout_elements_per_s,other.dequant_elements_per_s,other.quantized_linear_overhead_s,other.bucket_flush_s,other.step_overhead_s,other.compute_scale,other.ranks_measured,other.dense_peak,other.sources,)\n  return NotImplemented\n return __eq__': _74,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'name\',\'device\',\'matmul\',\'matmul_forward\',\'matmul_input_grad\',\'attention\',\'elementwise\',\'op_overhead_s\',\'intra_node_bandwidth\',\'inter_node_bandwidth\',\'collective_efficiency\',\'collective_latency_s\',\'comm_overlaps_compute\',\'h2d_pinned\',\'d2h_pinned\',\'h2d_pageable\',\'d2h_pageable\',\'cpu_adam_params_per_s\',\'device_adam_params_per_s\',\'host_cast_params_per_s\',\'h2d_cast_params_per_s\',\'nvme_read\',\'nvme_write\',\'zero3_module_overhead_s\',\'dropout_elements_per_s\',\'dequant_elements_per_s\',\'quantized_linear_overhead_s\',\'bucket_flush_s\',\'step_overhead_s\',\'compute_scale\',\'ranks_measured\',\'dense_peak\',\'sources\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _75,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'name\',\'device\',\'matmul\',\'matmul_forward\',\'matmul_input_grad\',\'attention\',\'elementwise\',\'op_overhead_s\',\'intra_node_bandwidth\',\'inter_node_bandwidth\',\'collective_efficiency\',\'collective_latency_s\',\'comm_overlaps_compute\',\'h2d_pinned\',\'d2h_pinned\',\'h2d_pageable\',\'d2h_pageable\',\'cpu_adam_params_per_s\',\'device_adam_params_per_s\',\'host_cast_params_per_s\',\'h2d_cast_params_per_s\',\'nvme_read\',\'nvme_write\',\'zero3_module_overhead_s\',\'dropout_elements_per_s\',\'dequant_elements_per_s\',\'quantized_linear_overhead_s\',\'bucket_flush_s\',\'step_overhead_s\',\'compute_scale\',\'ranks_measured\',\'dense_peak\',\'sources\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _76,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.name,self.device,self.matmul,self.matmul_forward,self.matmul_input_grad,self.attention,self.elementwise,self.op_overhead_s,self.intra_node_bandwidth,self.inter_node_bandwidth,self.collective_efficiency,self.collective_latency_s,self.comm_overlaps_compute,self.h2d_pinned,self.d2h_pinned,self.h2d_pageable,self.d2h_pageable,self.cpu_adam_params_per_s,self.device_adam_params_per_s,self.host_cast_params_per_s,self.h2d_cast_params_per_s,self.nvme_read,self.nvme_write,self.zero3_module_overhead_s,self.dropout_elements_per_s,self.dequant_elements_per_s,self.quantized_linear_overhead_s,self.bucket_flush_s,self.step_overhead_s,self.compute_scale,self.ranks_measured,self.dense_peak,self.sources,))\n return __hash__': _77,
+    'def __create_fn__(_type_step_time_s, _type_tokens_per_s, _type_mfu, _type_compute_s, _type_communication_s, _type_exposed_communication_s, _type_offload_s, _type_optimizer_s, _type_overhead_s, _type_tokens_per_step, _type_flops_per_step, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,step_time_s:_type_step_time_s,tokens_per_s:_type_tokens_per_s,mfu:_type_mfu,compute_s:_type_compute_s,communication_s:_type_communication_s,exposed_communication_s:_type_exposed_communication_s,offload_s:_type_offload_s,optimizer_s:_type_optimizer_s,overhead_s:_type_overhead_s,tokens_per_step:_type_tokens_per_step,flops_per_step:_type_flops_per_step)->_return_type:\n  self.step_time_s=step_time_s\n  self.tokens_per_s=tokens_per_s\n  self.mfu=mfu\n  self.compute_s=compute_s\n  self.communication_s=communication_s\n  self.exposed_communication_s=exposed_communication_s\n  self.offload_s=offload_s\n  self.optimizer_s=optimizer_s\n  self.overhead_s=overhead_s\n  self.tokens_per_step=tokens_per_step\n  self.flops_per_step=flops_per_step\n return __init__': _78,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(step_time_s={self.step_time_s!r}, tokens_per_s={self.tokens_per_s!r}, mfu={self.mfu!r}, compute_s={self.compute_s!r}, communication_s={self.communication_s!r}, exposed_communication_s={self.exposed_communication_s!r}, offload_s={self.offload_s!r}, optimizer_s={self.optimizer_s!r}, overhead_s={self.overhead_s!r}, tokens_per_step={self.tokens_per_step!r}, flops_per_step={self.flops_per_step!r})"\n return __repr__': _79,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.step_time_s,self.tokens_per_s,self.mfu,self.compute_s,self.communication_s,self.exposed_communication_s,self.offload_s,self.optimizer_s,self.overhead_s,self.tokens_per_step,self.flops_per_step,)==(other.step_time_s,other.tokens_per_s,other.mfu,other.compute_s,other.communication_s,other.exposed_communication_s,other.offload_s,other.optimizer_s,other.overhead_s,other.tokens_per_step,other.flops_per_step,)\n  return NotImplemented\n return __eq__': _80,
+    'def __create_fn__(_type_model, _type_hardware, _type_training, _type_precision, _type_peft, _type_batch, _type_candidates, _type_evaluations, _type_chosen, _type_relax_micro_batch, _type_global_batch, _type_batch_note, _type_warnings, _type_activation_model, _type_machine, _type__activations, _type__analytic_models, _type__parts, _type__steps, _type__figures, _type__limits, _type_overhead, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_precision, _dflt_peft, _dflt_batch, _dflt_candidates, _dflt_evaluations, _dflt_chosen, _dflt_relax_micro_batch, _dflt_global_batch, _dflt_batch_note, _dflt_warnings, _dflt_activation_model, _dflt_machine, _dflt__activations, _dflt__analytic_models, _dflt__parts, _dflt__steps, _dflt__figures, _dflt__limits, _dflt_overhead, _return_type):\n def __init__(self,model:_type_model,hardware:_type_hardware,training:_type_training,precision:_type_precision=_dflt_precision,peft:_type_peft=_dflt_peft,batch:_type_batch=_dflt_batch,candidates:_type_candidates=_dflt_candidates,evaluations:_type_evaluations=_dflt_evaluations,chosen:_type_chosen=_dflt_chosen,relax_micro_batch:_type_relax_micro_batch=_dflt_relax_micro_batch,global_batch:_type_global_batch=_dflt_global_batch,batch_note:_type_batch_note=_dflt_batch_note,warnings:_type_warnings=_HAS_DEFAULT_FACTORY,activation_model:_type_activation_model=_dflt_activation_model,machine:_type_machine=_dflt_machine,_activations:_type__activations=_HAS_DEFAULT_FACTORY,_analytic_models:_type__analytic_models=_HAS_DEFAULT_FACTORY,_parts:_type__parts=_HAS_DEFAULT_FACTORY,_steps:_type__steps=_HAS_DEFAULT_FACTORY,_figures:_type__figures=_HAS_DEFAULT_FACTORY,_limits:_type__limits=_HAS_DEFAULT_FACTORY,overhead:_type_overhead=_dflt_overhead)->_return_type:\n  self.model=model\n  self.hardware=hardware\n  self.training=training\n  self.precision=precision\n  self.peft=peft\n  self.batch=batch\n  self.candidates=candidates\n  self.evaluations=evaluations\n  self.chosen=chosen\n  self.relax_micro_batch=relax_micro_batch\n  self.global_batch=global_batch\n  self.batch_note=batch_note\n  self.warnings=_dflt_warnings() if warnings is _HAS_DEFAULT_FACTORY else warnings\n  self.activation_model=activation_model\n  self.machine=machine\n  self._activations=_dflt__activations() if _activations is _HAS_DEFAULT_FACTORY else _activations\n  self._analytic_models=_dflt__analytic_models() if _analytic_models is _HAS_DEFAULT_FACTORY else _analytic_models\n  self._parts=_dflt__parts() if _parts is _HAS_DEFAULT_FACTORY else _parts\n  self._steps=_dflt__steps() if _steps is _HAS_DEFAULT_FACTORY else _steps\n  self._figures=_dflt__figures() if _figures is _HAS_DEFAULT_FACTORY else _figures\n  self._limits=_dflt__limits() if _limits is _HAS_DEFAULT_FACTORY else _limits\n  self.overhead=overhead\n  self.__post_init__()\n return __init__': _81,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(model={self.model!r}, hardware={self.hardware!r}, training={self.training!r}, precision={self.precision!r}, peft={self.peft!r}, batch={self.batch!r}, candidates={self.candidates!r}, evaluations={self.evaluations!r}, chosen={self.chosen!r}, relax_micro_batch={self.relax_micro_batch!r}, global_batch={self.global_batch!r}, batch_note={self.batch_note!r}, warnings={self.warnings!r}, activation_model={self.activation_model!r}, machine={self.machine!r}, _activations={self._activations!r}, _analytic_models={self._analytic_models!r}, _parts={self._parts!r}, _steps={self._steps!r}, _figures={self._figures!r}, _limits={self._limits!r}, overhead={self.overhead!r})"\n return __repr__': _82,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.model,self.hardware,self.training,self.precision,self.peft,self.batch,self.candidates,self.evaluations,self.chosen,self.relax_micro_batch,self.global_batch,self.batch_note,self.warnings,self.activation_model,self.machine,self._activations,self._analytic_models,self._parts,self._steps,self._figures,self._limits,self.overhead,)==(other.model,other.hardware,other.training,other.precision,other.peft,other.batch,other.candidates,other.evaluations,other.chosen,other.relax_micro_batch,other.global_batch,other.batch_note,other.warnings,other.activation_model,other.machine,other._activations,other._analytic_models,other._parts,other._steps,other._figures,other._limits,other.overhead,)\n  return NotImplemented\n return __eq__': _83,
+    "def __create_fn__(_type_micro_batches, _type_per_gpu_samples, _type_asked, _type_options, _type_exact, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_asked, _dflt_options, _dflt_exact, _return_type):\n def __init__(self,micro_batches:_type_micro_batches,per_gpu_samples:_type_per_gpu_samples,asked:_type_asked=_dflt_asked,options:_type_options=_dflt_options,exact:_type_exact=_dflt_exact)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'micro_batches',micro_batches)\n  __dataclass_builtins_object__.__setattr__(self,'per_gpu_samples',per_gpu_samples)\n  __dataclass_builtins_object__.__setattr__(self,'asked',asked)\n  __dataclass_builtins_object__.__setattr__(self,'options',options)\n  __dataclass_builtins_object__.__setattr__(self,'exact',exact)\n return __init__": _84,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(micro_batches={self.micro_batches!r}, per_gpu_samples={self.per_gpu_samples!r}, asked={self.asked!r}, options={self.options!r}, exact={self.exact!r})"\n return __repr__': _85,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,)==(other.micro_batches,other.per_gpu_samples,other.asked,other.options,other.exact,)\n  return NotImplemented\n return __eq__': _86,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',\'asked\',\'options\',\'exact\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _87,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'micro_batches\',\'per_gpu_samples\',\'asked\',\'options\',\'exact\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _88,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.micro_batches,self.per_gpu_samples,self.asked,self.options,self.exact,))\n return __hash__': _89,
+    "def __create_fn__(_type_script, _type_script_args, _type_config, _type_gpus_per_node, _type_nodes, _type_include, _type_exclude, _type_hostfile, _type_hosts, _type_launcher, _type_master_addr, _type_master_port, _type_env, _type_files_dir, _type_runner, _type_extra_runner_args, _type_no_ssh, _type_node_rank, _type_visible_devices, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_script_args, _dflt_config, _dflt_gpus_per_node, _dflt_nodes, _dflt_include, _dflt_exclude, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_addr, _dflt_master_port, _dflt_env, _dflt_files_dir, _dflt_runner, _dflt_extra_runner_args, _dflt_no_ssh, _dflt_node_rank, _dflt_visible_devices, _return_type):\n def __init__(self,script:_type_script,script_args:_type_script_args=_dflt_script_args,config:_type_config=_dflt_config,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,nodes:_type_nodes=_dflt_nodes,include:_type_include=_dflt_include,exclude:_type_exclude=_dflt_exclude,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_dflt_hosts,launcher:_type_launcher=_dflt_launcher,master_addr:_type_master_addr=_dflt_master_addr,master_port:_type_master_port=_dflt_master_port,env:_type_env=_dflt_env,files_dir:_type_files_dir=_dflt_files_dir,runner:_type_runner=_dflt_runner,extra_runner_args:_type_extra_runner_args=_HAS_DEFAULT_FACTORY,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,visible_devices:_type_visible_devices=_dflt_visible_devices)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'script',script)\n  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'nodes',nodes)\n  __dataclass_builtins_object__.__setattr__(self,'include',include)\n  __dataclass_builtins_object__.__setattr__(self,'exclude',exclude)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'env',env)\n  __dataclass_builtins_object__.__setattr__(self,'files_dir',files_dir)\n  __dataclass_builtins_object__.__setattr__(self,'runner',runner)\n  __dataclass_builtins_object__.__setattr__(self,'extra_runner_args',_dflt_extra_runner_args() if extra_runner_args is _HAS_DEFAULT_FACTORY else extra_runner_args)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'visible_devices',visible_devices)\n return __init__": _90,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(script={self.script!r}, script_args={self.script_args!r}, config={self.config!r}, gpus_per_node={self.gpus_per_node!r}, nodes={self.nodes!r}, include={self.include!r}, exclude={self.exclude!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_addr={self.master_addr!r}, master_port={self.master_port!r}, env={self.env!r}, files_dir={self.files_dir!r}, runner={self.runner!r}, extra_runner_args={self.extra_runner_args!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, visible_devices={self.visible_devices!r})"\n return __repr__': _91,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,)==(other.script,other.script_args,other.config,other.gpus_per_node,other.nodes,other.include,other.exclude,other.hostfile,other.hosts,other.launcher,other.master_addr,other.master_port,other.env,other.files_dir,other.runner,other.extra_runner_args,other.no_ssh,other.node_rank,other.visible_devices,)\n  return NotImplemented\n return __eq__': _92,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'script\',\'script_args\',\'config\',\'gpus_per_node\',\'nodes\',\'include\',\'exclude\',\'hostfile\',\'hosts\',\'launcher\',\'master_addr\',\'master_port\',\'env\',\'files_dir\',\'runner\',\'extra_runner_args\',\'no_ssh\',\'node_rank\',\'visible_devices\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _93,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'script\',\'script_args\',\'config\',\'gpus_per_node\',\'nodes\',\'include\',\'exclude\',\'hostfile\',\'hosts\',\'launcher\',\'master_addr\',\'master_port\',\'env\',\'files_dir\',\'runner\',\'extra_runner_args\',\'no_ssh\',\'node_rank\',\'visible_devices\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _94,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.script,self.script_args,self.config,self.gpus_per_node,self.nodes,self.include,self.exclude,self.hostfile,self.hosts,self.launcher,self.master_addr,self.master_port,self.env,self.files_dir,self.runner,self.extra_runner_args,self.no_ssh,self.node_rank,self.visible_devices,))\n return __hash__': _95,
+    "def __create_fn__(_type_name, _type_ok, _type_detail, _type_fix, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_fix, _return_type):\n def __init__(self,name:_type_name,ok:_type_ok,detail:_type_detail,fix:_type_fix=_dflt_fix)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'ok',ok)\n  __dataclass_builtins_object__.__setattr__(self,'detail',detail)\n  __dataclass_builtins_object__.__setattr__(self,'fix',fix)\n return __init__": _96,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(name={self.name!r}, ok={self.ok!r}, detail={self.detail!r}, fix={self.fix!r})"\n return __repr__': _97,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.name,self.ok,self.detail,self.fix,)==(other.name,other.ok,other.detail,other.fix,)\n  return NotImplemented\n return __eq__': _98,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'name\',\'ok\',\'detail\',\'fix\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _99,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'name\',\'ok\',\'detail\',\'fix\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _100,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.name,self.ok,self.detail,self.fix,))\n return __hash__': _101,
+    "def __create_fn__(_type_cpu_adam, _type_cpu_optimizer_op, _type_dtypes, _type_async_io, _type_nvme_paths, _type_nvme_missing, _type_nvme_bytes, _type_cpu_bytes, _type_gpu_bytes, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cpu_adam, _dflt_cpu_optimizer_op, _dflt_dtypes, _dflt_async_io, _dflt_nvme_paths, _dflt_nvme_missing, _dflt_nvme_bytes, _dflt_cpu_bytes, _dflt_gpu_bytes, _return_type):\n def __init__(self,cpu_adam:_type_cpu_adam=_dflt_cpu_adam,cpu_optimizer_op:_type_cpu_optimizer_op=_dflt_cpu_optimizer_op,dtypes:_type_dtypes=_dflt_dtypes,async_io:_type_async_io=_dflt_async_io,nvme_paths:_type_nvme_paths=_dflt_nvme_paths,nvme_missing:_type_nvme_missing=_dflt_nvme_missing,nvme_bytes:_type_nvme_bytes=_dflt_nvme_bytes,cpu_bytes:_type_cpu_bytes=_dflt_cpu_bytes,gpu_bytes:_type_gpu_bytes=_dflt_gpu_bytes)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'cpu_adam',cpu_adam)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_optimizer_op',cpu_optimizer_op)\n  __dataclass_builtins_object__.__setattr__(self,'dtypes',dtypes)\n  __dataclass_builtins_object__.__setattr__(self,'async_io',async_io)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_paths',nvme_paths)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_missing',nvme_missing)\n  __dataclass_builtins_object__.__setattr__(self,'nvme_bytes',nvme_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'cpu_bytes',cpu_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_bytes',gpu_bytes)\n return __init__": _102,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(cpu_adam={self.cpu_adam!r}, cpu_optimizer_op={self.cpu_optimizer_op!r}, dtypes={self.dtypes!r}, async_io={self.async_io!r}, nvme_paths={self.nvme_paths!r}, nvme_missing={self.nvme_missing!r}, nvme_bytes={self.nvme_bytes!r}, cpu_bytes={self.cpu_bytes!r}, gpu_bytes={self.gpu_bytes!r})"\n return __repr__': _103,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,)==(other.cpu_adam,other.cpu_optimizer_op,other.dtypes,other.async_io,other.nvme_paths,other.nvme_missing,other.nvme_bytes,other.cpu_bytes,other.gpu_bytes,)\n  return NotImplemented\n return __eq__': _104,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _105,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _106,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))\n return __hash__': _107,
+    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_env, _type_config, _type_config_file, _type_plan, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_env, _dflt_config, _dflt_config_file, _dflt_plan, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,plan:_type_plan=_dflt_plan)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)\n  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)\n  __dataclass_builtins_object__.__setattr__(self,'config_file',config_file)\n  __dataclass_builtins_object__.__setattr__(self,'plan',plan)\n return __init__": _108,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, plan={self.plan!r})"\n return __repr__': _109,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,self.config_file,self.plan,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.env,other.config,other.config_file,other.plan,)\n  return NotImplemented\n return __eq__': _110,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',\'config\',\'config_file\',\'plan\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _111,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'env\',\'config\',\'config_file\',\'plan\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _112,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.env,self.config,self.config_file,self.plan,))\n return __hash__': _113,
+    "def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):\n def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'path',path)\n  __dataclass_builtins_object__.__setattr__(self,'line',line)\n  __dataclass_builtins_object__.__setattr__(self,'column',column)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n return __init__": _114,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"\n return __repr__': _115,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)\n  return NotImplemented\n return __eq__': _116,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _117,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _118,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))\n return __hash__': _119,
+    'def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):\n def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:\n  self.path=path\n  self.data=data\n  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions\n  self.syntax=syntax\n  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates\n  self.base_dir=base_dir\n  self.json_error=json_error\n  self.json_error_pos=json_error_pos\n  self.bom=bom\n return __init__': _120,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"\n return __repr__': _121,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)\n  return NotImplemented\n return __eq__': _122,
+    "def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):\n def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'pos',pos)\n return __init__": _123,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"\n return __repr__': _124,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)\n  return NotImplemented\n return __eq__': _125,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _126,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _127,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))\n return __hash__': _128,
+    "def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):\n def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'target',target)\n  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)\n return __init__": _129,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"\n return __repr__': _130,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)\n  return NotImplemented\n return __eq__': _131,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _132,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _133,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.target,self.world_size,self.gpu_memory,))\n return __hash__': _134,
+    "def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'check',check)\n return __init__": _135,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"\n return __repr__': _136,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)\n  return NotImplemented\n return __eq__': _137,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _138,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _139,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.code,self.severity,self.name,self.check,))\n return __hash__': _140,
+    'def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):\n def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:\n  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings\n  self.files=files\n  self.unreadable=unreadable\n return __init__': _141,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"\n return __repr__': _142,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)\n  return NotImplemented\n return __eq__': _143,
+    "def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'layers',layers)\n  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)\n  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)\n  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n return __init__": _144,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"\n return __repr__': _145,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)\n  return NotImplemented\n return __eq__': _146,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _147,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _148,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))\n return __hash__': _149,
+    "def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'one',one)\n  __dataclass_builtins_object__.__setattr__(self,'shared',shared)\n  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)\n return __init__": _150,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"\n return __repr__': _151,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)\n  return NotImplemented\n return __eq__': _152,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _153,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _154,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.one,self.shared,self.per_sample,))\n return __hash__': _155,
+    "def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):\n def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)\n  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)\n  __dataclass_builtins_object__.__setattr__(self,'windows',windows)\n  __dataclass_builtins_object__.__setattr__(self,'probes',probes)\n  __dataclass_builtins_object__.__setattr__(self,'checks',checks)\n  __dataclass_builtins_object__.__setattr__(self,'versions',versions)\n  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)\n  __dataclass_builtins_object__.__setattr__(self,'cached',cached)\n  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())\n  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())\n  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())\n  self.__post_init__()\n return __init__": _156,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"\n return __repr__': _157,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)\n  return NotImplemented\n return __eq__': _158,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _159,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _160,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))\n return __hash__': _161,
+    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'linears',linears)\n return __init__": _162,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"\n return __repr__': _163,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)\n  return NotImplemented\n return __eq__': _164,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _165,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _166,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))\n return __hash__': _167,
+    "def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'total',total)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'constants',constants)\n  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _168,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _169,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _170,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _171,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _172,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))\n return __hash__': _173,
     "def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _dflt_quantized_modules, _return_type):\n def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears,quantized_modules:_type_quantized_modules=_dflt_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'method',method)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_parameters',frozen_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes',frozen_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_linears',adapter_linears)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _174,
     'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _175,
     'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _176,
