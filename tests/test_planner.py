@@ -97,6 +97,28 @@ def test_one_setup_one_sample_and_a_million_gpus_read_as_english():
     assert any(r.startswith("Evaluated 7 setups; ") for r in big.reasons)
 
 
+@pytest.mark.parametrize("target, load, save", [
+    ("trainer", "create TrainingArguments(deepspeed=...)", "save with trainer.save_model()"),
+    ("accelerate", "create the Accelerator (its DeepSpeedPlugin's zero3_init_flag", "accelerator.get_state_dict(model)"),
+    ("deepspeed", "`with deepspeed.zero.Init(config_dict_or_path=ds_config):`",
+     "engine.save_16bit_model(OUTPUT, exclude_frozen_parameters=True)"),
+])
+def test_zero3_load_and_save_advice_names_the_targets_own_steps(target, load, save):
+    """A ZeRO-3 plan's CPU RAM assumes the ranks load under zero.Init, which only LoRA plans said, and only in the HF
+    Trainer's terms (an Accelerate or plain DeepSpeed script has no TrainingArguments or trainer.save_model)."""
+    hw = resolve_hardware("h100-80gb", gpus_per_node=8, nodes=4)
+    full = plan(resolve_model("llama-2-70b"), hw, Training(seq_len=4096, target=target))
+    assert full.decision.zero_stage == 3
+    [ram] = [w for w in full.warnings if w.startswith("ZeRO-3: the CPU RAM per node assumes")]
+    assert load in ram
+    lora = plan(resolve_model("llama-2-70b"), hw, Training(seq_len=4096, target=target, peft="lora", zero_stage=3))
+    assert any(w.startswith("ZeRO-3 with LoRA: load the base under deepspeed.zero.Init") and load in w
+               for w in lora.warnings)
+    assert any(w.startswith("ZeRO-3 partitions the adapters too") and save in w for w in lora.warnings)
+    assert not any(w.startswith("ZeRO-3: the CPU RAM") for w in lora.warnings)  # its own warning says it
+    assert (target == "trainer") == ("trainer.save_model" in " ".join(lora.warnings))
+
+
 def test_a_cpu_plan_that_fits_nowhere_asks_for_more_hosts_not_more_cpu_gpus(capsys):
     """On DeepSpeed's CPU accelerator a host's ranks share its RAM: only more hosts add memory (it said 'needs 11
     more cpu GPUs')."""

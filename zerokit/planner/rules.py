@@ -768,6 +768,10 @@ def rule_host(ctx: Context) -> tuple[int, str | None]:
     s = c.setup
     if s.offload_optimizer == "none" and s.offload_param == "none":
         why += ", the peak while every rank loads the model"
+    if s.zero_stage == 3 and ctx.peft is None:  # LoRA's and QLoRA's own warnings say how their base loads
+        ctx.warnings.append("ZeRO-3: the CPU RAM per node assumes every rank loads the model under "
+                            f"deepspeed.zero.Init, partitioned as it loads: {ZERO_INIT_HOW[ctx.training.target]}; "
+                            f"otherwise each rank first holds the whole model in host RAM")
     if c.nvme_bytes_per_node:
         why += f"; NVMe per node: {format_bytes(c.nvme_bytes_per_node)}"
         if hw.nvme_bytes:
@@ -808,8 +812,7 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
         if peft.method == "lora":
             ctx.warnings.append(
                 f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
-                f"{format_bytes(peft.frozen_bytes)} base: create TrainingArguments(deepspeed=...) (it keeps the "
-                "HfDeepSpeedConfig alive) before from_pretrained, and transformers builds the model inside zero.Init")
+                f"{format_bytes(peft.frozen_bytes)} base: {ZERO_INIT_HOW[ctx.training.target]}")
         else:
             ctx.warnings.append(
                 f"ZeRO-3 with QLoRA: bnb_4bit_quant_storage must be the compute dtype ({ctx.precision}, as "
@@ -819,9 +822,30 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
         ctx.warnings.append(
             "ZeRO-3 partitions the adapters too: saving them gathers 16-bit weights, so the ds_config sets "
             "stage3_gather_16bit_weights_on_model_save (Accelerate's get_state_dict refuses without it; the HF "
-            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters): save with "
-            "trainer.save_model(), not model.save_pretrained(), which writes each rank's partitions, empty tensors")
+            "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters): "
+            f"{ADAPTER_SAVE_HOW[ctx.training.target]}, not model.save_pretrained(), which writes each rank's "
+            "partitions, empty tensors")
     return None, why
+
+
+ZERO_INIT_HOW = {
+    "trainer": "create TrainingArguments(deepspeed=...) (it keeps the HfDeepSpeedConfig alive) before "
+               "from_pretrained, and transformers builds the model inside zero.Init",
+    "accelerate": "create the Accelerator (its DeepSpeedPlugin's zero3_init_flag is on for a ZeRO-3 config and keeps "
+                  "an HfDeepSpeedConfig alive) before from_pretrained, and transformers builds the model inside "
+                  "zero.Init",
+    "deepspeed": "build the model inside `with deepspeed.zero.Init(config_dict_or_path=ds_config):`, or keep a "
+                 "transformers HfDeepSpeedConfig(ds_config) alive before from_pretrained, which then builds it so",
+}
+"""How each target's training script loads a model partitioned, under zero.Init (transformers' get_init_context
+enters it when is_deepspeed_zero3_enabled(), which a live HfDeepSpeedConfig of a ZeRO-3 config turns on)."""
+ADAPTER_SAVE_HOW = {
+    "trainer": "save with trainer.save_model()",
+    "accelerate": "save with accelerator.get_state_dict(model) on every rank, then the unwrapped model's "
+                  "save_pretrained(OUTPUT, state_dict=...) on the main one",
+    "deepspeed": "save with engine.save_16bit_model(OUTPUT, exclude_frozen_parameters=True) on every rank",
+}
+"""How each target's script saves ZeRO-3-partitioned adapters gathered."""
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
