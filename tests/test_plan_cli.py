@@ -749,3 +749,16 @@ def test_total_steps_under_the_deepspeed_target_name_no_trainer(capsys):
                           "deepspeed")
     [warned] = [w for w in plan["warnings"] if w.startswith("--total-steps")]
     assert code == 0 and warned.endswith("the scheduler decays over --total-steps") and "Trainer" not in warned
+
+
+@pytest.mark.parametrize("target", ["trainer", "accelerate", "deepspeed"])
+def test_markdown_shows_the_hf_trainer_code_only_for_the_trainer(capsys, target):
+    """An Accelerate or plain DeepSpeed config handed to TrainingArguments fails the Trainer's checks (a
+    --target deepspeed lr against its learning_rate): the Trainer's code block is the trainer target's alone."""
+    code, stdout, _ = run(capsys, "plan", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--seq-len", "2048",
+                          "--peft", "lora", "--target", target, "--format", "markdown")
+    assert code == 0
+    assert ("With the HF Trainer:" in stdout) == (target == "trainer")
+    assert ("## Candidates (in search order; the chosen one trains the most tokens/s that fits, or within 2% of it "
+            "the earliest)") in stdout
+

@@ -213,9 +213,11 @@ def peft_line(plan: Plan) -> str:
 
 
 def peft_code(plan: Plan, output: str | None = None) -> str:
-    """The Python that loads the base, wraps it with the plan's adapters and hands it to the HF Trainer."""
+    """The Python that loads the base, wraps it with the plan's adapters and hands it to the HF Trainer (a plan for
+    Accelerate or plain DeepSpeed gets none: its config, with "auto" where the Trainer does not fill it, or none at
+    all, would fail the Trainer's checks; the warnings say how those scripts load and save)."""
     peft = peft_json(plan)
-    if peft is None:
+    if peft is None or plan.training.target != "trainer":
         return ""
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(plan.decision.precision, "torch.float32")
     q = peft["quantization_config"]
@@ -420,4 +422,5 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,
         ds_config_json=json.dumps(plan.ds_config, indent=2),
         peft=peft_json(plan), peft_line=peft_line(plan), peft_code=peft_code(plan, output),
+        tie=f"{TIE_TOLERANCE:.0%}",
     )
