@@ -85,9 +85,8 @@ def test_trainer_target_autos_are_exactly_what_the_trainer_fills():
         "zero_optimization.reduce_bucket_size", "zero_optimization.stage3_prefetch_bucket_size",
         "zero_optimization.stage3_param_persistence_threshold",
         "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
-        "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
-        "scheduler.params.total_num_steps",
     ])
+    assert "scheduler" not in config  # the Trainer's own scheduler runs (test_the_trainer_target_leaves_...)
     assert config["zero_optimization"]["stage"] == 3
     assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
 
@@ -298,13 +297,39 @@ def test_without_warmup_deepspeed_decays_as_the_trainers_linear_schedule():
     assert trainer[:3] == pytest.approx([1e-4, 0.9e-4, 0.8e-4])
 
 
-@pytest.mark.parametrize("target", ["trainer", "accelerate"])
-def test_a_consumer_that_fills_the_scheduler_keeps_its_own_no_warmup_handling(target):
-    """The Trainer and Accelerate fill warmup_min_lr and warmup_num_steps themselves (0 and max(1, warmup))."""
-    params = build_ds_config(make_plan(2, target=target, total_steps=10))["scheduler"]["params"]
+def test_accelerate_fills_the_scheduler_and_keeps_its_own_no_warmup_handling():
+    """Accelerate fills warmup_min_lr and warmup_num_steps itself (0 and max(1, warmup)): README's known limits."""
+    params = build_ds_config(make_plan(2, target="accelerate", total_steps=10))["scheduler"]["params"]
     assert (params["warmup_min_lr"], params["warmup_num_steps"]) == (AUTO, AUTO)
     assert "last_batch_iteration" not in params
-    assert params["total_num_steps"] == (AUTO if target == "trainer" else 10)
+    assert params["total_num_steps"] == 10
+
+
+@pytest.mark.parametrize("warmup, total", [(0, None), (100, 1000)])
+def test_the_trainer_target_leaves_the_schedule_to_the_trainer(warmup, total):
+    """With no scheduler section the Trainer runs its own (transformers deepspeed_optim_sched: DummyScheduler with
+    its create_scheduler, lr_scheduler_type included) on DeepSpeed's optimizer. An "auto" WarmupDecayLR replaced a
+    cosine lr_scheduler_type silently, and without warm-up the Trainer filled warmup_num_steps 1 and warmup_min_lr
+    0, which DeepSpeed's WarmupLR raises to two steps from 0: the first two steps trained at 0 (shown here with
+    DeepSpeed's own class). The plan still tells the Trainer the warm-up and the total."""
+    from deepspeed.runtime import lr_schedules
+
+    plan = make_plan(2, target="trainer", warmup_steps=warmup, total_steps=total)
+    assert "scheduler" not in build_ds_config(plan)
+    args = training_arguments(plan)
+    assert args.get("warmup_steps", 0) == warmup and args.get("max_steps") == total
+    if warmup == 0:  # what the Trainer's fill of the old "auto" section made of it
+        import torch
+
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
+        old = lr_schedules.WarmupDecayLR(optimizer, warmup_min_lr=0, warmup_max_lr=1e-4, warmup_num_steps=1,
+                                         total_num_steps=100, warmup_type="linear")
+        rates = []
+        for _ in range(2):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            old.step()
+        assert rates == [0.0, 0.0]
 
 
 # ---------------------------------------------------------------- transformers' HfTrainerDeepSpeedConfig
@@ -346,7 +371,7 @@ def test_trainer_fills_every_auto_without_mismatch(tiny_model, tmp_path, stage, 
     assert hf.config["zero_optimization"]["stage"] == stage
     if stage:
         assert hf.config["zero_optimization"]["reduce_bucket_size"] == HIDDEN * HIDDEN
-    assert hf.config["scheduler"]["params"]["total_num_steps"] == 100
+    assert "scheduler" not in hf.config  # the Trainer's own schedule runs
 
 
 def test_trainer_reports_a_mismatch_when_the_config_is_not_auto(tiny_model, tmp_path):

@@ -58,6 +58,13 @@ def build_ds_config(plan: Plan) -> dict[str, Any]:
     config = resolved_config(plan)
     if plan.training.target == "deepspeed":
         return config
+    if plan.training.target == "trainer":
+        # No scheduler: the Trainer then runs its own (transformers deepspeed_optim_sched: lr_scheduler_type,
+        # warmup_steps/warmup_ratio, max_steps, on DeepSpeed's optimizer too), as it would without DeepSpeed. An
+        # "auto" WarmupDecayLR replaced it silently (a cosine lr_scheduler_type ran linear), and without warm-up
+        # the Trainer fills warmup_num_steps 1 and warmup_min_lr 0, which DeepSpeed's WarmupLR raises to two steps
+        # from 0 (lr_schedules.py): the first two optimizer steps trained at a learning rate of 0.
+        del config["scheduler"]
     for key in auto_keys(plan):
         _set_if_present(config, _SPLIT[key], AUTO)
     return config
@@ -125,7 +132,7 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
             args["warmup_steps"] = t.warmup_steps
         if t.total_steps is not None:
             args["max_steps"] = t.total_steps
-        elif plan.train_steps is not None:  # --train-tokens: the steps that train them (the scheduler's "auto" total)
+        elif plan.train_steps is not None:  # --train-tokens: the steps that train them (the scheduler's total)
             args["max_steps"] = plan.train_steps
         return args
     if t.target == "accelerate":
