@@ -121,6 +121,13 @@ def test_a_glob_matching_nothing(capsys, tmp_path):
     assert code == 2 and "error ZK001 no file matches this pattern" in out
 
 
+def test_a_directory_is_told_to_pass_its_files(capsys, tmp_path):
+    """The glob advice is lint's own (read_bytes' directory_hint): `plan --model` gives its own advice instead."""
+    code, out, _ = run(capsys, str(tmp_path))
+    assert code == 2 and ("error ZK001 is a directory, not a regular file; pass the config files in it (a glob such "
+                          "as dir/*.json)") in out
+
+
 def test_malformed_json_that_hjson_reads(capsys):
     path = data("trailing_comma.json")
     code, out, _ = run(capsys, path)

@@ -330,8 +330,8 @@ def test_a_folders_config_json_that_is_a_folder(tmp_path):
     (tmp_path / "config.json").mkdir()
     with pytest.raises(BadInput) as info:
         resolve_model(str(tmp_path))
-    assert str(info.value) == (f"--model {str(tmp_path / 'config.json')!r} is a directory, not a file; point --model "
-                               "at a transformers config.json (or a folder holding one)")
+    assert str(info.value) == (f"--model {tmp_path / 'config.json'}: is a directory, not a regular file; point "
+                               "--model at a transformers config.json (or a folder holding one)")
 
 
 def test_malformed_json_names_path_and_line(tmp_path):

@@ -43,9 +43,10 @@ def _too_big(limit: int) -> str:
     return f"larger than {limit // 2**20} MiB, which no config or hostfile is; check the path"
 
 
-def read_bytes(path: str, what: str = "", limit: int = MAX_INPUT_BYTES) -> bytes:
+def read_bytes(path: str, what: str = "", limit: int = MAX_INPUT_BYTES, directory_hint: str = "") -> bytes:
     """The content of a regular file of at most `limit` bytes. A FIFO, a device, a directory or a socket is refused
-    before anything is read (the open does not block: O_NONBLOCK), and so is a file larger than `limit`."""
+    before anything is read (the open does not block: O_NONBLOCK), and so is a file larger than `limit`.
+    `directory_hint` ends the message for a directory: what the caller would take instead."""
     if not str(path).strip():
         raise BadInput(f"{what or 'the path'} is empty; give a file path")
     try:
@@ -57,7 +58,7 @@ def read_bytes(path: str, what: str = "", limit: int = MAX_INPUT_BYTES) -> bytes
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            hint = "; pass the config files in it (a glob such as dir/*.json)" if stat.S_ISDIR(st.st_mode) else ""
+            hint = directory_hint if stat.S_ISDIR(st.st_mode) else ""
             raise Unreadable(what, path, f"is {kind(st.st_mode)}, not a regular file{hint}")
         if st.st_size > limit:
             raise Unreadable(what, path, _too_big(limit))

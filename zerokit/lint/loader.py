@@ -395,7 +395,7 @@ def load_file(path: str, yaml_syntax: bool | None = None) -> Document:
     MAX_BYTES is read: a FIFO, a device or a directory is refused before anything is read. The syntax follows the
     name (`.yaml`/`.yml`: an Accelerate config) unless `yaml_syntax` says."""
     try:
-        raw = read_bytes(path, "", MAX_BYTES)
+        raw = read_bytes(path, "", MAX_BYTES, directory_hint="; pass the config files in it (a glob such as dir/*.json)")
     except Unreadable as e:
         raise LoadError(path, 1, 1, e.reason) from None
     doc = load_bytes(raw, path, yaml_syntax=is_yaml_name(path) if yaml_syntax is None else yaml_syntax)

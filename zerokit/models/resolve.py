@@ -96,9 +96,6 @@ def spec_from_path(path: str) -> ModelSpec:
     from zerokit.fileio import Unreadable, read_bytes
 
     file = _config_file(path)
-    if os.path.isdir(file):  # a folder's config.json that is itself a folder: read_bytes' hint is lint's (a glob)
-        raise BadInput(f"--model {file!r} is a directory, not a file; point --model at a transformers config.json "
-                       "(or a folder holding one)")
     try:
         raw = read_bytes(file, "--model")
     except Unreadable as e:
