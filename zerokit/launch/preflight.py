@@ -730,12 +730,14 @@ def config_decision(config: dict[str, Any]) -> dict[str, Any]:
     stage = zero.get("stage", 0)
     if isinstance(stage, int) and not isinstance(stage, bool):
         out["zero_stage"] = stage
-    for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
-        block = zero.get(key)
-        device = _dict(block).get("device", "none") if block is not None else (
-            "cpu" if zero.get(legacy) is True else "none")
+    from zerokit.lint.rules import _offload  # lint's reading, the legacy cpu_offload flags with it
+
+    for which in ("optimizer", "param"):
+        device, path = _offload(config, which)
+        if not path:  # no offload block or flag
+            device = "none"
         if isinstance(device, str) and device.lower() in OFFLOAD_DEVICES:
-            out[key] = device.lower()
+            out[f"offload_{which}"] = device.lower()
     micro = config.get("train_micro_batch_size_per_gpu")
     if isinstance(micro, int) and not isinstance(micro, bool):
         out["micro_batch_size"] = micro
