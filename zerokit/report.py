@@ -185,10 +185,11 @@ def peak_line(plan: Plan) -> str:
 
 
 def decision_line(plan: Plan) -> str:
-    d = plan.decision
+    d, samples = plan.decision, global_batch(plan)
     return (f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)}, micro-batch {d.micro_batch_size} x "
-            f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {global_batch(plan):,} "
-            f"sample{'s' * (global_batch(plan) != 1)}/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, {d.precision}"
+            f"{d.gradient_accumulation_steps} accumulation x {_gpus(plan.hardware.world_size)} = {samples:,} "
+            f"sample{'s' * (samples != 1)}/step, gradient checkpointing {_onoff(d.gradient_checkpointing)}, "
+            f"{d.precision}"
             + (f", overlap_comm {_onoff(d.overlap_comm)}" if d.zero_stage else ""))
 
 
