@@ -20,6 +20,8 @@ from zerokit.lint.findings import ERROR, WARNING, dotted
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "data" / "ds_config.schema.json"
 AUTO = "auto"
+AUTO_ALTERNATIVE = {"const": AUTO}
+"""The second branch of a filled key's anyOf (`schema_gen._allow_auto` writes it, `value_node` reads it)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def value_node(node: dict) -> dict:
     "auto" itself (ZK501 decides whether the consumer fills it), so it reads the first branch, with the key's
     description and default beside it."""
     alts = node.get("anyOf")
-    if not isinstance(alts, list) or len(alts) != 2 or alts[1] != {"const": AUTO}:
+    if not isinstance(alts, list) or len(alts) != 2 or alts[1] != AUTO_ALTERNATIVE:
         return node
     out = {k: v for k, v in node.items() if k != "anyOf"}
     out.update(alts[0])

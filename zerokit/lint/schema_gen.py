@@ -429,7 +429,6 @@ def _removed(message: str) -> dict:
     return {"description": message, "deprecated": True, "x-removed": True, "not": {}}
 
 
-AUTO_ALTERNATIVE = {"const": "auto"}
 VALUE_KEYWORDS = ("type", "enum", "items", "minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
                   "x-ignore-case")
 """What describes a value itself; a key HF may fill keeps them in the first branch of its anyOf."""
@@ -442,6 +441,7 @@ def _allow_auto(schema: dict, path: tuple = ()) -> dict:
     A key typed without strings becomes anyOf [its constraints, {"const": "auto"}], so a plain JSON Schema
     validator accepts "auto" and still refuses any other string ({"train_batch_size": "eight"})."""
     from zerokit.autofill import ACCELERATE_FILLS, TRAINER_FILLS
+    from zerokit.lint.schema import AUTO_ALTERNATIVE
 
     filled = TRAINER_FILLS | ACCELERATE_FILLS
     for key, sub in schema.get("properties", {}).items():
