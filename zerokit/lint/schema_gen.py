@@ -465,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):  # `--help` was written as a schema file named --help
+        print("usage: python -m zerokit.lint.schema_gen [OUT.json]  (default: zerokit/data/ds_config.schema.json)",
+              file=sys.stderr)
+        return 0 if args[0] in ("-h", "--help") else 2
     out = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "data" / "ds_config.schema.json"
     text = json.dumps(_allow_auto(build_schema()), indent=1) + "\n"  # deepspeed logs to stdout: write a file
     tmp = out.with_name(out.name + ".tmp")
