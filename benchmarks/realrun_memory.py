@@ -188,8 +188,12 @@ def measured(measurement: dict, base: int | None = None) -> dict:
 
     On DeepSpeed's CPU accelerator a few parameter gradients (seen: 1 to 4 weight or embedding gradients) stay
     allocated from one step into the next in some runs and on some ranks, not in others: the same config and
-    data leave different leftovers from run to run. They show as more bytes live when the step begins. Each
-    rank's figure is taken from its run with the fewest leftovers, less what it still started with above the
+    data leave different leftovers from run to run. They show as more bytes live when the step begins. Within a
+    step it is a race with gloo's worker thread: `_reduce_scatter_base_` clones its input (the gradient, as ZeRO
+    reduces it) and the clone lives until the thread has finished that collective; `--diagnose` (which
+    lists live bytes by call site) found 0.1 to 2.1 MB of such clones live at ZeRO-3's optimizer step on some ranks of
+    some runs (2.1 MB, up to 3.6% of the step's peak, in about 1 run of 10), none on others. NCCL makes no such
+    copy. Each rank's figure is taken from its run with the fewest leftovers, less what it still started with above the
     cleanest start of any rank; the ranks themselves differ legitimately (which one holds the lm_head's
     gradient in its partition, say), so the larger rank counts.
 

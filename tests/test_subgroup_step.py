@@ -215,9 +215,11 @@ def test_the_golden_steps_hold_one_sub_group_above_their_start():
 
 @pytest.mark.slow
 def test_a_live_run_reproduces_the_golden_sub_groups_and_step():
-    """Re-measure the three-sub-group case for real (2 ranks through the deepspeed runner)."""
+    """Re-measure the three-sub-group case for real (2 ranks through the deepspeed runner), twice, as the golden
+    figures were: gloo may still hold a reduce-scatter's copy of a gradient when the optimizer step peaks (0.1 to
+    2.1 MB seen, up to 3.6% of the peak), and the smaller of the two runs counts (`harness.measured`)."""
     pytest.importorskip("deepspeed")
-    live = harness.measure_case(harness.BY_NAME["llama-z3-subgroups"], repeats=1)
+    live = harness.measure_case(harness.BY_NAME["llama-z3-subgroups"], repeats=2)
     assert [tuple(g) for g in live["runs"][0]["sub_groups"]] == _sub_groups_by_hand(750_000)
     _check_step(live)
     golden = GOLDEN_DATA["cases"]["llama-z3-subgroups"]
