@@ -32,10 +32,19 @@ def _no_offload(c) -> bool:
 
 def _expected_choice(p):
     """The choice rule, written out: the most predicted tokens/s among the fitting candidates, except that the
-    earliest candidate within 2% of it wins (closer than the step-time model resolves)."""
+    earliest candidate within 2% of it wins (closer than the step-time model resolves), unless it needs more than
+    95% of the GPU (or of the CPU RAM given) and a tied one does not: then the earliest of those."""
     fitting = [c for c in p.candidates if c.fits]
     best = max(c.performance.tokens_per_s for c in fitting)
-    return next(c for c in fitting if c.performance.tokens_per_s >= 0.98 * best)
+    tied = [c for c in fitting if c.performance.tokens_per_s >= 0.98 * best]
+    return next((c for c in tied if _share(p, c) <= 0.95), tied[0])
+
+
+def _share(p, c) -> float:
+    """The most a candidate fills of the GPU (its peak phase) and of the CPU RAM given."""
+    hw = p.hardware
+    return max(max(c.phases.values()) / hw.gpu_memory_bytes,
+               c.cpu_bytes_per_node / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0)
 
 
 def _is_chosen(p, c) -> bool:
@@ -150,6 +159,35 @@ def test_offload_chosen_where_plain_zero3_fits_says_it_is_for_speed():
     assert "for speed, not to fit" in why and "cannot hold" not in why
     assert "beats the fastest setup with less offloaded, ZeRO-3 + checkpointing at micro-batch 2" in why
     assert why.endswith("the GPU memory offload frees buys the larger micro-batch.")
+
+
+def test_in_a_tie_the_setup_with_headroom_beats_an_earlier_one_at_the_edge():
+    """phi-3-medium on 8 V100-32GBs at 2,048 tokens: ZeRO-3 + optimizer offload and ZeRO-3 + full offload both train
+    micro-batch 16 at 60.72 s a step (the parameters' copies hide behind the gathers), but the first needs 99.9% of
+    the GPU and the second 91.6%: the one with headroom is kept, and the reasons say why."""
+    p = plan(resolve_model("phi-3-medium"), resolve_hardware("v100-32gb", gpus_per_node=8), Training(seq_len=2048))
+    tight, roomy = (next(c for c in p.candidates if c.fits and c.setup.zero_stage == 3
+                         and c.setup.offload_param == param) for param in ("none", "cpu"))
+    assert p.candidates.index(tight) < p.candidates.index(roomy)
+    assert abs(tight.performance.tokens_per_s / roomy.performance.tokens_per_s - 1) < 0.02
+    assert _share(p, tight) > 0.99 and 0.90 < _share(p, roomy) < 0.95
+    assert _is_chosen(p, roomy) and _is_chosen(p, _expected_choice(p))
+    assert any(r.startswith("ZeRO-3 + cpu offload (optimizer and parameters) + checkpointing at micro-batch 16, ")
+               and "ZeRO-3 + cpu optimizer offload + checkpointing at micro-batch 16" in r
+               and "but needs 99.9% of the GPU's memory, and the setup with headroom is kept" in r for r in p.reasons)
+    [why] = [r for r in p.reasons if r.startswith("Offload ")]
+    assert "to cpu for headroom: the fastest setup with less offloaded, ZeRO-3 + cpu optimizer offload" in why
+    assert why.endswith("is within 2% of its speed but needs 99.9% of the GPU's memory.")
+
+
+def test_in_a_tie_where_every_setup_is_at_the_edge_the_simplest_is_kept():
+    """opt-1.3b on one A100-80GB: ZeRO-0, 1 and 2 partition nothing on one GPU, so all three fill 99.9% of it at
+    the same speed: no tied setup has headroom, and the first of the search order stays."""
+    p = plan(resolve_model("opt-1.3b"), resolve_hardware("a100-80gb"), Training(seq_len=2048))
+    tied = [c for c in p.candidates if c.fits and c.setup.zero_stage < 3]
+    assert [c.setup.zero_stage for c in tied[:3]] == [0, 1, 2] and all(_share(p, c) > 0.95 for c in tied[:3])
+    assert p.decision.zero_stage == 0 and _is_chosen(p, _expected_choice(p))
+    assert any("and the simpler setup is kept" in r for r in p.reasons)
 
 
 def test_7b_on_8x80gb_fits_without_offload_and_the_choice_is_the_fastest():

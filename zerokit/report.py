@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from zerokit.dsconfig import training_arguments, training_arguments_hint
-from zerokit.planner.rules import TIE_TOLERANCE
+from zerokit.planner.rules import TIE_TOLERANCE, TIGHT
 from zerokit.planner.types import Candidate, GpuMemory, Plan
 from zerokit.units import format_bytes, format_count, format_rate, format_seconds
 
@@ -371,7 +371,8 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     rows = candidate_rows(plan)
     if rows:
         chosen = ("the closest miss" if not plan.decision.fits else
-                  f"the most tokens/s that fits, or within {TIE_TOLERANCE:.0%} of it the earliest")
+                  f"the most tokens/s that fits, or within {TIE_TOLERANCE:.0%} of it the earliest, "
+                  f"one at most {TIGHT:.0%} full first")
         out.append(f"Candidates (in search order; * = chosen, {chosen}):")
         w_setup = max(len("setup"), *(len(r["setup"]) for r in rows))
         out.append(f"    {'setup':<{w_setup}}  {'mb':>3}  ckpt  {'activ.':>9}  {'per GPU':>9}  {'peak at':<8}  fits  "
@@ -423,5 +424,5 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,
         ds_config_json=json.dumps(plan.ds_config, indent=2),
         peft=peft_json(plan), peft_line=peft_line(plan), peft_code=peft_code(plan, output),
-        tie=f"{TIE_TOLERANCE:.0%}",
+        tie=f"{TIE_TOLERANCE:.0%}", tight=f"{TIGHT:.0%}",
     )

@@ -21,7 +21,8 @@ How the search works (the README's "How the planner decides" says the same in pr
    (`zerokit.perf`) times each of these options and the candidate keeps the one with the most tokens/s; smaller
    buffers only when that option needs them (then the first setting of the ladder that holds it).
 5. Choose: the fitting candidate with the most predicted tokens/s; within 2% of it (closer than the model can
-   tell apart) the earlier, simpler setup of the search order. Whether
+   tell apart) the earlier, simpler setup of the search order, unless that one needs more than 95% of the GPU
+   (or of the CPU RAM or NVMe given) and a tied one does not: then the earliest tied one with headroom. Whether
    checkpointing beats offload, or ZeRO-3 beats ZeRO-2 with checkpointing, is the model's answer for this machine,
    not a rule. A candidate fits when GPU, CPU RAM per node and NVMe all hold it.
 6. Nothing fits: the most frugal candidate is shown, with what is missing: more GPUs for ZeRO-3 without offload,
@@ -57,7 +58,13 @@ MAX_AUTO_MICRO_BATCH = 64
 AUTO_MICRO_BATCHES = tuple(2**i for i in range(MAX_AUTO_MICRO_BATCH.bit_length()))  # 1, 2, 4, ..., 64
 TOKENS_PER_STEP_NOTE = 1_000_000
 TIE_TOLERANCE = 0.02
-"""Setups whose predicted tokens/s differ by less than this are a tie, which the earlier one in search order wins."""
+"""Setups whose predicted tokens/s differ by less than this are a tie, which the earlier one in search order wins
+(unless it is tight and another is not: TIGHT)."""
+TIGHT = 0.95
+"""In a tie, a setup that needs more than this share of the GPU's memory (or of the CPU RAM or NVMe given) loses to
+the earliest tied one that does not: at equal speed the one with headroom is kept. The share counts the overhead
+reserve (`--overhead`), so a tight setup still fits as planned; headroom is for what a plan does not see (another
+process on the GPU, a longer sequence than planned)."""
 GLOBAL_BATCH_SLACK = 0.05
 """How far from the samples asked a global batch that must be rounded anyway may go: the multiples of the GPUs
 within it are timed, and the fastest is used (`zerokit.planner.engine.plan`). A global batch asked that divides
@@ -618,11 +625,18 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
                         f"{chosen.candidate.why_not}.")
     fastest = max(fitting, key=lambda e: e.candidate.performance.tokens_per_s)
     best = fastest.candidate.performance.tokens_per_s
-    # Within the model's resolution the earlier (simpler, less communication-bound) setup of the search order wins.
-    chosen = next(e for e in fitting if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best)
+    # Within the model's resolution the earlier (simpler, less communication-bound) setup of the search order wins,
+    # unless it is tight on memory and a tied one is not.
+    tied = [e for e in fitting if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best]
+    chosen = next((e for e in tied if e.shortfall <= TIGHT), tied[0])
     others = sorted((e for e in fitting if e is not chosen), key=lambda e: -e.candidate.performance.tokens_per_s)
     close = [e for e in others if e.candidate.performance.tokens_per_s >= (1 - TIE_TOLERANCE) * best]
-    if close:
+    if chosen is not tied[0]:
+        share, what = _tightest(ctx, tied[0])
+        why = (f"{_described(ctx, chosen)} is chosen: {_described(ctx, tied[0])} is within {TIE_TOLERANCE:.0%} of "
+               f"it, closer than the step-time model can tell apart, but needs {share:.1%} of {what}, and the "
+               f"setup with headroom is kept")
+    elif close:
         why = (f"{_described(ctx, chosen)} is chosen: {_described(ctx, close[0])} is within {TIE_TOLERANCE:.0%}, "
                "closer than the step-time model can tell apart, and the simpler setup is kept")
     else:
@@ -634,6 +648,17 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
     if earlier:
         why += f"; {_label_of(earlier[-1])} {earlier[-1].candidate.why_not}"
     return chosen, why + "."
+
+
+def _tightest(ctx: Context, e: Evaluation) -> tuple[float, str]:
+    """(share, what) of the resource `e` fills most (`Evaluation.shortfall`): the CPU RAM or the NVMe given, else
+    the GPU's memory (at its peak phase, or while QLoRA's base loads)."""
+    hw, c = ctx.hardware, e.candidate
+    if hw.cpu_memory_bytes and c.cpu_bytes_per_node / hw.cpu_memory_bytes == e.shortfall:
+        return e.shortfall, "the CPU RAM"
+    if hw.nvme_bytes and c.nvme_bytes_per_node / hw.nvme_bytes == e.shortfall:
+        return e.shortfall, "the NVMe"
+    return e.shortfall, "the GPU's memory"
 
 
 def _described(ctx: Context, e: Evaluation) -> str:
@@ -680,6 +705,12 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
         return (s.offload_optimizer, s.offload_param), "Offload " + " and ".join(parts) + \
             " because the GPU cannot hold them otherwise."
     best = max(lighter, key=lambda e: e.candidate.performance.tokens_per_s)
+    if best.shortfall > TIGHT and best.candidate.performance.tokens_per_s >= \
+            (1 - TIE_TOLERANCE) * ctx.chosen.candidate.performance.tokens_per_s:  # the tie went to headroom
+        share, what = _tightest(ctx, best)
+        return (s.offload_optimizer, s.offload_param), (
+            f"Offload {' and '.join(parts)} for headroom: the fastest setup with less offloaded, "
+            f"{_described(ctx, best)}, is within {TIE_TOLERANCE:.0%} of its speed but needs {share:.1%} of {what}.")
     why = (f"Offload {' and '.join(parts)} for speed, not to fit: {_described(ctx, ctx.chosen)} beats the fastest "
            f"setup with less offloaded, {_described(ctx, best)}")
     if s.micro_batch_size > best.candidate.setup.micro_batch_size:
