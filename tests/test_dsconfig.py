@@ -297,12 +297,54 @@ def test_without_warmup_deepspeed_decays_as_the_trainers_linear_schedule():
     assert trainer[:3] == pytest.approx([1e-4, 0.9e-4, 0.8e-4])
 
 
-def test_accelerate_fills_the_scheduler_and_keeps_its_own_no_warmup_handling():
-    """Accelerate fills warmup_min_lr and warmup_num_steps itself (0 and max(1, warmup)): README's known limits."""
-    params = build_ds_config(make_plan(2, target="accelerate", total_steps=10))["scheduler"]["params"]
+def _accelerate_filled(config: dict, lr: float, warmup: int) -> dict:
+    """`config` with its optimizer and scheduler filled as Accelerate 1.x fills them for the
+    `DummyOptim(params, lr=...)` and `DummyScheduler(optimizer, warmup_num_steps=...)` the plan's hint names: the
+    kwargs of `Accelerator._prepare_deepspeed` (accelerator.py, its DummyOptim and DummyScheduler branches), through
+    Accelerate's own `DeepSpeedPlugin.deepspeed_config_process`, which fills only what is "auto"."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(config))
+    kwargs = {"optimizer.params.lr": lr, "optimizer.params.weight_decay": 0.0, "scheduler.params.warmup_min_lr": 0,
+              "scheduler.params.warmup_max_lr": lr, "scheduler.params.warmup_num_steps": max(1, warmup)}
+    for section in ("optimizer", "scheduler"):
+        plugin.deepspeed_config_process(prefix=f"{section}.", config=plugin.deepspeed_config[section],
+                                        must_match=False, **kwargs)
+    return plugin.deepspeed_config
+
+
+@pytest.mark.parametrize("total", [None, 10])
+def test_without_warmup_accelerate_trains_at_the_rate_from_the_first_step(total):
+    """Accelerate's DummyScheduler fill writes warmup_min_lr 0 and warmup_num_steps 1, which DeepSpeed's WarmupLR
+    held at 0 for the first two optimizer steps; the plan keeps the constant rate's minimum explicit, and with
+    --total-steps starts past DeepSpeed's warm-up as the deepspeed target does, so step k of T trains at
+    lr x (T - k + 1) / T."""
+    pytest.importorskip("accelerate")
+    plan = make_plan(2, target="accelerate", lr=1e-4, total_steps=total)
+    config = build_ds_config(plan)
+    assert config["scheduler"]["params"]["warmup_max_lr"] == AUTO
+    filled = _accelerate_filled(config, 1e-4, 0)
+    if total is None:
+        assert _deepspeed_rates(filled, 3) == [1e-4, 1e-4, 1e-4]
+    else:
+        assert _deepspeed_rates(filled, 4) == pytest.approx([1e-4, 0.9e-4, 0.8e-4, 0.7e-4])
+    # what the all-"auto" section it replaced trained at
+    old = copy.deepcopy(config)
+    old["scheduler"]["params"].update(warmup_min_lr=AUTO, warmup_num_steps=AUTO)
+    old["scheduler"]["params"].pop("last_batch_iteration", None)
+    if total is not None:
+        old["scheduler"]["params"]["total_num_steps"] = total
+    assert _deepspeed_rates(_accelerate_filled(old, 1e-4, 0), 3)[:2] == [0.0, 0.0]
+
+
+def test_with_warmup_accelerate_fills_the_warmup_itself():
+    """With a warm-up the minimum stays "auto" (Accelerate writes 0) and warms up linearly over its steps."""
+    pytest.importorskip("accelerate")
+    config = build_ds_config(make_plan(2, target="accelerate", lr=1e-4, warmup_steps=4, total_steps=10))
+    params = config["scheduler"]["params"]
     assert (params["warmup_min_lr"], params["warmup_num_steps"]) == (AUTO, AUTO)
-    assert "last_batch_iteration" not in params
-    assert params["total_num_steps"] == 10
+    assert "last_batch_iteration" not in params and params["total_num_steps"] == 10
+    assert _deepspeed_rates(_accelerate_filled(config, 1e-4, 4), 4) == pytest.approx([0.0, 0.0, 0.25e-4, 0.5e-4])
 
 
 @pytest.mark.parametrize("warmup, total", [(0, None), (100, 1000)])

@@ -182,14 +182,17 @@ data = torch.utils.data.DataLoader(torch.randint(0, config.vocab_size, (8, 64)),
 opt = DummyOptim(model.parameters(), lr=hint["lr"], weight_decay=hint["weight_decay"])
 sched = DummyScheduler(opt, warmup_num_steps=hint["warmup_num_steps"])
 model, opt, data, sched = acc.prepare(model, opt, data, sched)
-for batch in data:
+rates = []
+for i, batch in enumerate(data):
     with acc.accumulate(model):
         loss = model(input_ids=batch, labels=batch).loss
+        rates.append(model.get_lr()[0])  # the rate this step trains at (acc.backward runs the engine's step)
         acc.backward(loss)
         opt.step(); sched.step(); opt.zero_grad()
-    break
+    if i == 1:
+        break
 cfg = acc.deepspeed_config
-print(json.dumps({"type": str(acc.distributed_type), "config": cfg, "loss": loss.item()}))
+print(json.dumps({"type": str(acc.distributed_type), "config": cfg, "loss": loss.item(), "rates": rates}))
 torch.distributed.destroy_process_group()
 '''
 
@@ -197,7 +200,8 @@ torch.distributed.destroy_process_group()
 @pytest.mark.slow
 def test_accelerate_target_trains_with_the_hinted_accelerate_objects(capsys, tmp_path):
     """--target accelerate, for real: Accelerate fills every "auto" from the objects the plan names, keeps the
-    plan's stage and CPU offload (its own defaults would be stage 2 without offload), and one step trains."""
+    plan's stage and CPU offload (its own defaults would be stage 2 without offload), and two steps train, both at
+    --lr (no warm-up asked: the all-"auto" scheduler trained both at 0)."""
     pytest.importorskip("accelerate")
     pytest.importorskip("deepspeed")
     import subprocess
@@ -231,3 +235,4 @@ def test_accelerate_target_trains_with_the_hinted_accelerate_objects(capsys, tmp
     assert config["train_micro_batch_size_per_gpu"] == 2 and config["bf16"]["enabled"] is True
     assert config["optimizer"]["params"]["lr"] == 3e-4
     assert result["loss"] > 0
+    assert result["rates"] == [3e-4, 3e-4]

@@ -104,6 +104,10 @@ def auto_keys(plan: Plan) -> list[str]:
     for key, (chosen, filled) in filled_value.items():
         if not shape_known or chosen != filled:
             keys.discard(key)
+    t = plan.training
+    if t.target == "accelerate" and not t.warmup_steps and t.total_steps is None:
+        # Accelerate's DummyScheduler fill writes warmup_min_lr 0, which WarmupLR holds for two steps (`_scheduler`)
+        keys.discard("scheduler.params.warmup_min_lr")
     return sorted(keys)
 
 
@@ -224,13 +228,15 @@ def _scheduler(plan: Plan) -> dict[str, Any]:
 
     DeepSpeed's WarmupLR/WarmupDecayLR (lr_schedules.py, 0.19) raise warmup_num_steps to at least 2 and set the rate
     to warmup_min_lr at construction and again at the first step(): with a minimum of 0 the first two optimizer steps
-    train at 0 and the third at half the rate. A run without warm-up (`--target deepspeed`; the others fill the
-    params themselves) therefore gets, at a constant rate, a warm-up from the rate to itself; with a decay, a schedule
-    that starts past DeepSpeed's two warm-up steps (`last_batch_iteration` 2, so construction leaves the optimizer's
-    own rate for the first step) and ends 2 steps later: step k of T trains at lr x (T - k + 1) / T, as the Trainer's
-    linear schedule without warm-up."""
+    train at 0 and the third at half the rate. A run without warm-up therefore gets, at a constant rate, a warm-up
+    from the rate to itself; with a decay, a schedule that starts past DeepSpeed's two warm-up steps
+    (`last_batch_iteration` 2, so construction leaves the optimizer's own rate for the first step) and ends 2 steps
+    later: step k of T trains at lr x (T - k + 1) / T, as the Trainer's linear schedule without warm-up. The
+    Accelerate target gets the same: Accelerate fills only the params left "auto" (its DummyScheduler fill writes
+    warmup_min_lr 0), so `auto_keys` keeps the constant rate's warmup_min_lr explicit. The Trainer target has no
+    scheduler section (`build_ds_config`)."""
     t = plan.training
-    no_warmup = t.target == "deepspeed" and not t.warmup_steps
+    no_warmup = t.target != "trainer" and not t.warmup_steps
     decays = t.total_steps is not None or t.target == "trainer"
     params: dict[str, Any] = {
         "warmup_min_lr": t.lr if no_warmup and not decays else 0,
