@@ -108,6 +108,43 @@ def test_a_script_naming_another_config_is_refused(tmp_path, capsys, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds.json", "other.json", "train.py"]
 
 
+def test_without_config_the_file_the_script_args_name_is_the_one_checked(tmp_path, capsys, monkeypatch):
+    """`zerokit launch train.py --deepspeed ds.json` (the HF Trainer's way) started the training with no check of
+    ds.json: a key DeepSpeed rejects passed the preflight. That file is now the job's config, read and checked as
+    --config's would be, and nothing starts when it fails."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1,
+                                                   "zero_optimization": {"stage": 3, "stage3_prefetch_bucket": 5}}))
+    (tmp_path / "train.py").write_text("open('started', 'w').close()\n")
+    code = main(["launch", "--gpus-per-node", "1", "--master-port", str(free_port()), "train.py", "--deepspeed",
+                 "bad.json"])
+    err = capsys.readouterr().err
+    assert code == 3 and not (tmp_path / "started").exists()
+    assert ("✗ config: lint finds 1 error, 1 warning; the first: unknown key 'stage3_prefetch_bucket' in "
+            "zero_optimization") in err
+    assert "(ZK100, zero_optimization.stage3_prefetch_bucket)" in err
+    assert "fix: run `zerokit lint bad.json --target deepspeed --world-size 1` and fix what it lists" in err
+    # the script's own option names it in the errors the file itself gets
+    assert main(["launch", "--gpus-per-node", "1", "--dry-run", "train.py", "--deepspeed_config=missing.json"]) == 2
+    assert capsys.readouterr().err == "zerokit launch: error: the script's --deepspeed_config missing.json: no such file\n"
+
+
+@pytest.mark.parametrize("args, warned", [
+    (["--deepspeed", "a.json", "--deepspeed_config", "b.json"],
+     ("the script's arguments name 2 DeepSpeed configs (--deepspeed a.json, --deepspeed_config b.json); none is "
+     "checked: pass --config with the one the training reads")),
+    (["--deepspeed", INLINE], ("the DeepSpeed config the script's arguments give inline is not checked: write it to a "
+                              "file and pass --config FILE")),
+])
+def test_without_config_a_config_that_cannot_be_told_is_named_unchecked(tmp_path, capsys, monkeypatch, args, warned):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    assert main(["launch", "--gpus-per-node", "1", "--dry-run", "train.py", *args]) == 0
+    captured = capsys.readouterr()
+    assert f"zerokit launch: warning: {warned}\n" in captured.err
+    assert captured.out.endswith(f" train.py {shlex.join(args)}\n")  # passed on as given, nothing appended
+
+
 def test_named_configs_reads_the_script_args_as_argparse_does():
     assert named_configs(["--deepspeed", "--deepspeed_config", "a.json", "--x", "--deepspeed=b.json", "--",
                           "--deepspeed", "c.json"]) == [("--deepspeed", None), ("--deepspeed_config", "a.json"),

@@ -933,3 +933,31 @@ def test_the_launch_preflight_fails_on_a_config_other_than_the_plans(tmp_path, c
     assert code == 3 and not (tmp_path / "ran").exists()
     assert "✗ plan config: ds.json differs from the plan's decision: ZeRO stage 3, the plan's 2; offload_optimizer " \
            "none, the plan's cpu" in err, err
+
+
+@pytest.mark.parametrize("config, ok, detail", [
+    # no "auto": linted for DeepSpeed itself, so the HF Trainer's refusal of a config without zero_optimization
+    # (ZK502) does not fail a script that may not be the Trainer's
+    ({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True}}, True, "lint finds no errors"),
+    ({"train_micro_batch_size_per_gpu": "auto", "fp16": {"enabled": True}}, False,
+     ("lint finds 1 error; the first: TrainingArguments(deepspeed=...) refuses a DeepSpeed config without a "
+     "zero_optimization section")),
+    ({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "overlap_com": True}}, False,
+     "lint finds 1 error; the first: unknown key 'overlap_com' in zero_optimization"),
+])
+def test_the_config_check_is_lint_for_the_consumer_the_config_shows(tmp_path, config, ok, detail):
+    """A config with "auto" values goes to the HF Trainer (nothing else fills them); one without may be any
+    script's, so only what DeepSpeed itself refuses fails the check."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps(config))
+    target = preflight.make_target(config=str(cfg), gpus_per_node=2, master_port=free_port())
+    check = preflight.check_config_lint(target)
+    assert check.name == "config" and check.ok is ok and check.detail.startswith(detail)
+    assert (check.fix == "") == ok
+    if not ok:
+        consumer = "trainer" if "auto" in json.dumps(config) else "deepspeed"
+        assert check.fix == f"run `zerokit lint {cfg} --target {consumer} --world-size 2` and fix what it lists"
+
+
+def test_without_a_config_there_is_no_config_check():
+    assert preflight.check_config_lint(Target(gpus_per_node=2)) is None

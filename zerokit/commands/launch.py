@@ -100,7 +100,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name that file (another
-    config there is refused: the training would read it, unchecked).
+    config there is refused: the training would read it, unchecked). Without --config, the file the script's
+    arguments name (`train.py --deepspeed ds.json`) is the one checked.
     The job's exit code is zerokit's (3: the preflight failed and nothing started; 2: bad input); Ctrl-C and
     SIGTERM reach every rank.
 
@@ -119,8 +120,15 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         raise BadInput("SCRIPT is empty; give the training script to run")
     if not str(files_dir).strip():
         raise BadInput("--files-dir is empty; give a directory (default .zerokit)")
+    unchecked, option = None, "--config"
+    if config is None:  # `train.py --deepspeed ds.json`: that file is the job's config, checked as --config's is
+        config, flag, unchecked = runner.script_config(script_args)
+        option = f"the script's {flag}"
+        if config is not None and not os.path.lexists(config) and (hostfile or hosts):
+            config, unchecked = None, (f"the DeepSpeed config the script's {flag} names ({config}) is not on this "
+                                       "machine, so it is not checked here: pass --config with a copy of it")
     if config is not None:
-        preflight.read_config(config)  # a ds_config lint can read, even for --dry-run (what it holds is lint's)
+        preflight.read_config(config, option)  # a ds_config lint can read, even for --dry-run (its content is lint's)
     if plan_file is not None:
         preflight.read_plan(plan_file)
     host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
@@ -165,7 +173,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         return 0
 
     argv, env_add = runner.build_command(spec)
-    for note in runner.notes(spec):
+    for note in runner.notes(spec) + ([unchecked] if unchecked else []):
         click.echo(f"zerokit launch: warning: {note}", err=True)
     job_hosts = runner.hosts_of(spec) if spec.multi_node or spec.local_only else {}
     # the nodes the runner keeps (--include/--exclude, then --nodes): what --node-rank counts, as DeepSpeed's does

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -632,6 +633,35 @@ def check_dtypes(t: Target) -> Check | None:
                  "supported on your device.'", fix)
 
 
+def check_config_lint(t: Target) -> Check | None:
+    """`zerokit lint` on the job's config, with its world size: an error there is a key DeepSpeed rejects at
+    initialize or silently ignores, or a value it misreads, which the training would meet after the launch. The
+    batch-size rule (ZK201) is the next check's. The script is unknown: a config with "auto" values is linted for
+    the HF Trainer (the `--deepspeed PATH` it gets is the Trainer's convention; nothing else fills them), one
+    without for DeepSpeed itself, so that no rule of a consumer the script may not be fails the launch."""
+    if t.config_file is None:
+        return None
+    from zerokit.dsconfig import walk
+    from zerokit.lint.engine import lint_document
+    from zerokit.lint.findings import ERROR
+    from zerokit.lint.loader import load_file
+    from zerokit.lint.rules import Context
+
+    target = "trainer" if any(v == "auto" for _, v in walk(t.config)) else "deepspeed"
+    found = [f for f in lint_document(load_file(t.config_file, yaml_syntax=False),
+                                      Context(target=target, world_size=t.world_size)) if f.code != "ZK201"]
+    errors = [f for f in found if f.severity == ERROR]
+    warnings = len(found) - len(errors)
+    also = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
+    command = shlex.join(["zerokit", "lint", t.config_file, "--target", target]
+                         + (["--world-size", str(t.world_size)] if t.world_size else []))
+    if errors:
+        first = errors[0]
+        return Check("config", False, f"lint finds {len(errors)} error{'s' * (len(errors) != 1)}{also}; the first: "
+                     f"{first.message} ({first.code}, {first.key})", f"run `{command}` and fix what it lists")
+    return Check("config", True, f"lint finds no errors{also}" + (f" (`{command}` lists them)" if warnings else ""))
+
+
 def check_batch_size(t: Target) -> Check | None:
     """Lint's ZK201 (train_batch_size = micro batch x gradient accumulation x world size, which DeepSpeedConfig
     asserts at initialize) with the job's world size."""
@@ -978,6 +1008,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_accelerator,
     check_cpu_threads,
     check_dtypes,
+    check_config_lint,
     check_batch_size,
     check_plan_fits,
     check_plan_gpus,
@@ -1089,19 +1120,20 @@ def check_input_file(path: str | None, what: str) -> None:
         raise BadInput(f"{what} {path}: is {kind(mode)}, not a regular file")
 
 
-def read_config(path: str) -> dict[str, Any]:
+def read_config(path: str, option: str = "--config") -> dict[str, Any]:
     """The ds_config as DeepSpeed reads it (JSON, or HJSON), parsed by lint's loader: launch, preflight and lint
-    refuse the same files (empty, malformed, not an object) for the same reasons."""
+    refuse the same files (empty, malformed, not an object) for the same reasons. `option`: how the user named it
+    (launch: the script's own `--deepspeed`, say)."""
     from zerokit.fileio import read_bytes
     from zerokit.lint.loader import LoadError, load_bytes
 
-    check_input_file(path, "--config")
-    raw = read_bytes(path, "--config")
+    check_input_file(path, option)
+    raw = read_bytes(path, option)
     try:
         return load_bytes(raw, path, yaml_syntax=False).data
     except LoadError as e:
         where = f" (line {e.line}, column {e.column})" if (e.line, e.column) != (1, 1) else ""
-        raise BadInput(f"--config {path}: {e.reason}{where}; fix the file, or write one with "
+        raise BadInput(f"{option} {path}: {e.reason}{where}; fix the file, or write one with "
                        "`zerokit plan ... -o ds_config.json`") from None
 
 

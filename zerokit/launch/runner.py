@@ -256,6 +256,23 @@ def check_script_config(spec: LaunchSpec) -> None:
                        f"({flag} {shown}): the training would read it, and the preflight checks --config; {fix}")
 
 
+def script_config(args: tuple[str, ...] | list[str]) -> tuple[str | None, str, str | None]:
+    """(the config file the script's arguments name, its option, why none is checked): with no --config, the file
+    a single config option names is the job's config and the preflight checks it, as it checks --config's. None
+    when they name none; with a reason when they name it inline (HF's `--deepspeed` takes JSON text) or several."""
+    named = [(flag, value) for flag, value in named_configs(args) if value is not None]
+    inline = [v for _, v in named if v.lstrip().startswith("{")]
+    files = list(dict.fromkeys((v, f) for f, v in named if v not in inline))
+    if len({v for v, _ in files}) > 1:
+        shown = ", ".join(f"{f} {shlex.quote(v)}" for v, f in files)
+        return None, "", (f"the script's arguments name {len(files)} DeepSpeed configs ({shown}); none is checked: "
+                          "pass --config with the one the training reads")
+    if inline:
+        return None, "", ("the DeepSpeed config the script's arguments give inline is not checked: write it to a file "
+                          "and pass --config FILE")
+    return (files[0][0], files[0][1], None) if files else (None, "", None)
+
+
 def script_argv(spec: LaunchSpec) -> list[str]:
     """The script and its arguments, with `--deepspeed CONFIG` added unless they name one (--config's own file:
     `check_script_config`); before a `--`, after which argparse reads every word as a positional argument."""
