@@ -807,6 +807,29 @@ def test_auto_for_nvme_path_and_the_global_batch_means_not_given(capsys):
     assert code == 0 and plan["hardware"]["nvme_path"] is None and "nvme_path" not in json.dumps(plan["ds_config"])
 
 
+@pytest.mark.parametrize("args, meant", [
+    # click's own guess went by spelling alone: --gpu, --gpu, --nvme-size, --nvme-size
+    (["plan", "--gpus", "8"], "--gpus-per-node"),
+    (["plan", "--num_gpus=8"], "--gpus-per-node"),
+    (["plan", "--batch-size", "4"], "--micro-batch"),
+    (["plan", "--world-size", "8"], "--gpus-per-node"),
+    (["plan", "--max_seq_length", "4096"], "--seq-len"),
+    (["plan", "--per_device_train_batch_size", "4"], "--micro-batch"),
+    (["plan", "--bf16"], "--precision"),
+    (["plan", "--learning_rate", "1e-5"], "--lr"),
+    (["plan", "--lora_r", "8"], "--lora-rank"),
+    (["plan", "--seq_len", "8"], "--seq-len"),
+    (["lint", "--num-gpus", "8"], "--world-size"),  # one name, the option each command has
+    (["lint", "--world_size", "8"], "--world-size"),
+    (["preflight", "--nproc_per_node", "2"], "--gpus-per-node"),
+])
+def test_another_tools_option_name_gets_the_zerokit_option_it_means(capsys, args, meant):
+    code, out, err = zk(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err == (f"zerokit {args[0]}: error: No such option {args[1].split('=')[0]!r}. Did you mean {meant!r}? "
+                   f"(see 'zerokit {args[0]} --help')\n")
+
+
 @pytest.mark.parametrize("name, said", [("pla", "no command 'pla'; did you mean 'plan'?"),
                                         ("xyz", "no command 'xyz'; the commands are plan, lint, preflight, launch")])
 def test_an_unknown_command_names_the_closest_or_lists_them(capsys, name, said):

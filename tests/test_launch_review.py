@@ -26,6 +26,8 @@ def spec(**kw) -> LaunchSpec:
     (["--num_gpus=2"], "--gpus-per-node"),
     (["--master_port", "29501"], "--master-port"),
     (["--dryrun"], "--dry-run"),
+    (["-H", "hosts"], "--hostfile"),  # DeepSpeed's runner's
+    (["--nnodes", "2"], "--nodes"),  # torchrun's
 ])
 def test_an_unknown_option_before_the_script_is_bad_input_not_the_script(capsys, tmp_path, monkeypatch, words,
                                                                           meant):

@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo(f"{prog}: aborted", err=True)
         return 130
+    except click.NoSuchOption as e:  # click guesses by spelling alone: `--num-gpus` is closest to `--gpu`
+        click.echo(f"{prog}: error: {printable(_no_such_option(e))} (see '{prog} --help')", err=True)
+        return EXIT_BAD_INPUT
     except click.ClickException as e:  # usage errors: bad option, missing argument, bad choice
         hint = f" (see '{prog} --help')" if isinstance(e, click.UsageError) else ""
         click.echo(f"{prog}: error: {printable(e.format_message())}{hint}", err=True)
@@ -112,6 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug: still one line; ZEROKIT_DEBUG=1 shows the traceback
         return _internal(prog, e)
     return rv if isinstance(rv, int) else 0
+
+
+def _no_such_option(e: click.NoSuchOption) -> str:
+    """click's message, with the option another tool's name means (`zerokit.spellings`) where it knows one."""
+    from zerokit.spellings import meant
+
+    command = e.ctx.command if e.ctx is not None else None
+    options = {o for p in (command.params if command is not None else ()) for o in p.opts}
+    option = meant(e.option_name, options)
+    if option is None or option == e.option_name:
+        return e.format_message()
+    return f"No such option {e.option_name!r}. Did you mean {option!r}?"
 
 
 _WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS})

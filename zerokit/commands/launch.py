@@ -221,22 +221,17 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     return runner.run(argv, env_add, grace=grace, pdsh=pdsh, watch=watch, master_port=spec.master_port)
 
 
-DEEPSPEED_SPELLINGS = {"--num-gpus": "--gpus-per-node", "--gpus": "--gpus-per-node", "--num-nodes": "--nodes",
-                       "-H": "--hostfile", "-i": "--include", "-e": "--exclude", "--deepspeed": "--config",
-                       "--deepspeed-config": "--config", "--ds-config": "--config"}
-"""The deepspeed runner's (and the HF Trainer's) names for zerokit launch's options, for did-you-mean."""
-
-
 def _unknown_option(word: str) -> str:
     """The error for an unknown option found where the script goes (click passes it on as SCRIPT because the
     script's own options must pass through): which zerokit option was meant, and where the script's go."""
     import difflib
 
+    from zerokit.spellings import meant, normalized
+
     name = word.split("=", 1)[0]
     options = [opt for param in command.params for opt in param.opts if opt.startswith("--")]
-    spelled = name.replace("_", "-") if name.startswith("--") else name
-    guess = (spelled if spelled in options else DEEPSPEED_SPELLINGS.get(spelled)
-             or next(iter(difflib.get_close_matches(spelled, options, n=1, cutoff=0.75)), None))
+    guess = (meant(name, options)  # DeepSpeed's runner's and the HF Trainer's names for them too
+             or next(iter(difflib.get_close_matches(normalized(name), options, n=1, cutoff=0.75)), None))
     hint = f" (did you mean {guess}?)" if guess else " (see 'zerokit launch --help')"
     return (f"unknown option {name!r}{hint}; zerokit launch's options go before the training script, "
             "the script's own arguments after it: zerokit launch [OPTIONS] SCRIPT [ARGS]...")
