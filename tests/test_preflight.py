@@ -959,5 +959,28 @@ def test_the_config_check_is_lint_for_the_consumer_the_config_shows(tmp_path, co
         assert check.fix == f"run `zerokit lint {cfg} --target {consumer} --world-size 2` and fix what it lists"
 
 
+@pytest.mark.parametrize("extra, ok, said", [
+    # LLaMA-Factory's ds_z3_config.json (examples/deepspeed) carries both: keys DeepSpeed never reads (its real ones
+    # are comms_logger and the top-level monitors), and it trains; lint's errors, named here without failing
+    ({"comms_config": {"verbose": False}, "monitor_config": {"enabled": True, "csv_monitor": {"enabled": False}}},
+     True, "lint finds no errors; DeepSpeed silently ignores comms_config, monitor_config"),
+    # ignored too, but what it means sets the training: ZeRO lost, or overlap_comm at the top level
+    ({"zero_optimisation": {"stage": 3}}, False, ("lint finds 1 error; the first: unknown key 'zero_optimisation' "
+                                                 "at the top level: DeepSpeed silently ignores it (did you mean")),
+    ({"zero_optimization": {"stage": 2}, "overlap_comm": True}, False,
+     ("lint finds 1 error; the first: unknown key 'overlap_comm' at the top level: DeepSpeed silently ignores it "
+     "(it belongs in zero_optimization")),
+])
+def test_keys_deepspeed_ignores_fail_the_config_check_only_where_they_set_the_training(tmp_path, extra, ok, said):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, **extra}))
+    check = preflight.check_config_lint(preflight.make_target(config=str(cfg), gpus_per_node=2,
+                                                              master_port=free_port()))
+    assert check.ok is ok and check.detail.startswith(said)
+    if ok:
+        assert check.fix == (f"`zerokit lint {cfg} --target deepspeed --world-size 2` says what each is (a misspelt "
+                             "key is lost)")
+
+
 def test_without_a_config_there_is_no_config_check():
     assert preflight.check_config_lint(Target(gpus_per_node=2)) is None

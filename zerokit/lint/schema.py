@@ -279,10 +279,15 @@ def _holds(value: Any, node: dict | None) -> bool:
     return _type_ok(value, types) or _pydantic_coerces(value, types) is not None
 
 
+IGNORED = "DeepSpeed silently ignores it"
+"""What ZK100 says of an unknown key in a section DeepSpeed does not validate: the engine starts, without it
+(the preflight reports such keys without failing: `zerokit.launch.preflight.check_config_lint`)."""
+
+
 def _unknown(key: str, value: Any, keypath: tuple, props: dict, pydantic: bool, budget: list[int]) -> Hit:
     where = "in " + dotted(keypath[:-1]) if keypath[:-1] else "at the top level"
     effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
-              else "DeepSpeed silently ignores it")
+              else IGNORED)
     moved = MOVED.get(dotted(keypath))
     if moved is not None:
         return Hit(keypath, f"unknown key '{key}' {where}: {effect}{moved[1]}", moved[0], ERROR, "ZK100")
