@@ -1162,6 +1162,7 @@ def test_a_did_you_mean_never_changes_the_values_type():
     ({"compile": {"disable": False}}, "compile.disable", None, "engine.compile(backend=...)"),
     ({"bf16": {"enabled": True, "loss_scale": 0}}, "bf16.loss_scale", None, "bf16 needs no loss scaling"),
     ({"bf16": {"enabled": True, "auto_cast": False}}, "bf16.auto_cast", None, "bf16 section has none: delete it"),
+    ({"fp8": {"enabled": True}}, "fp8", None, "DeepSpeed has no fp8 section, so the training runs in bf16 or fp16"),
 ])
 def test_moved_and_renamed_keys_say_what_to_do(extra, key, fix, words):
     [f] = lint(with_(ZERO0, extra))

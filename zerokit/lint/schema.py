@@ -257,6 +257,9 @@ MOVED = {
                                                      "hysteresis", "consecutive_hysteresis", "min_loss_scale")},
     "bf16.auto_cast": (None, (" (fp16's key, which casts the inputs to fp16; DeepSpeed's bf16 section has none: "
                               "delete it)")),
+    # LLaMA-Factory's ds_z3_fp8_config.json has one; DeepSpeed 0.19's config reads no fp8 key anywhere
+    "fp8": (None, (" (DeepSpeed has no fp8 section, so the training runs in bf16 or fp16 as the rest says: fp8 "
+                   "matmuls are set outside the ds_config, e.g. Accelerate's mixed_precision=\"fp8\"; delete it)")),
 }
 """Unknown keys whose fix a did-you-mean would get wrong: renamed, moved out of a section, or meaningless where
 they are (dotted path -> the suggestion, or None, and the hint)."""
