@@ -104,11 +104,16 @@ def auto_keys(plan: Plan) -> list[str]:
     for key, (chosen, filled) in filled_value.items():
         if not shape_known or chosen != filled:
             keys.discard(key)
-    t = plan.training
-    if t.target == "accelerate" and not t.warmup_steps and t.total_steps is None:
+    if plan.training.target == "accelerate" and _constant_rate(plan.training):
         # Accelerate's DummyScheduler fill writes warmup_min_lr 0, which WarmupLR holds for two steps (`_scheduler`)
         keys.discard("scheduler.params.warmup_min_lr")
     return sorted(keys)
+
+
+def _constant_rate(t: Training) -> bool:
+    """A schedule zerokit writes as WarmupLR from `--lr` to itself: no warm-up and no decay, under a target that
+    takes the config's scheduler (the Trainer's has none)."""
+    return t.target != "trainer" and not t.warmup_steps and t.total_steps is None
 
 
 def training_arguments(plan: Plan) -> dict[str, Any]:
@@ -239,7 +244,7 @@ def _scheduler(plan: Plan) -> dict[str, Any]:
     no_warmup = t.target != "trainer" and not t.warmup_steps
     decays = t.total_steps is not None or t.target == "trainer"
     params: dict[str, Any] = {
-        "warmup_min_lr": t.lr if no_warmup and not decays else 0,
+        "warmup_min_lr": t.lr if _constant_rate(t) else 0,
         "warmup_max_lr": t.lr,
         # DeepSpeed >= 0.19.6 rejects warmup_num_steps <= 0; the Trainer and Accelerate fill max(1, ...) too.
         "warmup_num_steps": max(1, t.warmup_steps),
