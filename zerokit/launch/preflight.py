@@ -652,14 +652,13 @@ def check_config_lint(t: Target) -> Check | None:
     without for DeepSpeed itself, so that no rule of a consumer the script may not be fails the launch."""
     if t.config_file is None:
         return None
-    from zerokit.dsconfig import walk
     from zerokit.lint.engine import lint_document
     from zerokit.lint.findings import ERROR
     from zerokit.lint.loader import load_file
-    from zerokit.lint.rules import Context
+    from zerokit.lint.rules import Context, _auto_leaves
     from zerokit.lint.schema import IGNORED
 
-    target = "trainer" if any(v == "auto" for _, v in walk(t.config)) else "deepspeed"
+    target = "trainer" if next(_auto_leaves(t.config, ()), None) is not None else "deepspeed"  # as ZK501 finds them
     found = [f for f in lint_document(load_file(t.config_file, yaml_syntax=False),
                                       Context(target=target, world_size=t.world_size)) if f.code != "ZK201"]
     ignored = [f.key for f in found if f.code == "ZK100" and IGNORED in f.message
