@@ -984,3 +984,17 @@ def test_keys_deepspeed_ignores_fail_the_config_check_only_where_they_set_the_tr
 
 def test_without_a_config_there_is_no_config_check():
     assert preflight.check_config_lint(Target(gpus_per_node=2)) is None
+
+
+def test_the_config_check_lints_the_config_as_it_was_read_once(tmp_path):
+    """The checks hold the document make_target read: a file rewritten (or deleted) afterwards is not read again,
+    so every check, lint's among them, sees the config the job's batch and plan checks saw."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1,\n "zero_optimization": {"stage": 2}}')
+    target = preflight.make_target(config=str(cfg), gpus_per_node=2, master_port=free_port())
+    assert target.config == {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    assert target.document.positions[("zero_optimization", "stage")] == (2, 24)  # lint's positions, from that read
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimisation": {"stage": 2}}')
+    assert preflight.check_config_lint(target).ok
+    cfg.unlink()
+    assert preflight.check_config_lint(target).detail == "lint finds no errors"

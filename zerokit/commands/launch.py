@@ -127,8 +127,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         if config is not None and not os.path.lexists(config) and (hostfile or hosts):
             config, unchecked = None, (f"the DeepSpeed config the script's {flag} names ({config}) is not on this "
                                        "machine, so it is not checked here: pass --config with a copy of it")
-    if config is not None:
-        preflight.read_config(config, option)  # a ds_config lint can read, even for --dry-run (its content is lint's)
+    document = None
+    if config is not None:  # a ds_config lint can read, even for --dry-run (its content is lint's); read once
+        document = preflight.read_config_document(config, option)
     if plan_file is not None:
         preflight.read_plan(plan_file)
     host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
@@ -197,7 +198,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                        no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr,
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
-                                       exclude=spec.exclude)  # the hosts and ranks the runner picks
+                                       exclude=spec.exclude, document=document)  # the runner's hosts and ranks
         checks = preflight.run_checks(target)
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

@@ -106,6 +106,8 @@ class Target:
     """The ds_config as read (the batch-size check runs lint's rule on it)."""
     config_file: str | None = None
     """The --config path; None where the job is given no config (then `config` is empty and compared with nothing)."""
+    document: Any = None
+    """The config's lint Document as read (`read_config_document`), which `config` is the data of; None without one."""
     plan: dict[str, Any] | None = None
     """`zerokit plan --format json` output (--plan) as read: the decision the job and the config are held to."""
 
@@ -659,8 +661,9 @@ def check_config_lint(t: Target) -> Check | None:
     from zerokit.lint.schema import IGNORED
 
     target = "trainer" if next(_auto_leaves(t.config, ()), None) is not None else "deepspeed"  # as ZK501 finds them
-    found = [f for f in lint_document(load_file(t.config_file, yaml_syntax=False),
-                                      Context(target=target, world_size=t.world_size)) if f.code != "ZK201"]
+    document = t.document if t.document is not None else load_file(t.config_file, yaml_syntax=False)
+    found = [f for f in lint_document(document, Context(target=target, world_size=t.world_size))
+             if f.code != "ZK201"]
     ignored = [f.key for f in found if f.code == "ZK100" and IGNORED in f.message
                and (f.suggestion or "").split(".")[0] not in TRAINING_SECTIONS]
     errors = [f for f in found if f.severity == ERROR and f.key not in ignored]
@@ -1141,17 +1144,26 @@ def read_config(path: str, option: str = "--config") -> dict[str, Any]:
     """The ds_config as DeepSpeed reads it (JSON, or HJSON), parsed by lint's loader: launch, preflight and lint
     refuse the same files (empty, malformed, not an object) for the same reasons. `option`: how the user named it
     (launch: the script's own `--deepspeed`, say)."""
+    return read_config_document(path, option).data
+
+
+def read_config_document(path: str, option: str = "--config") -> Any:
+    """`read_config`'s lint Document (the data, each key's position, the syntax): read once, it is what the job
+    trains with and what the config check lints (`Target.document`), so the two cannot be two versions of a file
+    that changed between reads."""
     from zerokit.fileio import read_bytes
     from zerokit.lint.loader import LoadError, load_bytes
 
     check_input_file(path, option)
     raw = read_bytes(path, option)
     try:
-        return load_bytes(raw, path, yaml_syntax=False).data
+        doc = load_bytes(raw, path, yaml_syntax=False)
     except LoadError as e:
         where = f" (line {e.line}, column {e.column})" if (e.line, e.column) != (1, 1) else ""
         raise BadInput(f"{option} {path}: {e.reason}{where}; fix the file, or write one with "
                        "`zerokit plan ... -o ds_config.json`") from None
+    doc.base_dir = Path(path).resolve().parent  # as lint's load_file sets it
+    return doc
 
 
 def read_json(path: str, what: str) -> dict[str, Any]:
@@ -1251,10 +1263,13 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                 hostfile: str | None = None, gpus_per_node: int | None = None, launcher: str = "pdsh",
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
-                include: str | None = None, exclude: str | None = None) -> Target:
+                include: str | None = None, exclude: str | None = None, document: Any = None) -> Target:
     """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
-    narrowed to the hosts and ranks the runner will use (`runner.select_hosts`)."""
-    ds_config = read_config(config) if config is not None else {}
+    narrowed to the hosts and ranks the runner will use (`runner.select_hosts`). `document`: the config as the
+    caller already read it (`read_config_document`; launch reads it before anything starts), not read again."""
+    if config is not None and document is None:
+        document = read_config_document(config)
+    ds_config = document.data if document is not None else {}
     plan_data = read_plan(plan) if plan is not None else None
     asked = gpus_per_node  # what the runner gets (--num_gpus): the hosts' slots stand without it
     if plan_data is not None and gpus_per_node is None:
@@ -1276,5 +1291,5 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
     return Target(needs=needs_from_config(ds_config, plan_data), gpus_per_node=gpus_per_node, hostfile=hostfile,
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
                   node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config,
-                  config_file=config, plan=plan_data)
+                  config_file=config, document=document, plan=plan_data)
 
