@@ -180,6 +180,26 @@ def test_in_a_tie_the_setup_with_headroom_beats_an_earlier_one_at_the_edge():
     assert why.endswith("is within 2% of its speed but needs 99.9% of the GPU's memory.")
 
 
+@pytest.mark.parametrize("cpu_memory, nvme_size, what", [
+    (None, None, "the GPU's memory"), ("50GB", None, "the CPU RAM"), ("50GB", "125GB", "the NVMe")])
+def test_the_tightest_resource_is_the_one_whose_share_is_the_shortfall(cpu_memory, nvme_size, what):
+    """`_tightest` names the resource whose share makes `Evaluation.shortfall` (the largest of GPU, CPU RAM and NVMe):
+    llama-2-7b's full NVMe offload on one A100 at 2,048 tokens fills 60% of the GPU (51.9 GB), 89% of 50 GB of RAM
+    (44.3 GB) and 97% of 125 GB of NVMe (121.3 GB), against each share recomputed from the candidate's bytes here."""
+    from zerokit.planner.engine import run_rules
+    from zerokit.planner.rules import _tightest
+
+    hw = resolve_hardware("a100-80gb", cpu_memory=cpu_memory, nvme_path="/nvme", nvme_size=nvme_size)
+    training = Training(seq_len=2048, zero_stage=3, offload_optimizer="nvme", offload_param="nvme")
+    ctx, _ = run_rules(resolve_model("llama-2-7b"), hw, training)
+    [e] = ctx.evaluations
+    shares = {"the GPU's memory": e.candidate.memory.total / hw.gpu_memory_bytes,
+              "the CPU RAM": e.candidate.cpu_bytes_per_node / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0,
+              "the NVMe": e.candidate.nvme_bytes_per_node / hw.nvme_bytes if hw.nvme_bytes else 0.0}
+    assert max(shares, key=shares.get) == what and shares[what] == pytest.approx(e.shortfall)
+    assert _tightest(ctx, e) == (e.shortfall, what)
+
+
 def test_in_a_tie_where_every_setup_is_at_the_edge_the_simplest_is_kept():
     """opt-1.3b on one A100-80GB: ZeRO-0, 1 and 2 partition nothing on one GPU, so all three fill 99.9% of it at
     the same speed: no tied setup has headroom, and the first of the search order stays."""

@@ -651,12 +651,13 @@ def rule_choose(ctx: Context) -> tuple[Evaluation, str]:
 
 
 def _tightest(ctx: Context, e: Evaluation) -> tuple[float, str]:
-    """(share, what) of the resource `e` fills most (`Evaluation.shortfall`): the CPU RAM or the NVMe given, else
-    the GPU's memory (at its peak phase, or while QLoRA's base loads)."""
+    """(share, what) of the resource `e` fills most (`Evaluation.shortfall`, the largest of the three shares): the
+    CPU RAM or the NVMe given where its share reaches it, else the GPU's memory (at its peak phase, or while QLoRA's
+    base loads)."""
     hw, c = ctx.hardware, e.candidate
-    if hw.cpu_memory_bytes and c.cpu_bytes_per_node / hw.cpu_memory_bytes == e.shortfall:
+    if hw.cpu_memory_bytes and c.cpu_bytes_per_node / hw.cpu_memory_bytes >= e.shortfall:
         return e.shortfall, "the CPU RAM"
-    if hw.nvme_bytes and c.nvme_bytes_per_node / hw.nvme_bytes == e.shortfall:
+    if hw.nvme_bytes and c.nvme_bytes_per_node / hw.nvme_bytes >= e.shortfall:
         return e.shortfall, "the NVMe"
     return e.shortfall, "the GPU's memory"
 
