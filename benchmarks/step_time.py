@@ -335,6 +335,50 @@ QWEN_7B = {"model_type": "qwen2", "hidden_size": 4096, "intermediate_size": 1100
 """Qwen-7B (v1: its own modeling code, fused qkv with a bias, untied head), as the qwen2 architecture of its shape."""
 QWEN_72B = {**QWEN_7B, "hidden_size": 8192, "intermediate_size": 24576, "num_hidden_layers": 80,
             "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 152064}
+QWEN_1_8B = {**QWEN_7B, "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 24,
+             "num_attention_heads": 16, "num_key_value_heads": 16}
+QWEN_14B = {**QWEN_7B, "hidden_size": 5120, "intermediate_size": 13696, "num_hidden_layers": 40,
+            "num_attention_heads": 40, "num_key_value_heads": 40, "vocab_size": 152064}
+"""Qwen-1.8B and Qwen-14B (v1) as qwen2 of their shapes: their config.json's intermediate_size (11008, 27392) is
+both MLP branches together (w1 and w2 each take half), as for the 7B (22016)."""
+QWEN_SEQS = (256, 512, 1024, 2048, 4096, 8192)
+QWEN_SOURCE = ("QwenLM/Qwen README.md, 'Profiling of Memory and Speed' (also recipes/finetune/deepspeed/readme.md): "
+               "'a single A100-SXM4-80G GPU ... CUDA 11.8 and Pytorch 2.0. Flash attention 2 is applied. We uniformly "
+               "use a batch size of 1 and gradient accumulation of 8', seconds per optimizer step (s/it)")
+QWEN_LORA = {
+    "title": "Qwen LoRA r64 on one A100-80GB, 1 x 8 accumulation (the table's 'LoRA' rows)",
+    "source": QWEN_SOURCE + "; 'LoRA has no trainable embedding and output layer'",
+    "assumed": "Qwen (v1) as the qwen2 architecture of its shape (1.8B: 2048 x 24 layers, MLP 5504; 7B: 4096 x 32, "
+               "11008; 14B: 5120 x 40, 13696; vocabulary 151,936 or 152,064); finetune_lora_single_gpu.sh passes no "
+               "--deepspeed (planned as ZeRO-0)"}
+QWEN_72B_LORA = {
+    "title": "Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, 1 x 8 accumulation ('LoRA + Deepspeed Zero3')",
+    "source": QWEN_SOURCE + "; 'Lora fintuning + DeepSpeed ZeRO 3 on 4 A100-SXM4-80G GPUs'",
+    "assumed": "the qwen2 architecture of its shape (8192 x 80 layers, MLP 24576, vocabulary 152,064); no parameter "
+               "offload: at 2,048 and 8,192 tokens the table's 57.2 and 72.3 GB per GPU hold the bf16 shards (the "
+               "plan: 54.5 and 73.9 GB; a forked copy of its ds_config_zero3.json offloads parameters, which would "
+               "leave 17.5 and 36.9)"}
+QWEN_7B_FULL = {
+    "title": "Qwen-7B full fine-tuning, ZeRO-3 on 2 x A100-80GB, 1 x 8 accumulation ('Full-parameter', 1 node, 2 GPUs)",
+    "source": QWEN_SOURCE + "; 'full-parameter finetuning with Qwen-7B on 2 A100 GPUs. We only report the statistics "
+                            "of 256, 512, and 1024 tokens'; of finetune_ds.sh: 'we use DeepSpeed ZeRO 3 in this script'",
+    "assumed": "no offload (the repository's test copy of ds_config_zero3.json offloads nothing; its finetune/ copy "
+               "is not in the index); bf16, checkpointing, flash attention, as the other rows"}
+QWEN_1_8B_FULL = {
+    "title": "Qwen-1.8B full fine-tuning, ZeRO-3 on one A100-80GB, 1 x 8 accumulation ('Full-parameter', 1 GPU)",
+    "source": QWEN_SOURCE + "; of finetune_ds.sh: 'we use DeepSpeed ZeRO 3 in this script'",
+    "assumed": "no offload, as the 7B's. Unsure: the row trains 8,192 tokens faster than the same model's LoRA row "
+               "(5.6 against 6.8 s), which computes no weight gradients, and stays at 2.1-2.3 s up to 2,048 tokens, "
+               "as if ZeRO-3's hooks hid behind the compute; DeepSpeed 0.19 waits for the device before every module "
+               "on one GPU (the lent H100's and H200s' runs), so the plan adds the hooks to the kernels"}
+LLAMA_SWEEP = {
+    "title": "LLaMA-7B on 8 x A800-80GB, seq 4096, a sweep: each row's throughput over the first's (x)",
+    "source": "chenyaofo, https://gist.github.com/chenyaofo/d4cd6a20ab4b95cb3a49491747e2139a: 'A800 x 8, 1 TB CPU "
+              "memory, Intel 8358 CPU x 2 ... CUDA 12.1, PyTorch 2.2.0, Deepspeed 0.14.2 ... Benchmark of LLaMA-7B "
+              "models using deepspeed-based traning code. The squence length is 4096', the Th.put column (5.33 for "
+              "ZeRO-2 without checkpointing)",
+    "assumed": "llama-2-7b's shape; BS a/b = micro-batch a, global batch b on 8 GPUs; bf16, sdpa attention; A800 = "
+               "A100 with 400 GB/s NVLink (--intra-node-bandwidth 200GB/s); the ZeRO++ row left out (not modelled)"}
 PUBLISHED = [
     {"what": "ZeRO-Offload, 10B GPT-2 on one V100-32GB (ZeRO-2 + CPU optimizer offload, fp16)",
      "source": "Ren et al., ZeRO-Offload: Democratizing Billion-Scale Model Training, arXiv:2101.06840, abstract: "
@@ -365,29 +409,48 @@ PUBLISHED = [
        "gpu": "a100-80gb", "gpus": gpus, "nodes": gpus // 8, "inter": "200GB/s", "seq": 2048, "mb": mb, "ga": 1,
        "stage": 3, "ckpt": True, "precision": "fp16", "metric": "tflops_per_gpu", "value": value}
       for gpus, mb, value in ((384, 4, 144.0), (1536, 1, 44.0))),
-    # The Qwen team's LoRA profile (Qwen (v1) README, "Profiling of Memory and Speed"): one A100-SXM4-80G, CUDA
-    # 11.8, PyTorch 2.0, flash attention 2, batch 1 and gradient accumulation 8, their finetune.py (HF Trainer,
-    # bf16, gradient checkpointing; LoRA r 64, dropout 0.05 on c_attn, c_proj, w1, w2: every linear but the head),
-    # seconds per optimizer step; the 72B row with DeepSpeed ZeRO-3 on 4 GPUs. Planned through `plan()` with each
-    # option forced, so the adapters are priced as any LoRA plan prices them.
-    *({"what": f"Qwen-7B LoRA r64 on one A100-80GB, seq {seq}, 1 x 8 accumulation",
-       "source": "QwenLM/Qwen README, 'Profiling of Memory and Speed', Qwen-7B 'LoRA' (no trainable embedding and "
-                 f"output layer), 1 node, 1 GPU, sequence {seq}: {value} s/it",
-       "model": QWEN_7B, "assumed": "Qwen (v1) as the qwen2 architecture of its shape (4096 x 32 layers, MLP 11008, "
-                                   "vocabulary 151,936); no DeepSpeed in the single-GPU script (planned as ZeRO-0)",
-       "gpu": "a100-80gb", "gpus": 1, "seq": seq, "mb": 1, "ga": 8, "stage": 0, "ckpt": True, "precision": "bf16",
-       "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
-      for seq, value in ((512, 1.5), (2048, 5.2), (8192, 21.3))),
-    *({"what": f"Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, seq {seq}, 1 x 8 accumulation",
-       "source": "QwenLM/Qwen README, 'Profiling of Memory and Speed', Qwen-72B 'LoRA + Deepspeed Zero3', 1 node, "
-                 f"4 GPUs, sequence {seq}: {value} s/it",
-       "model": QWEN_72B, "assumed": "the qwen2 architecture of its shape (8192 x 80 layers, MLP 24576, vocabulary "
-                                    "152,064); no parameter offload: the table's 57.2 and 72.3 GB per GPU hold the "
-                                    "bf16 shards (the plan: 54.5 and 73.9 GB; a forked copy of its "
-                                    "ds_config_zero3.json offloads parameters, which would leave 17.5 and 36.9)",
-       "gpu": "a100-80gb", "gpus": 4, "seq": seq, "mb": 1, "ga": 8, "stage": 3, "ckpt": True, "precision": "bf16",
-       "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
-      for seq, value in ((2048, 45.7), (8192, 161.5))),
+    # The Qwen team's profile (Qwen (v1) README, "Profiling of Memory and Speed"): A100-SXM4-80G, CUDA 11.8,
+    # PyTorch 2.0, flash attention 2, batch 1 and gradient accumulation 8, their finetune.py (HF Trainer, bf16,
+    # gradient checkpointing; LoRA r 64, dropout 0.05 on c_attn, c_proj, w1, w2: every linear but the head; every
+    # sample padded to the column's length), seconds per optimizer step. LoRA rows planned through `plan()` with
+    # each option forced, so the adapters are priced as any LoRA plan prices them.
+    *({"what": f"Qwen-{size} LoRA r64 on one A100-80GB, seq {seq}, 1 x 8 accumulation", "series": QWEN_LORA,
+       "model": config, "gpu": "a100-80gb", "gpus": 1, "seq": seq, "mb": 1, "ga": 8, "stage": 0, "ckpt": True,
+       "precision": "bf16", "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
+      for size, config, values in (("1.8B", QWEN_1_8B, (1.0, 1.0, 1.1, 1.7, 3.3, 6.8)),
+                                   ("7B", QWEN_7B, (1.2, 1.5, 2.8, 5.2, 10.1, 21.3)),
+                                   ("14B", QWEN_14B, (1.6, 2.4, 4.4, 8.4, 17.0, 36.0)))
+      for seq, value in zip(QWEN_SEQS, values)),
+    *({"what": f"Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, seq {seq}, 1 x 8 accumulation", "series": QWEN_72B_LORA,
+       "model": QWEN_72B, "gpu": "a100-80gb", "gpus": 4, "seq": seq, "mb": 1, "ga": 8, "stage": 3, "ckpt": True,
+       "precision": "bf16", "attention": "flash", "peft": ("lora", 64, 0.05), "metric": "s_per_step", "value": value}
+      for seq, value in zip(QWEN_SEQS, (17.6, 20.5, 29.4, 45.7, 83.4, 161.5))),
+    *({"what": f"Qwen-7B full fine-tuning, ZeRO-3 on 2 x A100-80GB, seq {seq}, 1 x 8 accumulation",
+       "series": QWEN_7B_FULL, "model": QWEN_7B, "gpu": "a100-80gb", "gpus": 2, "seq": seq, "mb": 1, "ga": 8,
+       "stage": 3, "ckpt": True, "precision": "bf16", "attention": "flash", "metric": "s_per_step", "value": value}
+      for seq, value in zip(QWEN_SEQS, (4.0, 4.0, 4.5))),
+    *({"what": f"Qwen-1.8B full fine-tuning, ZeRO-3 on one A100-80GB, seq {seq}, 1 x 8 accumulation",
+       "series": QWEN_1_8B_FULL, "model": QWEN_1_8B, "gpu": "a100-80gb", "gpus": 1, "seq": seq, "mb": 1, "ga": 8,
+       "stage": 3, "ckpt": True, "precision": "bf16", "attention": "flash", "metric": "s_per_step", "value": value}
+      for seq, value in zip(QWEN_SEQS, (2.1, 2.2, 2.2, 2.3, 2.8, 5.6))),
+    # A sweep of one setup at a time on one 8-GPU node: its throughput's unit is not in the part of the page read,
+    # so each row is compared as a ratio to the first (ZeRO-2, no checkpointing), which needs no unit
+    *({"what": f"{label}, micro-batch {mb} x {ga} accumulation",
+       "series": LLAMA_SWEEP, "model": "llama-2-7b", "gpu": "a100-80gb", "gpus": 8, "intra": "200GB/s", "seq": 4096,
+       "mb": mb, "ga": ga, "stage": stage, "ckpt": ckpt, "offload_optimizer": opt, "offload_param": param,
+       "precision": "bf16", "attention": "sdpa", "metric": "relative", "value": value / 5.33,
+       "base": {"mb": 1, "ga": 8, "stage": 2, "ckpt": False}}
+      for label, stage, ckpt, opt, param, mb, ga, value in (
+          ("ZeRO-2", 2, False, "none", "none", 1, 8, 5.33),
+          ("ZeRO-2 + checkpointing", 2, True, "none", "none", 1, 8, 4.19),
+          ("ZeRO-2 + checkpointing + optimizer offload", 2, True, "cpu", "none", 1, 8, 1.81),
+          ("ZeRO-2 + checkpointing", 2, True, "none", "none", 4, 2, 4.69),
+          ("ZeRO-3", 3, False, "none", "none", 2, 4, 4.95),
+          ("ZeRO-3 + checkpointing", 3, True, "none", "none", 2, 4, 4.45),
+          ("ZeRO-3 + checkpointing + optimizer offload", 3, True, "cpu", "none", 2, 4, 2.05),
+          ("ZeRO-3 + checkpointing + full offload", 3, True, "cpu", "cpu", 4, 2, 2.06),
+          ("ZeRO-3 + checkpointing", 3, True, "none", "none", 8, 1, 4.73),
+          ("ZeRO-3 + checkpointing", 3, True, "none", "none", 8, 2, 4.32))),
     {"what": "Offload copies on an H100 host: 28 GB GPU->CPU",
      "source": "zerokit issue 9 seed fact: '28 GB moves GPU->CPU in about 2 s and CPU->GPU in under 1 s over "
                "pinned memory'",
@@ -405,14 +468,25 @@ def published_table() -> None:
 
     print("\nPublished GPU figures, predicted from the GPU presets (no GPU was timed for this table)")
     print(f"{'figure':80} {'published':>13} {'predicted':>13} {'error':>6}")
-    for row in PUBLISHED:
+    series, ratios = None, []
+    for i, row in enumerate(PUBLISHED):
+        if row.get("series") is not series:  # a series' source and assumptions once, above its rows
+            series = row.get("series")
+            if series is not None:
+                print(series["title"])
+                print(f"    source: {series['source']}")
+                print(f"    assumed: {series['assumed']}")
         perf = build_machine(gpu=row["gpu"], intra_node_bandwidth=row.get("intra"),
                              inter_node_bandwidth=row.get("inter"))
         if row["metric"] == "d2h_28gb_s":
             predicted, unit = 28e9 / perf.d2h_pageable, "s"
         elif row["metric"] == "h2d_28gb_s":
             predicted, unit = 28e9 / perf.h2d_pinned, "s"
-        elif row.get("peft"):
+        elif row["metric"] == "relative":  # samples/s of the row over those of its series' first setting
+            base = {**row, **row["base"], "offload_optimizer": "none", "offload_param": "none"}
+            predicted, unit = _samples_per_s(row, perf) / _samples_per_s(base, perf), "x"
+            ratios.append((row["value"], predicted))
+        elif row.get("peft") or row.get("series"):
             predicted, unit = _planned(row, perf).performance.step_time_s, "s"
         else:
             model = row["model"]
@@ -432,30 +506,46 @@ def published_table() -> None:
             else:
                 predicted, unit = row["mb"] * row["gpus"] * row["ga"] / t.step_time_s, "smp/s"
         error = (predicted - row["value"]) / row["value"]
-        digits = 2 if unit == "s" else 1
+        digits = 2 if unit in ("s", "x") else 1
         verdict = ("within" if predicted <= row["value"] else "over") if row.get("bound") else f"{error:>+6.0%}"
-        print(f"{row['what']:80} {'<' if row.get('bound') else ' '}{row['value']:>6.{digits}f} {unit:<5} "
+        what = f"  {row['what']}" if series is not None else row["what"]
+        print(f"{what:80} {'<' if row.get('bound') else ' '}{row['value']:>6.{digits}f} {unit:<5} "
               f"{predicted:>7.{digits}f} {unit:<5} {verdict:>6}")
-        print(f"    source: {row['source']}")
-        if row.get("assumed"):
-            print(f"    assumed: {row['assumed']}")
+        if series is None:
+            print(f"    source: {row['source']}")
+            if row.get("assumed"):
+                print(f"    assumed: {row['assumed']}")
+        if row["metric"] == "relative" and (i + 1 == len(PUBLISHED) or PUBLISHED[i + 1]["metric"] != "relative"):
+            apart = [(a, b) for j, a in enumerate(ratios) for b in ratios[j + 1:]
+                     if max(a[0], b[0]) / min(a[0], b[0]) > 1.15]
+            if apart:
+                print(f"  the sweep's pairs whose published throughputs differ by > 15%: {len(apart)}, ranked as "
+                      f"published: {sum((a[0] < b[0]) == (a[1] < b[1]) for a, b in apart)}")
+            ratios = []
+
+
+def _samples_per_s(row: dict, perf: object) -> float:
+    return row["mb"] * row["ga"] * row["gpus"] / _planned(row, perf).performance.step_time_s
 
 
 def _planned(row: dict, perf: object) -> object:
-    """The plan of a published run with every option it names forced (ZeRO stage, offload none, micro-batch, global
+    """The plan of a published run with every option it names forced (ZeRO stage, offload, micro-batch, global
     batch, checkpointing, attention, precision, adapters), on the preset's machine: what `zerokit plan` prints."""
     from zerokit.hardware import resolve_hardware
-    from zerokit.models.resolve import spec_from_config
+    from zerokit.models.resolve import resolve_model, spec_from_config
     from zerokit.planner.engine import plan
     from zerokit.planner.types import Training
 
-    model = spec_from_config(row["model"], row["what"])
-    method, rank, dropout = row["peft"]
+    model = resolve_model(row["model"]) if isinstance(row["model"], str) else spec_from_config(row["model"],
+                                                                                                row["what"])
+    method, rank, dropout = row.get("peft", ("none", 16, None))
     training = Training(seq_len=row["seq"], micro_batch=row["mb"], global_batch=row["mb"] * row["ga"] * row["gpus"],
-                        zero_stage=row["stage"], offload_optimizer="none", offload_param="none",
-                        gradient_checkpointing=row["ckpt"], attention=row["attention"], precision=row["precision"],
-                        peft=method, lora_rank=rank, lora_dropout=dropout)
-    result = plan(model, resolve_hardware(row["gpu"], gpus_per_node=row["gpus"]), training, machine=perf)
+                        zero_stage=row["stage"], offload_optimizer=row.get("offload_optimizer", "none"),
+                        offload_param=row.get("offload_param", "none"), gradient_checkpointing=row["ckpt"],
+                        attention=row["attention"], precision=row["precision"], peft=method, lora_rank=rank,
+                        lora_dropout=dropout)
+    hardware = resolve_hardware(row["gpu"], gpus_per_node=row["gpus"], cpu_memory=row.get("cpu_memory"))
+    result = plan(model, hardware, training, machine=perf)
     if result.performance is None:
         raise SystemExit(f"{row['what']}: the plan does not fit")
     return result

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
@@ -285,3 +286,17 @@ def test_the_median_profile_takes_each_point_over_the_rounds_that_measured_it():
     assert out["ranks_measured"] == 2 and isinstance(out["ranks_measured"], int)
     assert len(out["measurements"]["rounds"]) == 2
     assert profile_from_json(out, "the median profile").compute_scale > 0  # and it loads as a profile
+
+
+def test_the_published_table_prices_every_row_and_the_sweep_keeps_its_order(capsys):
+    """benchmarks/step_time.py's published GPU figures, predicted from the presets: every row gets a finite
+    prediction (the plans fit as the sources ran them), each Qwen series prints its source once, and the LLaMA-7B
+    sweep's rows that differ by more than 15% are ranked as published (25 pairs; offload's magnitude is not: the
+    README says by how much)."""
+    st = benchmark("step_time")
+    st.published_table()
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.search(r"[-+]\d+%$|within$", line)]
+    assert len(rows) == len(st.PUBLISHED)
+    assert out.count("source: QwenLM/Qwen README.md") == 4
+    assert "the sweep's pairs whose published throughputs differ by > 15%: 25, ranked as published: 25" in out
