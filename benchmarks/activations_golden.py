@@ -33,6 +33,8 @@ SMALL_TARGETS = {
     "mixtral": ("q_proj,v_proj", "w1,w3,w2"), "qwen3_moe": ("q_proj,v_proj", "gate_proj,up_proj,down_proj"),
     "qwen2_moe": ("q_proj,v_proj", "shared_expert_gate"),
 }
+SAVE_ALONE = ("llama", "gpt2", "gpt_neox", "falcon", "opt", "gemma")
+"""The families whose modules_to_save cases also train the embedding alone and the head alone."""
 LORA_FAMILIES = ("llama", "qwen3", "mistral", "gpt2", "gpt_neox", "falcon", "mixtral", "qwen2_moe", "qwen3_moe",
                  "phi3", "gemma3_text", "opt", "gemma", "gemma2", "qwen2", "granite")
 
@@ -59,11 +61,27 @@ def cases(device: str) -> list[dict]:
     for rank in (8, 64):
         out.append({"family": "llama", "seq": 512, "batch": 2, "attention": "sdpa", "ckpt": False,
                     "lora": {"rank": rank, "targets": "all-linear", "dropout": 0.05}})
+    out += modules_to_save_cases(lora_shapes)
     for fam in ("llama", "qwen3", "gpt2", "mixtral"):  # QLoRA last: each reloads a 4-bit copy of the model
         for targets in ("all-linear", SMALL_TARGETS.get(fam, ("q_proj,v_proj",))[0]):
             for ck in (False, True):
                 out.append({"family": fam, "seq": 256, "batch": 2, "attention": "sdpa", "ckpt": ck,
                             "lora": {"rank": 16, "targets": targets, "dropout": 0.0, "qlora": True}})
+    return out
+
+
+def modules_to_save_cases(shapes: tuple[tuple[int, int], ...]) -> list[dict]:
+    """LoRA with PEFT's modules_to_save: the embedding and the head (`--lora-modules-to-save`) on every LoRA family,
+    and each alone on a few, where a trainable embedding changes what the first layer keeps and a trainable head
+    what the final norm keeps."""
+    out = []
+    for fam in LORA_FAMILIES:
+        for saves in (("embedding", "head"),) + ((("embedding",), ("head",)) if fam in SAVE_ALONE else ()):
+            for s, b in shapes if len(saves) == 2 else shapes[-1:]:
+                for att in ("sdpa", "eager"):
+                    for ck in (False, True):
+                        out.append({"family": fam, "seq": s, "batch": b, "attention": att, "ckpt": ck,
+                                    "lora": {"rank": 16, "targets": "all-linear", "dropout": 0.0, "save": saves}})
     return out
 
 
@@ -102,12 +120,18 @@ def small(config: dict) -> dict:
 def run_case(case: dict, device: str) -> dict:
     config = case["config"]
     lora = case.get("lora") or {}
+    save = None
+    if lora.get("save"):  # roles, named as the family names its modules
+        from zerokit.models.lora import _key, _saveable
+
+        names = {role: name for name, (role, _) in _saveable(_key(config)).items()}
+        save = [names[role] for role in lora["save"]]
     t0 = time.time()
     try:
         m = measure(config, case["seq"], case["batch"], case["attention"], case.get("dtype", "bf16"), case["ckpt"],
                     device=device, lora_rank=lora.get("rank", 0), lora_targets=lora.get("targets", "all-linear"),
                     lora_dropout=lora.get("dropout", 0.0), qlora=lora.get("qlora", False),
-                    transient=case.get("transient", False))
+                    transient=case.get("transient", False), modules_to_save=save)
     except Exception as exc:  # noqa: BLE001 - the libraries refuse some combinations; record which and why
         return {**case, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
     finally:

@@ -11,7 +11,8 @@ CUDA from ``torch.cuda.max_memory_allocated``, on the CPU from the profiler's re
 
     python benchmarks/measure_lora.py CONFIG.json --seq-len 512 --micro-batch 2 [--device cuda]
         [--attention sdpa|eager] [--dtype bf16] [--gradient-checkpointing]
-        [--lora-rank 16 [--lora-targets all-linear|q_proj,v_proj] [--lora-dropout 0.05] [--qlora]] [--transient]
+        [--lora-rank 16 [--lora-targets all-linear|q_proj,v_proj] [--lora-dropout 0.05] [--qlora]
+        [--modules-to-save embed_tokens,lm_head]] [--transient]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 def measure(config: dict, seq_len: int, micro_batch: int, attention: str = "sdpa", dtype: str = "bf16",
             gradient_checkpointing: bool = False, *, device: str = "cpu", lora_rank: int = 0,
             lora_targets: str = "all-linear", lora_dropout: float = 0.0, qlora: bool = False,
-            transient: bool = False) -> dict[str, Any]:
+            transient: bool = False, modules_to_save: list[str] | None = None) -> dict[str, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -52,7 +53,8 @@ def measure(config: dict, seq_len: int, micro_batch: int, attention: str = "sdpa
 
         targets = lora_targets if lora_targets == "all-linear" else lora_targets.split(",")
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=lora_dropout,
-                                                 target_modules=targets, task_type="CAUSAL_LM"))
+                                                 target_modules=targets, task_type="CAUSAL_LM",
+                                                 modules_to_save=modules_to_save or None))
     model.train()
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -119,13 +121,15 @@ def main() -> int:
     ap.add_argument("--lora-targets", default="all-linear")
     ap.add_argument("--lora-dropout", type=float, default=0.0)
     ap.add_argument("--qlora", action="store_true")
+    ap.add_argument("--modules-to-save", help="comma list: PEFT's trainable copies (e.g. embed_tokens,lm_head)")
     ap.add_argument("--transient", action="store_true")
     a = ap.parse_args()
     with open(a.config) as f:
         config = json.load(f)
     json.dump(measure(config, a.seq_len, a.micro_batch, a.attention, a.dtype, a.gradient_checkpointing,
                       device=a.device, lora_rank=a.lora_rank, lora_targets=a.lora_targets,
-                      lora_dropout=a.lora_dropout, qlora=a.qlora, transient=a.transient), sys.stdout)
+                      lora_dropout=a.lora_dropout, qlora=a.qlora, transient=a.transient,
+                      modules_to_save=a.modules_to_save.split(",") if a.modules_to_save else None), sys.stdout)
     print()
     return 0
 

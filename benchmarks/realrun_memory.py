@@ -55,12 +55,14 @@ WORLD = 2
 def _case(name: str, model: str, stage: int, *, opt: str = "none", param: str = "none", ckpt: bool = False,
           ga: int = 1, precision: str = "bf16", seq: int = 128, mb: int = 2, attention: str = "sdpa",
           steps: int = 3, peft: str = "none", lora_rank: int = 16, lora_targets: str = "all-linear",
-          lora_dropout: float = 0.05, sub_group_size: int | None = None) -> dict:
+          lora_dropout: float = 0.05, sub_group_size: int | None = None, modules_to_save: str = "") -> dict:
     case = {"name": name, "model": model, "zero_stage": stage, "offload_optimizer": opt, "offload_param": param,
             "gradient_checkpointing": ckpt, "gradient_accumulation": ga, "precision": precision, "seq_len": seq,
             "micro_batch": mb, "attention": attention, "steps": steps}
     if peft != "none":  # the full fine-tuning cases keep the golden file's case dicts as they were
         case.update(peft=peft, lora_rank=lora_rank, lora_targets=lora_targets, lora_dropout=lora_dropout)
+        if modules_to_save:  # PEFT's trainable copies of the embedding and the head
+            case["lora_modules_to_save"] = modules_to_save
     if sub_group_size is not None:  # written into the ds_config, and the estimate uses it
         case["sub_group_size"] = sub_group_size
     return case
@@ -95,6 +97,11 @@ CASES = [
     _case("llama-lora-z2", "llama", 2, peft="lora"),
     _case("llama-lora-z3", "llama", 3, peft="lora"),
     _case("llama-lora-z2-ckpt", "llama", 2, ckpt=True, peft="lora"),
+    # LoRA with trainable copies of the embedding and the head (`--lora-modules-to-save`), as a fine-tune that adds
+    # tokens trains them: the copies' weights, gradients and optimizer states, and the head's weight gradient
+    _case("llama-lora-save-z2", "llama", 2, peft="lora", modules_to_save="embed_tokens,lm_head"),
+    _case("llama-lora-save-z2-ckpt", "llama", 2, ckpt=True, peft="lora", modules_to_save="embed_tokens,lm_head"),
+    # (not at ZeRO-3: deepspeed.initialize fails there, fp32 adapters beside 16-bit copies; the plan refuses it)
     # QLoRA: the same adapters on a bitsandbytes NF4 base (`--peft qlora`, the plan's BitsAndBytesConfig)
     _case("llama-qlora-z2", "llama", 2, peft="qlora"),
     _case("llama-qlora-z2-ckpt", "llama", 2, ckpt=True, peft="qlora"),
@@ -139,7 +146,8 @@ def plan_case(case: dict, nvme_path: str | None = None):
                         attention=case["attention"], precision=case["precision"], target="deepspeed",
                         overhead_bytes=0, peft=case.get("peft", "none"), lora_rank=case.get("lora_rank", 16),
                         lora_targets=case.get("lora_targets", "all-linear"),
-                        lora_dropout=case.get("lora_dropout", 0.05))
+                        lora_dropout=case.get("lora_dropout", 0.05),
+                        lora_modules_to_save=case.get("lora_modules_to_save", ""))
     return plan(spec, hardware, training)
 
 

@@ -80,6 +80,9 @@ CASES = {
     # QLoRA at ZeRO-3 (tests/data/step_time/2026-11-27-amd-qlora-zero3): the 4-bit weights partitioned and gathered in
     # their bf16 storage, loaded without zero.Init
     "qlora_zero3": {"stage": 3, "lora_rank": 8, "quantized": True},
+    # LoRA with trainable copies of the embedding and the head (`--lora-modules-to-save`): the copies' gradients,
+    # reduces and optimizer step, and the head's weight-gradient product
+    "lora_save_zero2": {"stage": 2, "lora_rank": 8, "save": "embed_tokens,lm_head"},
 }
 
 
@@ -89,8 +92,11 @@ def lora_config(case: dict) -> dict | None:
     if not case.get("lora_rank"):
         return None
     r = case["lora_rank"]
-    return {"r": r, "lora_alpha": 2 * r, "lora_dropout": 0.05, "target_modules": "all-linear", "bias": "none",
-            "task_type": "CAUSAL_LM"}
+    config = {"r": r, "lora_alpha": 2 * r, "lora_dropout": 0.05, "target_modules": "all-linear", "bias": "none",
+              "task_type": "CAUSAL_LM"}
+    if case.get("save"):
+        config["modules_to_save"] = case["save"].split(",")
+    return config
 
 
 def quantization_config(case: dict) -> dict | None:
@@ -102,14 +108,14 @@ def quantization_config(case: dict) -> dict | None:
     return qlora_quantization_config("bf16", case["stage"])
 
 
-def lora_work(case: dict) -> tuple[int | None, tuple | None]:
-    """(trainable parameters, the step-time model's `lora`) of a LoRA case, as a plan passes them (the adapters as
-    PEFT counts them; QLoRA's 4-bit weights and linears as `zerokit.models.quant` counts them); (None, None) for
-    full fine-tuning."""
+def lora_work(case: dict) -> tuple[int | None, tuple | None, tuple[int, int]]:
+    """(trainable parameters, the step-time model's `lora`, its `saved`) of a LoRA case, as a plan passes them (the
+    adapters as PEFT counts them, and any modules_to_save copies; QLoRA's 4-bit weights and linears as
+    `zerokit.models.quant` counts them); (None, None, (0, 0)) for full fine-tuning."""
     config = lora_config(case)
     if config is None:
-        return None, None
-    from zerokit.models.lora import lora_parameters
+        return None, None, (0, 0)
+    from zerokit.models.lora import lora_parameters, saved_modules
     from zerokit.models.quant import frozen_base_bytes
 
     count = lora_parameters(MODEL, config["r"])
@@ -117,7 +123,9 @@ def lora_work(case: dict) -> tuple[int | None, tuple | None]:
     if case.get("quantized"):
         base = frozen_base_bytes(MODEL, "qlora", "bf16")
         lora += (base.quantized_parameters, base.quantized_modules)
-    return count.trainable, lora
+    copies = saved_modules(MODEL, config.get("modules_to_save", []))
+    saved = (sum(p for _, _, p in copies), sum(p for _, role, p in copies if role == "head"))
+    return count.trainable + saved[0], lora, saved
 
 
 def buffers(case: dict):
@@ -144,7 +152,7 @@ def ds_config(case: dict) -> dict:
 def predict(case: dict, perf) -> object:
     total, _ = count_parameters(MODEL)
     b = buffers(case)
-    trainable, lora = lora_work(case)
+    trainable, lora, saved = lora_work(case)
     return step_time(MODEL, perf, parameters=total, seq_len=SEQ_LEN, micro_batch=MICRO_BATCH,
                      overlap_comm=b.overlap_comm, reduce_bucket_size=b.reduce_bucket_size,
                      allgather_bucket_size=b.allgather_bucket_size, prefetch_bucket_size=b.prefetch_bucket_size,
@@ -153,7 +161,7 @@ def predict(case: dict, perf) -> object:
                      offload_optimizer=case.get("offload_optimizer", "none"),
                      offload_param=case.get("offload_param", "none"),
                      gradient_checkpointing=case.get("checkpointing", False), precision="bf16", attention="sdpa",
-                     trainable_parameters=trainable, lora=lora)
+                     trainable_parameters=trainable, lora=lora, saved=saved)
 
 
 def load_average() -> float:

@@ -38,6 +38,7 @@ def _id(case: dict) -> str:
     tail = ""
     if lora:
         tail = f"-{'qlora' if lora.get('qlora') else 'lora'}{lora['rank']}-{lora['targets']}-d{lora['dropout']}"
+        tail += f"-save-{'+'.join(lora['save'])}" if lora.get("save") else ""
     extra = "-" + "-".join(f"{k}={v}" for k, v in case.get("overrides", {}).items()) if case.get("overrides") else ""
     return (f"{case['family']}{case['config'].get('hidden_size', case['config'].get('n_embd'))}-{case['seq']}x"
             f"{case['batch']}-{case['attention']}-{'ckpt' if case['ckpt'] else 'full'}-{case.get('dtype', 'bf16')}"
@@ -47,7 +48,8 @@ def _id(case: dict) -> str:
 def _predict(case: dict) -> int:
     config = case["config"]
     lora = case.get("lora")
-    setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False)) if lora else None
+    setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False),
+                      saved=tuple(lora.get("save", ()))) if lora else None
     return estimate_activations(config, case["seq"], case["batch"], attention=case["attention"],
                                 dtype=case.get("dtype", "bf16"), gradient_checkpointing=case["ckpt"], device="cpu",
                                 lora=setup).activations
@@ -58,6 +60,10 @@ def test_every_modelled_family_is_measured():
     assert measured == set(MODELLED_FAMILIES)
     with_lora = {c["family"] for c in CASES if "activations" in c and c.get("lora")}
     assert {"llama", "qwen3", "mistral", "gpt2", "gpt_neox", "falcon", "mixtral"} <= with_lora
+    # PEFT's modules_to_save (the embedding and the head trained as copies) on every family LoRA is measured on
+    # (gemma2 by eager attention only: transformers refuses it sdpa)
+    with_save = {c["family"] for c in CASES if "activations" in c and (c.get("lora") or {}).get("save")}
+    assert with_save == with_lora
 
 
 FULL = [c for c in CASES if "activations" in c and not c.get("lora")]
@@ -101,7 +107,25 @@ def test_backward_transient(case):
     fitted and runs within 25 % on the narrow miniatures where a layer's working set dominates.
     """
     lora = case.get("lora")
-    setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False)) if lora else None
+    setup = LoraSetup(lora["rank"], lora["targets"], lora["dropout"], lora.get("qlora", False),
+                      saved=tuple(lora.get("save", ()))) if lora else None
     predicted = estimate_activations(case["config"], case["seq"], case["batch"], attention=case["attention"],
                                      gradient_checkpointing=case["ckpt"], device="cpu", lora=setup).transient
     assert abs(predicted - case["transient"]) <= 0.25 * case["transient"], (predicted, case["transient"])
+
+
+SAVED = [c for c in LORA if c["lora"].get("save")]
+
+
+@pytest.mark.parametrize("case", SAVED, ids=[_id(c) for c in SAVED])
+def test_modules_to_save_train_the_copies_zerokit_counts(case):
+    """PEFT trained the adapters and a whole copy of each module saved (found by the name zerokit gives it: gpt_neox's
+    head is lm_head in transformers 5, where an embed_out copy would have trained nothing)."""
+    from zerokit.models.lora import _key, _saveable, saved_modules
+
+    lora = case["lora"]
+    names = {role: name for name, (role, _) in _saveable(_key(case["config"])).items()}
+    copies = saved_modules(case["config"], [names[role] for role in lora["save"]])
+    assert [role for _, role, _ in copies] == list(lora["save"])
+    adapters = lora_parameters(case["config"], lora["rank"], lora["targets"]).trainable
+    assert adapters + sum(params for _, _, params in copies) == case["trainable_parameters"]

@@ -275,6 +275,20 @@ def test_zero0s_decision_says_nothing_of_overlap_comm(capsys):
     (["--peft", "qlora", "--precision", "fp32"], "--peft qlora computes in bf16 or fp16"),
     (["--peft", "qlora", "--offload-param", "cpu", "--zero-stage", "3"],
      "--peft qlora cannot use --offload-param cpu: bitsandbytes 4-bit weights cannot be offloaded"),
+    (["--lora-modules-to-save", "embed_tokens"], "--lora-modules-to-save needs --peft lora or --peft qlora"),
+    (["--peft", "lora", "--lora-modules-to-save", " , "], ("--lora-modules-to-save is empty; give the input "
+                                                          "embedding and/or the output head, e.g. embed_tokens,lm_head")),
+    (["--peft", "lora", "--lora-modules-to-save", "norm"],
+     ("--lora-modules-to-save: 'norm' is not the input embedding or the output head of llama; give embed_tokens or "
+     "lm_head")),
+    (["--peft", "lora", "--lora-modules-to-save", "wte"], "'wte' is not the input embedding or the output head of llama"),
+    (["--peft", "lora", "--lora-targets", "q_proj,lm_head", "--lora-modules-to-save", "lm_head"],
+     "lm_head is in --lora-targets and --lora-modules-to-save: PEFT either adapts a module or trains a copy of it"),
+    (["--peft", "lora", "--lora-modules-to-save", "lm_head", "--zero-stage", "3"],
+     (r"--lora-modules-to-save cannot train under ZeRO-3 \(--zero-stage 3\): DeepSpeed 0.19's ZeRO-3 optimizer "
+     "flattens the trainable parameters into one buffer of one dtype")),
+    (["--peft", "lora", "--lora-modules-to-save", "lm_head", "--offload-param", "cpu"],
+     r"cannot train under ZeRO-3 \(--offload-param cpu\)"),
 ])
 def test_bad_peft_input_is_one_line_exit_2(capsys, args, match):
     import re
@@ -491,3 +505,52 @@ def test_the_qlora_reason_says_whether_the_head_is_the_embedding(capsys, model, 
     plan = plan_json(capsys, "--model", model, "--gpu", "a100-80gb", "--seq-len", "2048", "--peft", "qlora")
     [why] = [r for r in plan["reasons"] if r.startswith("QLoRA rank")]
     assert f"no nn.Linear; and {head})" in why
+
+
+# --- PEFT's modules_to_save (--lora-modules-to-save) ------------------------------------------------------------
+
+TINY_EMBEDDING = 512 * 64  # the tiny llama's embed_tokens, and its untied lm_head of the same shape
+
+
+def test_modules_to_save_train_whole_copies_beside_the_frozen_originals(capsys):
+    """Both copies train (gradients, fp32 master, Adam moments) on top of the adapters; the originals stay in the
+    frozen base, which keeps its size; LoraConfig gets the names as PEFT takes them."""
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "2",
+                    "--lora-modules-to-save", "embed_tokens, lm_head")
+    trainable = TINY_LORA_16 + 2 * TINY_EMBEDDING
+    assert doc["model"]["trainable_parameters"] == trainable
+    assert doc["model"]["frozen_parameters"] == TINY_PARAMETERS
+    assert doc["peft"]["lora_config"]["modules_to_save"] == ["embed_tokens", "lm_head"]
+    step = doc["memory"]["phase_breakdown"]["optimizer_step"]
+    assert step["parameters"] == 2 * TINY_PARAMETERS + 2 * trainable  # the copies in bf16, as the engine casts them
+    assert step["optimizer_states"] == (4 + 8) * (trainable // 2)
+    code, out, _ = run(capsys, *TINY_ON_2, "--peft", "lora", "--lora-modules-to-save", "embed_tokens,lm_head")
+    assert code == 0
+    assert (f"trainable: {TINY_LORA_16:,} LoRA adapter parameters (rank 16) and {2 * TINY_EMBEDDING:,} in copies of "
+            "embed_tokens, lm_head (modules_to_save)") in out
+    assert "ZeRO-3 is skipped with --lora-modules-to-save" in out and "ZeRO-3 " not in out.split("Candidates (")[1]
+
+
+def test_the_head_copy_adds_its_weight_gradient_to_the_step(capsys):
+    """The copy runs instead of the frozen head, so the step gains only the head's weight-gradient product:
+    2 x tokens x vocabulary x hidden FLOPs (64 tokens x 2 sequences here), and no forward of its own."""
+    def flops(*save: str) -> float:
+        from zerokit.hardware import resolve_hardware
+        from zerokit.models.resolve import resolve_model
+        from zerokit.planner import Training, plan
+
+        training = Training(seq_len=64, micro_batch=2, zero_stage=2, precision="bf16", peft="lora",
+                            lora_modules_to_save=",".join(save))
+        return plan(resolve_model(TINY), resolve_hardware(gpu_memory="16GB", gpus_per_node=2),
+                    training).performance.flops_per_step
+
+    assert flops("lm_head") - flops() == pytest.approx(2 * 64 * 2 * TINY_EMBEDDING)
+    assert flops("embed_tokens") == flops()  # a table of gradients, not a product
+
+
+@pytest.mark.parametrize(("model", "names"), [("gpt2", "wte,lm_head"), ("pythia-1b", "embed_in,lm_head"),
+                                               ("falcon-7b", "word_embeddings,lm_head")])
+def test_each_family_names_its_embedding_and_head_as_transformers_5_does(capsys, model, names):
+    doc = plan_json(capsys, "--model", model, "--gpu", "a100-80gb", "--seq-len", "512", "--peft", "lora",
+                    "--lora-modules-to-save", names)
+    assert doc["peft"]["lora_config"]["modules_to_save"] == names.split(",")

@@ -80,19 +80,23 @@ def predicted(m: Measurement, case: dict) -> float:
     its adapters as a plan passes them (`PeftPlan.lora_work`)."""
     model, setup, zero = m.measured["model"], case["setup"], case["ds_config"]["zero_optimization"]
     trainable = lora = None
+    saved = (0, 0)
     if case.get("lora_config"):
-        from zerokit.models.lora import lora_parameters
+        from zerokit.models.lora import lora_parameters, saved_modules
 
         cfg = case["lora_config"]
         count = lora_parameters(model, cfg["r"], cfg["target_modules"])
         trainable, lora = count.trainable, (cfg["r"], cfg["lora_dropout"], count.linears)
+        copies = saved_modules(model, cfg.get("modules_to_save", []))  # PEFT's trainable copies, as a plan counts
+        saved = (sum(p for _, _, p in copies), sum(p for _, role, p in copies if role == "head"))
+        trainable += saved[0]
         if case.get("quantization_config"):  # QLoRA: the 4-bit weights and linears, as zerokit.models.quant counts
             from zerokit.models.quant import frozen_base_bytes
 
             base = frozen_base_bytes(model, "qlora", "bf16")
             lora += (base.quantized_parameters, base.quantized_modules)
     return step_time(model, m.perf, parameters=count_parameters(model)[0], seq_len=m.measured["seq_len"],
-                     trainable_parameters=trainable, lora=lora,
+                     trainable_parameters=trainable, lora=lora, saved=saved,
                      micro_batch=m.measured["micro_batch"], grad_accum=setup.get("accumulation", 1),
                      gpus_per_node=m.measured["ranks"], zero_stage=setup["stage"],
                      offload_optimizer=setup.get("offload_optimizer", "none"),

@@ -208,9 +208,12 @@ def peft_line(plan: Plan) -> str:
         return f"trainable: all {m.parameters:,} parameters (full fine-tuning); frozen: 0"
     store = f"4-bit NF4, {format_bytes(p.frozen_bytes)}" if p.method == "qlora" else \
         f"{plan.decision.precision}, {format_bytes(p.frozen_bytes)}"
-    return (f"trainable: {p.trainable:,} {'QLoRA' if p.method == 'qlora' else 'LoRA'} adapter parameters "
-            f"(rank {p.rank}, {100 * p.trainable / max(1, p.frozen_parameters):.2f}% of the base); frozen: "
-            f"{p.frozen_parameters:,} base parameters ({store})")
+    share = f"{100 * p.trainable / max(1, p.frozen_parameters):.2f}% of the base"
+    kind = "QLoRA" if p.method == "qlora" else "LoRA"
+    trains = f"{p.trainable:,} {kind} adapter parameters (rank {p.rank}, {share})" if not p.modules_to_save else (
+        f"{p.trainable - p.saved_parameters:,} {kind} adapter parameters (rank {p.rank}) and "
+        f"{p.saved_parameters:,} in copies of {', '.join(p.modules_to_save)} (modules_to_save), {share}")
+    return f"trainable: {trains}; frozen: {p.frozen_parameters:,} base parameters ({store})"
 
 
 def peft_code(plan: Plan, output: str | None = None) -> str:

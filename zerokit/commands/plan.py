@@ -140,6 +140,7 @@ peft_options = _options(
     click.option("--lora-targets", metavar="all-linear|NAMES", help=_doc("Training", "lora_targets",
                                                                          "Default all-linear.")),
     click.option("--lora-dropout", metavar="P", help=_doc("Training", "lora_dropout")),
+    click.option("--lora-modules-to-save", metavar="NAMES", help=_doc("Training", "lora_modules_to_save")),
 )
 
 output_options = _options(
@@ -304,7 +305,8 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
                    warmup_steps: int, total_steps: str | int | None, target: str, peft: str = "none",
                    lora_rank: str | None = None, lora_targets: str | None = None,
-                   lora_dropout: str | None = None, train_tokens: str | None = None) -> types.Training:
+                   lora_dropout: str | None = None, train_tokens: str | None = None,
+                   lora_modules_to_save: str | None = None) -> types.Training:
     """Training from option strings; `auto` becomes None (the planner decides, or the figure is unknown)."""
     overhead, train_tokens, total_steps = unless_auto(overhead), unless_auto(train_tokens), unless_auto(total_steps)
     global_batch, global_batch_tokens = unless_auto(global_batch), unless_auto(global_batch_tokens)
@@ -334,15 +336,16 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         total_steps=parse_positive_int(total_steps, "--total-steps") if total_steps is not None else None,
         train_tokens=(float(parse_count(train_tokens, "--train-tokens", maximum=MAX_TRAIN_TOKENS))
                       if train_tokens is not None else None),
-        **peft_settings(peft, lora_rank, lora_targets, lora_dropout),
+        **peft_settings(peft, lora_rank, lora_targets, lora_dropout, lora_modules_to_save),
     )
 
 
-def peft_settings(peft: str, rank: str | None, targets: str | None, dropout: str | None) -> dict[str, Any]:
+def peft_settings(peft: str, rank: str | None, targets: str | None, dropout: str | None,
+                  modules_to_save: str | None = None) -> dict[str, Any]:
     """The Training fields of --peft and the --lora-* options (given without --peft they would do nothing: refused)."""
     peft = peft.lower()
-    given = [name for name, v in (("--lora-rank", rank), ("--lora-targets", targets), ("--lora-dropout", dropout))
-             if v is not None]
+    given = [name for name, v in (("--lora-rank", rank), ("--lora-targets", targets), ("--lora-dropout", dropout),
+                                  ("--lora-modules-to-save", modules_to_save)) if v is not None]
     if peft == "none":
         if given:
             raise BadInput(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --peft lora or --peft qlora")
@@ -363,6 +366,12 @@ def peft_settings(peft: str, rank: str | None, targets: str | None, dropout: str
         if value >= 1:
             raise BadInput(f"--lora-dropout must be in [0, 1), got {dropout}")
         out["lora_dropout"] = value
+    if modules_to_save is not None:
+        names = ",".join(n.strip() for n in modules_to_save.split(",") if n.strip())
+        if not names:
+            raise BadInput("--lora-modules-to-save is empty; give the input embedding and/or the output head, e.g. "
+                           "embed_tokens,lm_head")
+        out["lora_modules_to_save"] = names
     return out
 
 

@@ -132,6 +132,11 @@ class LoraSetup:
     """Bytes per element of the adapter weights, which their inputs are cast to: 4 as PEFT leaves them on a 16-bit
     base (`get_peft_model(autocast_adapter_dtype=True)` upcasts them to fp32); the training dtype's width where
     DeepSpeed's engine casts every parameter to it (ZeRO-0/1/2: `_cast_module_mixed_precision`)."""
+    saved: tuple[str, ...] = ()
+    """PEFT's `modules_to_save` by role: "embedding" (the input embedding) and "head" (the output head), each a
+    trainable copy beside the frozen original. A trainable embedding makes every layer's input need a gradient (the
+    first layer keeps what the others keep, the token ids stay for the embedding's backward); a trainable head
+    keeps its input (the final norm's output) and computes its weight gradient."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.targets, str):  # hashable, for the memo
@@ -180,6 +185,8 @@ class _Ctx(NamedTuple):
     dropout: bool = False
     quantized: bool = False
     a: int = 4  # bytes per element of the adapter weights (LoraSetup.adapter_bytes)
+    embedding: bool = False  # the input embedding trains (a modules_to_save copy): its output needs a gradient
+    head: bool = False  # the output head trains (a modules_to_save copy): its input is kept, its weight has a gradient
 
     def mask(self, elem: int) -> int:
         """Bytes per element of a dropout mask over a tensor of `elem`-byte elements (CUDA: 1-byte bool)."""
@@ -358,7 +365,7 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
     layer = norms + attn + qk + mlp + adapters
     first_cut = first_cut_s2 = first_fixed_cut = 0.0
     attention_cut = False  # the first layer's attention keeps nothing (LoRA without adapters on q, k, v)
-    if x.lora:
+    if x.lora and not x.embedding:
         first_cut, first_cut_s2 = _llama_first_layer(x, lay, dims=(h, nh, nkv, hd, i), attn=attn, s2=s2, mlp=mlp,
                                                      norm_keep=norm_keep, kernel=kernel)
         attention_cut = not x.ad("self_attn.qkv_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
@@ -384,19 +391,20 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
         types = list(c.get("layer_types") or [])[:L]
         if types and types.count(types[0]) == 1:
             rotary_tables = 1
-    post = (norm_keep + norm_w + out_w) + _loss(e, V, final_softcap)
+    post = (norm_keep + norm_w + (e * h if x.head else out_w)) + _loss(e, V, final_softcap)
     if x.lora:
         post += x.adapters(("lm_head",), h)
     if x.quantized:
         param_grad = e * h * max(i * (2 if fused else 1), q + 2 * kv)  # the dequantized weight, not a gradient
     else:
         param_grad = e * h * max(i * (2 if fused else 1), q + 2 * kv) if trains else 0
-    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
-                 gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
+    return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post,
+                 e * h, L, g, gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
                  b1=(L - (1 if first_cut_s2 else 0)) * b1,  # a first layer without attention adapters keeps none
-                 fixed=(4 * h + (e if trains else 0)) if gemma else 0, layer_fixed=layer_fixed - first_fixed_cut,
+                 fixed=(4 * h + (e if trains or x.embedding else 0)) if gemma else 0, layer_fixed=layer_fixed - first_fixed_cut,
                  window=int(window or 0),
-                 window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e, head_weight_grad=trains)
+                 window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e,
+                 head_weight_grad=trains or x.head)
 
 
 def _llama_first_layer(x: _Ctx, lay: Layout, *, dims: tuple[int, int, int, int, int], attn: float, s2: float,
@@ -516,7 +524,7 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     fixed_cut = 0.0
     routed = ("mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.shared_expert.gate_proj",
               "mlp.shared_expert.up_proj", "mlp.shared_expert.down_proj")
-    if x.lora and not attention_adapted and n_moe == L and ish and not x.ad(*routed):
+    if x.lora and not x.embedding and not attention_adapted and n_moe == L and ish and not x.ad(*routed):
         # only shared_expert_gate is adapted: the first layer keeps its adapter (no dropout mask), the sigmoid's
         # output and the shared expert's output it scales, nothing of the routed experts (nor their counts)
         gate_ad = x.ad("mlp.shared_expert_gate")
@@ -524,7 +532,7 @@ def _moe(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
         kept += e + e * h if gate_ad else 0
         first_cut += -3 * e * D.i + moe - kept
         fixed_cut = 4 * n_exp
-    elif x.lora and not attention_adapted and n_moe == L:
+    elif x.lora and not x.embedding and not attention_adapted and n_moe == L:
         # nothing before the experts needs a gradient in the first layer: its router keeps nothing, its merged
         # gate_up stack is not kept for the (gradient-free) input, nor are the index tensors and the weighted output
         first_cut += -3 * e * D.i + 4 * n_exp + 8 * k + 4 + 4 * k + e * h * k + 16 * k
@@ -556,19 +564,21 @@ def _gpt2(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
     if x.lora:
         layer += (x.adapters(("attn.c_attn",), h) + x.adapters(("attn.c_proj",), q, input_kept=not merged)
                   + x.adapters(("mlp.c_fc",), h) + x.adapters(("mlp.c_proj",), i))
-        first_cut, first_cut_s2 = _gpt2_first_layer(x, h, q, i, attn, s2, resid)
+        if not x.embedding:
+            first_cut, first_cut_s2 = _gpt2_first_layer(x, h, q, i, attn, s2, resid)
     g, gs2 = _grad(e, h, i, s2, nh)
     if attention == "sdpa" and attn_drop and not x.cuda:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
-    pre = (8 if trains else 0) + (x.mask(e) * h if embd and trains else 0)
-    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
+    pre = (8 if trains or x.embedding else 0) + (x.mask(e) * h if embd and (trains or x.embedding) else 0)
+    post = (_layernorm(h, e, trains=trains or x.head) + _loss(e, V)
+            + (x.adapters(("lm_head",), h) if x.lora else 0))
     # LoRA with checkpointing: enable_input_require_grads makes the embeddings need a gradient, so the embedding
-    # dropout keeps its mask again
-    ckpt_pre = x.mask(e) * h if embd and x.lora else 0
+    # dropout keeps its mask again (a trainable embedding keeps it anyway: `pre`)
+    ckpt_pre = x.mask(e) * h if embd and x.lora and not x.embedding else 0
     return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
                  ckpt_pre=ckpt_pre,
                  pre_const=8 if trains else 0, ckpt_s2=e if attention == "eager" else 0,
-                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
+                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains or x.head)
 
 
 def _gpt2_first_layer(x: _Ctx, h: int, q: int, i: int, attn: float, s2: float, resid: bool) -> tuple[float, float]:
@@ -611,13 +621,13 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
                   + x.adapters(("fc1",), h) + x.adapters(("fc2",), i))
     proj = int(_get(c, "word_embed_proj_dim", default=h) or h)
     pre_ln = bool(_get(c, "do_layer_norm_before", default=True))
-    post = (_layernorm(h, e, trains=trains) if pre_ln else (e * h if trains else 0)) + _loss(e, V)
+    post = (_layernorm(h, e, trains=trains or x.head) if pre_ln else (e * h if trains or x.head else 0)) + _loss(e, V)
     if proj != h:  # project_in / project_out keep their inputs
         post += e * proj if trains else 0
     g, gs2 = _grad(e, h, i, s2, nh)
-    pre = 16 + (e * proj if proj != h else 0) if trains else 0
+    pre = 16 + (e * proj if proj != h else 0) if trains else (8 if x.embedding else 0)
     first_cut = first_cut_s2 = 0.0
-    if x.lora:  # the first layer keeps nothing upstream of its first adapter (see _gpt2_first_layer)
+    if x.lora and not x.embedding:  # the first layer keeps nothing upstream of its first adapter (_gpt2_first_layer)
         m = x.mask(x.a) if x.dropout else 0
         qkv = sum(1 for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj") if x.ad(n))
         first_cut = (e * h + 2 * e if pre_ln else 0) + m * h * qkv
@@ -631,7 +641,7 @@ def _opt(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
                 if not x.ad("fc1"):
                     first_cut += e * i + m * i * x.ad("fc2")
     return _Arch(pre, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2, V,
-                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains)
+                 param_grad=e * h * i if (trains or x.quantized) else 0, hidden=h, head_weight_grad=trains or x.head)
 
 
 def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
@@ -655,22 +665,24 @@ def _gpt_neox(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Ar
         m = x.mask(x.a) if x.dropout else 0
         qkv, dense = x.ad("attention.query_key_value"), x.ad("attention.dense")
         fc, proj = x.ad("mlp.dense_h_to_4h"), x.ad("mlp.dense_4h_to_h")
-        first_cut = e * h + 2 * e + (m * h if qkv else attn) + (m * q if dense and not qkv else 0)
-        first_cut_s2 = 0.0 if qkv else s2
-        mlp_input_grad = not parallel and (qkv or dense)  # sequential: the MLP reads the attention residual
-        if not mlp_input_grad:
-            first_cut += 2 * e + (0 if parallel else e * h)  # post_attention_layernorm
-            first_cut += m * h if fc else e * i  # gelu keeps its input only after an adapter
-            first_cut += m * i if proj and not fc else 0
+        if not x.embedding:
+            first_cut = e * h + 2 * e + (m * h if qkv else attn) + (m * q if dense and not qkv else 0)
+            first_cut_s2 = 0.0 if qkv else s2
+            mlp_input_grad = not parallel and (qkv or dense)  # sequential: the MLP reads the attention residual
+            if not mlp_input_grad:
+                first_cut += 2 * e + (0 if parallel else e * h)  # post_attention_layernorm
+                first_cut += m * h if fc else e * i  # gelu keeps its input only after an adapter
+                first_cut += m * i if proj and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
     rot = int(hd * float(_get(c, "rotary_pct", "partial_rotary_factor", default=(c.get("rope_parameters") or {})
                               .get("partial_rotary_factor", 0.25))))
     b1 = 2 * e * q if attention == "eager" else 0  # v stays a view of the fused qkv storage at micro-batch 1
-    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("embed_out",), h) if x.lora else 0)
-    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g,
-                 gs2, V, param_grad=e * h * max(i, 3 * q) if (trains or x.quantized) else 0, hidden=h,
-                 layer_pos=2 * e * rot, b1=(L - (1 if first_cut_s2 or (x.lora and not x.ad(
-                     "attention.query_key_value")) else 0)) * b1, head_weight_grad=trains)
+    post = (_layernorm(h, e, trains=trains or x.head) + _loss(e, V)
+            + (x.adapters(("lm_head",), h) if x.lora else 0))
+    return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post,
+                 e * h, L, g, gs2, V, param_grad=e * h * max(i, 3 * q) if (trains or x.quantized) else 0, hidden=h,
+                 layer_pos=2 * e * rot, b1=(L - (1 if first_cut_s2 or (x.lora and not x.embedding and not x.ad(
+                     "attention.query_key_value")) else 0)) * b1, head_weight_grad=trains or x.head)
 
 
 def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch:
@@ -713,13 +725,14 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
         # the first layer: its norm(s) read an input that needs no gradient; with parallel attention so does the MLP
         m = x.mask(x.a) if x.dropout else 0
         qkv, fc = x.ad("self_attention.query_key_value"), x.ad("mlp.dense_h_to_4h")
-        first_cut = e * h + 2 * e + (n_ln - 1) * 2 * e if parallel else e * h + 2 * e
-        first_cut += m * h if qkv else attn
-        first_cut += m * q if x.ad("self_attention.dense") and not qkv else 0
-        first_cut_s2 = 0.0 if qkv else s2
-        if parallel:
-            first_cut += m * h if fc else e * i
-            first_cut += m * i if x.ad("mlp.dense_4h_to_h") and not fc else 0
+        if not x.embedding:
+            first_cut = e * h + 2 * e + (n_ln - 1) * 2 * e if parallel else e * h + 2 * e
+            first_cut += m * h if qkv else attn
+            first_cut += m * q if x.ad("self_attention.dense") and not qkv else 0
+            first_cut_s2 = 0.0 if qkv else s2
+            if parallel:
+                first_cut += m * h if fc else e * i
+                first_cut += m * i if x.ad("mlp.dense_4h_to_h") and not fc else 0
     g, gs2 = _grad(e, h, i, s2, nh)
     if math:
         gs2 = 9 * nh  # the math kernel's fp32 score gradients
@@ -731,12 +744,13 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
     elif attention == "eager" and not new_arch:
         b1 = 2 * e * q
     rope = 0 if c.get("alibi") else 2 * e * hd
-    post = _layernorm(h, e, trains=trains) + _loss(e, V) + (x.adapters(("lm_head",), h) if x.lora else 0)
+    post = (_layernorm(h, e, trains=trains or x.head) + _loss(e, V)
+            + (x.adapters(("lm_head",), h) if x.lora else 0))
     # layers whose attention keeps anything: not the first one under LoRA without an adapter on query_key_value
-    attending = L - (1 if x.lora and not x.ad("self_attention.query_key_value") else 0)
-    return _Arch(8 if trains else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2,
+    attending = L - (1 if x.lora and not x.embedding and not x.ad("self_attention.query_key_value") else 0)
+    return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2,
                  V, param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
-                 layer_pos=rope, window=1 if mask else 0, mask_s=attending * mask, head_weight_grad=trains,
+                 layer_pos=rope, window=1 if mask else 0, mask_s=attending * mask, head_weight_grad=trains or x.head,
                  b1=attending * b1, layer_fixed=16 * attending)  # two int64 scalars per attending layer
 
 
@@ -788,7 +802,8 @@ def _context(config: Mapping[str, Any], e: int, device: str, lora: LoraSetup | N
         names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
         wanted = names if lora.targets == "all-linear" else tuple(lora.targets)
         adapted = frozenset(f"{'self_attn' if n in names[:4] else 'mlp'}.{n}" for n in wanted)
-    return _Ctx(e, device == "cuda", True, adapted, lora.rank, lora.dropout > 0, lora.quantized, lora.adapter_bytes)
+    return _Ctx(e, device == "cuda", True, adapted, lora.rank, lora.dropout > 0, lora.quantized, lora.adapter_bytes,
+                "embedding" in lora.saved, "head" in lora.saved)
 
 
 def estimate_activations(config: Mapping[str, Any], seq_len: int, micro_batch: int, *, attention: str = "sdpa",

@@ -330,7 +330,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
                 gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
-                sub_groups: tuple[int, int, int] | None = None) -> StepCosts:
+                sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -365,6 +365,9 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         else:  # stage 1 accumulates whole 16-bit gradients (its buckets stay too) and reduces them at the boundary
             held_bytes, backward = (e * t + buckets, partition) if held else (0, partition)
         step = partition + e * tn + (FP32 * tn if mixed else 0)
+        # before it, the gradient norm casts each gradient of the partition to fp64, one at a time
+        # (stage_1_and_2.get_grad_norm_direct): the largest trainable tensor's share of it
+        step = max(step, partition + NORM_BYTES * min(norm_tensor, tn))
         return StepCosts(whole, 0, opt, 0, held_bytes, backward, 0 if held and zero_stage == 1 else buckets,
                          max(step, allgather), 0, 0, 0, overhead)
     # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
@@ -432,7 +435,7 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
         overhead = training.overhead_bytes if training.overhead_bytes is not None else \
             default_overhead(hardware.gpu_memory_bytes)
     peft = plan_peft(model, training.peft, training.lora_rank, training.lora_targets, training.lora_dropout,
-                     precision)
+                     precision, training.lora_modules_to_save)
     peft_costs = {} if peft is None else peft.costs_at(setup.zero_stage, DTYPE_BYTES[precision])
     costs = costs_for(model, hardware, setup, precision, buffers, overhead, **peft_costs)  # front: setup's ckpt
     if activations is None:
@@ -456,7 +459,7 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
 
 def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
               overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0,
-              adapter_bytes: int | None = None, replicated_bytes: int = 0) -> StepCosts:
+              adapter_bytes: int | None = None, replicated_bytes: int = 0, largest_trainable: int = 0) -> StepCosts:
     """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting).
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
@@ -464,13 +467,14 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
     return costs_of(model, hardware.world_size, hardware.accelerator, setup.zero_stage, setup.offload_optimizer,
                     setup.offload_param, setup.gradient_accumulation_steps, precision, buffers, overhead,
                     trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes,
-                    replicated_bytes=replicated_bytes, front_released=not setup.gradient_checkpointing)
+                    replicated_bytes=replicated_bytes, front_released=not setup.gradient_checkpointing,
+                    largest_trainable=largest_trainable)
 
 
 def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
              offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
              trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None,
-             replicated_bytes: int = 0, front_released: bool = False) -> StepCosts:
+             replicated_bytes: int = 0, front_released: bool = False, largest_trainable: int = 0) -> StepCosts:
     """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
     given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
     when nothing fits), without a Setup or a Hardware to build.
@@ -479,6 +483,9 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     first layer nor the first layer's projections of its input (their outputs need no gradient: the base is
     frozen and nothing before them trains), so ZeRO-3's trace releases them after forward instead of keeping them
     for reuse (`__params_to_release`); a traced run shows the embedding and layer 0's q, k, v released.
+
+    `largest_trainable` (LoRA): the largest trainable tensor, a modules_to_save copy's weight (0: the adapters',
+    small); full fine-tuning's is the model's largest tensor. ZeRO-1/2's gradient norm copies it to fp64.
 
     `replicated_bytes` (QLoRA): the frozen base's quantization constants, part of `frozen_bytes` and not parameters,
     so whole on every rank at ZeRO-3; with them the ZeRO-3 trace counts each 4-bit weight by the elements it is
@@ -496,10 +503,19 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     # bounded from their partition: a few hundred million elements at most, one sub-group at the default size)
     groups = step_sub_groups(model, world_size, buffers.sub_group_size) \
         if zero_stage == 3 and offload_optimizer == "none" and trainable is None and not replicated_bytes else None
+    norm = 0
+    if zero_stage in (1, 2) and offload_optimizer == "none":
+        norm = largest_trainable if trainable is not None else largest_tensor(model)
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes, front if front_released and trainable is not None else 0,
-                       groups)
+                       groups, norm)
+
+
+def largest_tensor(model: Any) -> int:
+    """The model's largest parameter tensor (`_tensor_sizes`; its largest module where zerokit cannot split it)."""
+    sizes = _tensor_sizes(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else None
+    return max(sizes) if sizes else model.largest_layer_parameters
 
 
 NORM_BYTES = 8

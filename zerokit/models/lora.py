@@ -3,7 +3,8 @@
 Which modules PEFT adapts:
 
 - `target_modules="all-linear"` (`peft.tuners.tuners_utils._maybe_include_all_linear_layers`): every `nn.Linear` and
-  transformers `Conv1D` (gpt2) except the model's output embedding (`lm_head`, gpt_neox's `embed_out`).
+  transformers `Conv1D` (gpt2) except the model's output embedding (`lm_head`; gpt_neox's too in transformers 5,
+  which renamed its `embed_out`).
 - A list of names: a module is adapted when its dotted name equals a listed name or ends with `"." + name`
   (`check_target_module_exists`), so `c_proj` takes both of gpt2's and `dense` only neox's attention output.
 - transformers 5 MoE (mixtral, qwen3_moe; peft has no conversion for qwen2_moe): the experts are stacked 3-D parameters and the router a plain
@@ -102,6 +103,38 @@ def lora_parameters(config: Mapping[str, Any], rank: int, targets: str | Sequenc
     return LoraCount(sum(per_module.values()), per_module, modules, emitted, adapted, rank, tuple(linears))
 
 
+def saved_modules(config: Mapping[str, Any], names: str | Sequence[str]) -> tuple[tuple[str, str, int], ...]:
+    """PEFT's `modules_to_save` for this config's family: (name, role, parameters) of each module given, where the
+    role is "embedding" (the input embedding: embed_tokens, gpt2's wte, neox's embed_in, falcon's word_embeddings)
+    or "head" (lm_head). PEFT keeps the original frozen and trains a whole copy of each
+    (`ModulesToSaveWrapper`), found by the end of its dotted name; a tied head gets a copy of its own (PEFT warns
+    without `ensure_weight_tying`). Other modules are refused: a norm's name ends many modules' names."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")] if names.strip() else []
+    key = _key(config)
+    roles = _saveable(key)
+    out: list[tuple[str, str, int]] = []
+    for name in dict.fromkeys(n.strip() for n in names):
+        if name not in roles:
+            raise BadInput(f"--lora-modules-to-save: {name!r} is not the input embedding or the output head of "
+                           f"{key[0]}; give {' or '.join(roles)} (or both, comma-separated)")
+        out.append((name, *roles[name]))
+    return tuple(out)
+
+
+@lru_cache(maxsize=256)
+def _saveable(key: tuple[str, tuple]) -> dict[str, tuple[str, int]]:
+    """{leaf name: (role, parameters)} of the input embedding (the model's first module) and the output head."""
+    parts = [p for p in model_parts(dict(key[1])) if p.copies > 0]
+    head = _head_name(key)
+    embedding = parts[0]
+    out = {_leaf(embedding.name): ("embedding", embedding.params)}
+    for p in parts:
+        if p.name == head:
+            out[head] = ("head", p.params)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -127,7 +160,7 @@ def _linear_parts(key: tuple[str, tuple]) -> tuple[Part, ...]:
 
 
 def _head_name(key: tuple[str, tuple]) -> str:
-    return "embed_out" if key[0] == "gpt_neox" else "lm_head"
+    return "lm_head"  # every family in transformers 5 (gpt_neox's embed_out became lm_head)
 
 
 @lru_cache(maxsize=256)

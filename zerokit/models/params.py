@@ -267,7 +267,7 @@ def _gpt_neox(c: dict) -> list[Part]:
              _lin("attention.query_key_value", h, 3 * h, bias), _lin("attention.dense", h, h, bias),
              _lin("mlp.dense_h_to_4h", h, inter, True), _lin("mlp.dense_4h_to_h", inter, h, True)]
     return [Part("embed_in", c["vocab_size"] * h), *_times(layer, c["num_hidden_layers"]),
-            Part("final_layer_norm", 2 * h), _head(c, h, "embed_out")]
+            Part("final_layer_norm", 2 * h), _head(c, h)]  # lm_head: transformers 5 renamed embed_out
 
 
 def _opt(c: dict) -> list[Part]:

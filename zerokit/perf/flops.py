@@ -225,7 +225,7 @@ def _gpt_neox(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
     h, n, i = c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"]
     layer = [Matmul("attention.query_key_value", h, 3 * h, n), Matmul("attention.dense", h, h, n),
              Matmul("mlp.dense_h_to_4h", h, i, n), Matmul("mlp.dense_4h_to_h", i, h, n)]
-    return layer, [Matmul("embed_out", h, c["vocab_size"])], i
+    return layer, [Matmul("lm_head", h, c["vocab_size"])], i
 
 
 def _opt(c: dict) -> tuple[list[Matmul], list[Matmul], int]:

@@ -142,6 +142,21 @@ _LORA_FORWARD_KERNELS, _DROPOUT_FORWARD_KERNELS, _DROPOUT_FORWARD_BYTES = 4, 2, 
 element): what recomputation runs again."""
 
 
+def _saved_parts(perf: MachinePerf, copies: float, head: float, tokens: int, dtype: str) -> tuple[float, float]:
+    """(seconds, FLOPs) one micro-batch's modules_to_save copies add to the backward: the head's weight gradient
+    (tokens x hidden by tokens x vocabulary, at the rate of its shape), and the embedding's, a zero-filled table of
+    its size into which each token's row of gradient is added."""
+    seconds = flops = 0.0
+    if head:
+        flops = 2.0 * tokens * head
+        seconds = flops / perf.matmul_flops_at(dtype, (tokens * head) ** (1 / 3))
+    table = copies - head
+    if table:
+        moved = _BYTES.get(dtype, 2) * table
+        seconds += moved / perf.elementwise_at(moved) + 3 * perf.op_overhead_s
+    return seconds * perf.compute_scale, flops
+
+
 def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens: int, dtype: str, peak: float,
                 fp32: bool) -> tuple[float, float, int, float]:
     """(seconds, FLOPs, parameter-owning modules, forward seconds) of one micro-batch's LoRA adapters, forward and
@@ -346,7 +361,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
               reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
               prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
               trainable_parameters: int | None = None,
-              lora: tuple | None = None) -> StepTime:
+              lora: tuple | None = None, saved: tuple[int, int] = (0, 0)) -> StepTime:
     """The time of one optimizer step of this setup on `perf`'s machine.
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
@@ -359,13 +374,16 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear[, 4-bit
     weights, 4-bit linears]), as `PeftPlan.lora_work` gives it: the adapters priced by their shapes
     (`_lora_parts`), and for QLoRA the dequantization of the 4-bit base in every pass (`dequantization_s`); without
-    it adapter parameters run at the peak rate.
+    it adapter parameters run at the peak rate. `saved`: (parameters, of which the head's) of PEFT's modules_to_save
+    copies, part of `trainable_parameters` (`PeftPlan.saved_work`): a copy runs instead of its frozen original, so
+    it adds only its weight gradient (the head's product; the embedding's gradient is a zero-filled table and a
+    scatter of the tokens' rows), besides the states, reduces and optimizer step every trainable parameter costs.
     """
     mf = model if model.__class__ is ModelFlops else model_flops(model)
     return memoised_step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes,
                               zero_stage, offload_optimizer, offload_param, gradient_checkpointing, precision,
                               attention, overlap_comm, reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size,
-                              persistence_threshold, pin_memory, trainable_parameters, lora)
+                              persistence_threshold, pin_memory, trainable_parameters, lora, saved)
 
 
 def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepTime:
@@ -407,7 +425,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
                reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
                persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
-               lora: tuple | None = None) -> StepTime:
+               lora: tuple | None = None, saved: tuple[int, int] = (0, 0)) -> StepTime:
     """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
     entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
     nbytes = _BYTES.get(precision)
@@ -437,10 +455,15 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     adapter_t = adapter_flops = 0.0
     adapter_modules = 0
     if share < 1.0:
-        adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable, tokens,
-                                                                                 precision, peak,
+        copies, head = saved
+        adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
+                                                                                 tokens, precision, peak,
                                                                                  zero_stage == 3 and not qlora)
         recompute += adapter_forward
+        if copies:
+            copy_t, copy_flops = _saved_parts(perf, copies, head, tokens, precision)
+            adapter_t += copy_t
+            adapter_flops += copy_flops
     dequant = 0.0
     if quantized:  # QLoRA: the 4-bit base, dequantized on every pass
         dequant = dequantization_s(perf, quantized, lora[4])

@@ -27,6 +27,11 @@ QLORA_NO_PARAM_OFFLOAD = (
     "bitsandbytes 4-bit weights cannot be offloaded: transformers refuses to dispatch a 4-bit model's modules to the "
     "CPU or disk (only unquantized, in fp32, with llm_int8_enable_fp32_cpu_offload), and each weight's quantization "
     "state (absmax, code tables) lives outside the tensors ZeRO-3 moves")
+MODULES_TO_SAVE_NO_ZERO3 = (
+    "DeepSpeed 0.19's ZeRO-3 optimizer flattens the trainable parameters into one buffer of one dtype "
+    "(runtime/zero/utils.py defragment), and under zero.Init PEFT leaves the adapters in fp32 beside the copies in the "
+    "model's 16 bits: deepspeed.initialize fails its assertion (a traced 2-rank run); the Qwen team's finetune.py "
+    "refuses ZeRO-3 with a trainable embedding too")
 
 
 @dataclass(frozen=True)
@@ -40,7 +45,7 @@ class PeftPlan:
     target_modules: str | tuple[str, ...]
     """`LoraConfig.target_modules`: "all-linear" or module names as PEFT reads them."""
     trainable: int
-    """Adapter parameters: the only ones with gradients and optimizer states."""
+    """Adapter parameters and the modules_to_save copies: the only ones with gradients and optimizer states."""
     frozen_parameters: int
     """The base model's parameters, all frozen."""
     frozen_bytes: int
@@ -54,6 +59,22 @@ class PeftPlan:
     """(in, out, copies) of each adapted linear module (`LoraCount.linears`)."""
     quantized_modules: int = 0
     """QLoRA: how many modules become bitsandbytes 4-bit linears."""
+    modules_to_save: tuple[str, ...] = ()
+    """`LoraConfig.modules_to_save`: the input embedding and/or output head, trained whole as copies."""
+    saved_roles: tuple[str, ...] = ()
+    """Their roles ("embedding", "head"), as the activation and step-time models take them."""
+    saved_parameters: int = 0
+    """The copies' parameters, part of `trainable` (the frozen originals stay in `frozen_parameters`)."""
+    saved_head_parameters: int = 0
+    """Those of the head's copy: its weight gradient is a product as large as the head's forward."""
+
+    saved_largest: int = 0
+    """The largest copy's parameters: the largest trainable tensor, which ZeRO-1/2's gradient norm copies to fp64."""
+
+    @property
+    def saved_work(self) -> tuple[int, int]:
+        """What the step-time model prices the copies by (`zerokit.perf.model.step_time`'s `saved`)."""
+        return self.saved_parameters, self.saved_head_parameters
 
     @property
     def lora_work(self) -> tuple:
@@ -75,12 +96,13 @@ class PeftPlan:
         activations are ZeRO-2's)."""
         adapter = 4 if zero_stage == 3 and self.method == "lora" else dtype_bytes
         return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora",
-                         adapter_bytes=adapter)
+                         adapter_bytes=adapter, saved=self.saved_roles)
 
     def costs_at(self, zero_stage: int, dtype_bytes: int) -> dict[str, int]:
         """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""
         costs = {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
-                 "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes}
+                 "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes,
+                 "largest_trainable": self.saved_largest}
         if zero_stage == 3 and self.method == "qlora":
             # the absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 leaves them
             # whole on every rank, and counts the weights by their stored elements (`estimate.costs_of`)
@@ -93,8 +115,11 @@ class PeftPlan:
     def lora_config(self) -> dict[str, Any]:
         """`peft.LoraConfig(**lora_config())`; target_modules a list (JSON has no tuples)."""
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
-        return {"r": self.rank, "lora_alpha": LORA_ALPHA_PER_RANK * self.rank, "lora_dropout": self.dropout,
-                "target_modules": targets, "bias": "none", "task_type": "CAUSAL_LM"}
+        config = {"r": self.rank, "lora_alpha": LORA_ALPHA_PER_RANK * self.rank, "lora_dropout": self.dropout,
+                  "target_modules": targets, "bias": "none", "task_type": "CAUSAL_LM"}
+        if self.modules_to_save:
+            config["modules_to_save"] = list(self.modules_to_save)
+        return config
 
     def quantization_config(self, precision: str, zero_stage: int) -> dict[str, Any] | None:
         """`transformers.BitsAndBytesConfig(**quantization_config(...))` for qlora, else None.
@@ -113,13 +138,14 @@ def qlora_quantization_config(precision: str, zero_stage: int) -> dict[str, Any]
             "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": dtype if zero_stage == 3 else "uint8"}
 
 
-def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float | None, precision: str
-              ) -> PeftPlan | None:
-    """The adapters for `--peft method`, or None for full fine-tuning; BadInput for anything PEFT would refuse."""
+def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: float | None, precision: str,
+              modules_to_save: str = "") -> PeftPlan | None:
+    """The adapters for `--peft method`, or None for full fine-tuning; BadInput for anything PEFT would refuse.
+    `modules_to_save`: PEFT's trainable copies, a comma list (`zerokit.models.lora.saved_modules`)."""
     if method == "none":
         return None
     # Imported here: a full fine-tuning plan (the usual one) never counts adapters or quantized bytes.
-    from zerokit.models.lora import ALL_LINEAR, lora_parameters, refuses_dropout
+    from zerokit.models.lora import ALL_LINEAR, lora_parameters, refuses_dropout, saved_modules
     from zerokit.models.quant import frozen_base_bytes
 
     if method not in ("lora", "qlora"):
@@ -136,17 +162,28 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
     count = lora_parameters(config, rank, names, dropout=dropout or 0.0)
     if dropout is None:  # the default where PEFT takes it
         dropout = 0.0 if refuses_dropout(count.adapted) else DEFAULT_LORA_DROPOUT
+    saved = saved_modules(config, modules_to_save)
+    both = [name for name, _, _ in saved if name in count.adapted]
+    if both:
+        raise BadInput(f"{', '.join(both)} is in --lora-targets and --lora-modules-to-save: PEFT either adapts a "
+                       "module or trains a copy of it; drop it from one of them")
+    copies = {"modules_to_save": tuple(name for name, _, _ in saved),
+              "saved_roles": tuple(role for _, role, _ in saved),
+              "saved_parameters": sum(params for _, _, params in saved),
+              "saved_head_parameters": sum(params for _, role, params in saved if role == "head"),
+              "saved_largest": max((params for _, _, params in saved), default=0)}
+    trainable = count.trainable + copies["saved_parameters"]
     n = model.parameters
     e = 2 if precision in QLORA_PRECISIONS else 4
     if method == "lora":
-        return PeftPlan("lora", rank, dropout, count.target_modules, count.trainable, n, e * n, e * n,
-                        adapter_linears=count.linears)
+        return PeftPlan("lora", rank, dropout, count.target_modules, trainable, n, e * n, e * n,
+                        adapter_linears=count.linears, **copies)
     low = frozen_base_bytes(config, "qlora", precision, quant_storage="uint8")
     z3 = frozen_base_bytes(config, "qlora", precision, quant_storage=precision)
     scale = n / max(1, low.quantized_parameters + low.unquantized // e) if model.source == "count" else 1.0
-    return PeftPlan("qlora", rank, dropout, count.target_modules, count.trainable, n, round(low.total * scale),
+    return PeftPlan("qlora", rank, dropout, count.target_modules, trainable, n, round(low.total * scale),
                     round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale),
-                    count.linears, low.quantized_modules)
+                    count.linears, low.quantized_modules, **copies)
 
 
 def _countable_config(model: ModelSpec) -> Mapping[str, Any]:

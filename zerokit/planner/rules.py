@@ -227,7 +227,8 @@ class Context:
                 checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
                 b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
                 self.model.parameters if self.peft is None else self.peft.trainable,
-                None if self.peft is None else self.peft.lora_work)
+                None if self.peft is None else self.peft.lora_work,
+                (0, 0) if self.peft is None else self.peft.saved_work)
         return hit
 
     @functools.cached_property
@@ -449,12 +450,20 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     if t.peft == "none":
         return None, None  # full fine-tuning: zerokit.planner.peft is not even imported
     from zerokit.models.resolve import EXPERTS_KEYS
-    from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, plan_peft
+    from zerokit.planner.peft import MODULES_TO_SAVE_NO_ZERO3, QLORA_NO_PARAM_OFFLOAD, plan_peft
 
     if t.peft == "qlora" and t.offload_param not in (None, "none"):
         raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
                        "--offload-param none or auto (optimizer offload of the adapters works)")
-    peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision)
+    if t.lora_modules_to_save:
+        zero3 = [f"--{o} {v}" for o, v in (("zero-stage", t.zero_stage), ("offload-param", t.offload_param),
+                                           ("offload-optimizer", t.offload_optimizer))
+                 if v == 3 or (o == "offload-param" and v not in (None, "none")) or v == "nvme"]
+        if zero3:
+            raise BadInput(f"--lora-modules-to-save cannot train under ZeRO-3 ({', '.join(zero3)}): "
+                           f"{MODULES_TO_SAVE_NO_ZERO3}; use ZeRO-0 to 2 (--zero-stage auto chooses among them)")
+    peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision,
+                     t.lora_modules_to_save)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
     share = peft.trainable / max(1, peft.frozen_parameters)
     moe = any(ctx.model.config.get(k) for k in EXPERTS_KEYS)
@@ -485,8 +494,11 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
                                     f"tensors: no nn.Linear; and {head}" if moe else
                                     f"embeddings and norms: no nn.Linear; and {head}") + ")")
     targets = peft.target_modules if isinstance(peft.target_modules, str) else ",".join(peft.target_modules)
+    copies = (f" and {peft.saved_parameters:,} in whole copies of {', '.join(peft.modules_to_save)} beside the "
+              f"frozen originals (modules_to_save), {100 * share:.2f}% of the base together," if peft.modules_to_save
+              else f" ({100 * share:.2f}% of the base),")
     return peft, (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} rank {peft.rank} on {targets}: "
-                  f"{peft.trainable:,} trainable adapter parameters ({100 * share:.2f}% of the base), each with "
+                  f"{peft.trainable - peft.saved_parameters:,} trainable adapter parameters{copies} each with "
                   f"gradients, an fp32 master copy and Adam moments; the {format_count(peft.frozen_parameters)} "
                   f"base parameters are frozen {base}, whole on every GPU at ZeRO-0 to 2 and partitioned at "
                   "ZeRO-3" + (" (LoRA dropout 0, not the default 0.05: PEFT puts no dropout on MoE expert and router "
@@ -598,6 +610,10 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
     if ctx.qlora and any(c[2] != "none" for c in pool):
         pool = tuple(c for c in pool if c[2] == "none")
         nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
+    if t.lora_modules_to_save and any(c[0] == 3 for c in pool):
+        pool = tuple(c for c in pool if c[0] < 3)
+        nvme += ("; ZeRO-3 is skipped with --lora-modules-to-save (its optimizer takes trainable parameters of one "
+                 "dtype; PEFT's fp32 adapters beside 16-bit copies fail deepspeed.initialize)")
     return pool, (f"Candidates, in search order (no offload, then CPU offload, then NVMe): "
                   f"{', '.join(setup_label(*c) for c in pool)}{nvme}.")
 

@@ -145,6 +145,10 @@ class Training:
     lora_dropout: float | None = None
     """LoRA dropout in [0, 1); None = 0.05, or 0 where the targets include MoE expert or router parameters (PEFT
     refuses any dropout there)."""
+    lora_modules_to_save: str = ""
+    """PEFT's modules_to_save: a comma list of the input embedding and the output head (e.g. embed_tokens,lm_head),
+    each trained in full as a copy beside its frozen original (a fine-tune that adds tokens needs them); empty:
+    none."""
 
 
 @_stored_init
