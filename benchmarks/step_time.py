@@ -359,6 +359,12 @@ QWEN_LORA = {
     "assumed": "Qwen (v1) as the qwen2 architecture of its shape (1.8B: 2048 x 24 layers, MLP 5504; 7B: 4096 x 32, "
                "11008; 14B: 5120 x 40, 13696; vocabulary 151,936 or 152,064); finetune_lora_single_gpu.sh passes no "
                "--deepspeed (planned as ZeRO-0)"}
+QWEN_LORA_EMB = {
+    "title": "Qwen LoRA r64 with the embedding and head trained, on one A100-80GB, 1 x 8 accumulation ('LoRA (emb)')",
+    "source": QWEN_SOURCE + "; 'LoRA (emb) refers to training the embedding and output layer'; finetune.py: "
+                            "modules_to_save = ['wte', 'lm_head'] for a base (not chat) model",
+    "assumed": "as the LoRA rows, with --lora-modules-to-save embed_tokens,lm_head (the qwen2 names of wte and "
+               "lm_head)"}
 QWEN_72B_LORA = {
     "title": "Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, 1 x 8 accumulation ('LoRA + Deepspeed Zero3')",
     "source": QWEN_SOURCE + "; 'Lora fintuning + DeepSpeed ZeRO 3 on 4 A100-SXM4-80G GPUs'",
@@ -428,6 +434,14 @@ PUBLISHED = [
       for size, config, values in (("1.8B", QWEN_1_8B, (1.0, 1.0, 1.1, 1.7, 3.3, 6.8)),
                                    ("7B", QWEN_7B, (1.2, 1.5, 2.8, 5.2, 10.1, 21.3)),
                                    ("14B", QWEN_14B, (1.6, 2.4, 4.4, 8.4, 17.0, 36.0)))
+      for seq, value in zip(QWEN_SEQS, values)),
+    *({"what": f"Qwen-{size} LoRA r64 + embedding and head on one A100-80GB, seq {seq}, 1 x 8 accumulation",
+       "series": QWEN_LORA_EMB, "model": config, "gpu": "a100-80gb", "gpus": 1, "seq": seq, "mb": 1, "ga": 8,
+       "stage": 0, "ckpt": True, "precision": "bf16", "attention": "flash", "peft": ("lora", 64, 0.05),
+       "save": "embed_tokens,lm_head", "metric": "s_per_step", "value": value}
+      for size, config, values in (("1.8B", QWEN_1_8B, (1.0, 1.0, 1.1, 1.8, 3.4, 7.0)),
+                                   ("7B", QWEN_7B, (1.4, 1.6, 2.9, 5.3, 10.3, 21.7)),
+                                   ("14B", QWEN_14B, (1.7, 2.6, 4.6, 8.6, 17.2, 36.3)))
       for seq, value in zip(QWEN_SEQS, values)),
     *({"what": f"Qwen-72B LoRA r64, ZeRO-3 on 4 x A100-80GB, seq {seq}, 1 x 8 accumulation", "series": QWEN_72B_LORA,
        "model": QWEN_72B, "gpu": "a100-80gb", "gpus": 4, "seq": seq, "mb": 1, "ga": 8, "stage": 3, "ckpt": True,
@@ -551,7 +565,7 @@ def _planned(row: dict, perf: object) -> object:
                         zero_stage=row["stage"], offload_optimizer=row.get("offload_optimizer", "none"),
                         offload_param=row.get("offload_param", "none"), gradient_checkpointing=row["ckpt"],
                         attention=row["attention"], precision=row["precision"], peft=method, lora_rank=rank,
-                        lora_dropout=dropout)
+                        lora_dropout=dropout, lora_modules_to_save=row.get("save", ""))
     hardware = resolve_hardware(row["gpu"], gpus_per_node=row["gpus"], cpu_memory=row.get("cpu_memory"))
     result = plan(model, hardware, training, machine=perf)
     if result.performance is None:

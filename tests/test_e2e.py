@@ -161,20 +161,23 @@ def test_ctrl_c_during_training_leaves_no_rank_behind(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
-def plan_lora(tmp_path: Path, stage: int) -> tuple[Path, Path, dict]:
-    """`zerokit plan --peft lora` for the tiny model on 2 ranks: (ds_config, plan JSON, the plan)."""
+def plan_lora(tmp_path: Path, stage: int, save: str = "") -> tuple[Path, Path, dict]:
+    """`zerokit plan --peft lora` for the tiny model on 2 ranks: (ds_config, plan JSON, the plan); `save`:
+    `--lora-modules-to-save`."""
     out, doc = tmp_path / f"lora{stage}.json", tmp_path / f"lora{stage}-plan.json"
     r = zerokit("plan", "--model", str(MODEL), "--gpu-memory", "16GB", "--gpus-per-node", "2", "--seq-len", "64",
                 "--micro-batch", "2", "--precision", "bf16", "--peft", "lora", "--lora-rank", "8", "--zero-stage",
                 str(stage), "--offload-optimizer", "none", "--format", "json", "-o", str(out), "--force",
-                timeout=120)
+                *(["--lora-modules-to-save", save] if save else []), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     doc.write_text(r.stdout)
     return out, doc, json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_lora_trains_saves_an_adapter_and_reloads_to_the_same_logits(tmp_path, stage):
+@pytest.mark.parametrize(("stage", "save"), [(2, ""), (3, ""), (2, "embed_tokens,lm_head")])
+def test_lora_trains_saves_an_adapter_and_reloads_to_the_same_logits(tmp_path, stage, save):
+    """With `save`, the adapter also carries the trained copies of the embedding and the head (PEFT's
+    modules_to_save), and the reloaded model computes with them."""
     import torch
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -182,10 +185,11 @@ def test_lora_trains_saves_an_adapter_and_reloads_to_the_same_logits(tmp_path, s
     sys.path.insert(0, str(TRAIN_HF.parent))
     from train_hf import fixed_input
 
-    config, plan_file, doc = plan_lora(tmp_path, stage)
+    config, plan_file, doc = plan_lora(tmp_path, stage, save)
     assert doc["peft"]["lora_config"]["r"] == 8
+    copies = 2 * 512 * 64 if save else 0  # the 512 x 64 embedding and the untied head of the same shape
     # rank 8, all-linear, 2 layers: q, o 8*(64+64); k, v 8*(64+32); gate, up, down 8*(64+172)
-    assert doc["model"]["trainable_parameters"] == 2 * 8 * (2 * 128 + 2 * 96 + 3 * 236) == 18_496
+    assert doc["model"]["trainable_parameters"] == 2 * 8 * (2 * 128 + 2 * 96 + 3 * 236) + copies == 18_496 + copies
     logits_file = tmp_path / "logits.pt"
     launch_and_train(tmp_path, config, "--plan", str(plan_file), "--save", "--logits-file", str(logits_file),
                      "--lr", "1e-2")
@@ -201,6 +205,7 @@ def test_lora_trains_saves_an_adapter_and_reloads_to_the_same_logits(tmp_path, s
         plain = base(input_ids=ids).logits.float()
     model = PeftModel.from_pretrained(base, adapter, autocast_adapter_dtype=False).eval()
     assert sum(p.numel() for n, p in model.named_parameters() if "lora_" in n) == 18_496
+    assert sum(p.numel() for n, p in model.named_parameters() if "modules_to_save" in n) == copies
     with torch.no_grad():
         reloaded = model(input_ids=ids).logits.float()
     assert bool(trained.isfinite().all())

@@ -270,6 +270,26 @@ def test_every_case_ranked_as_measured_on_the_intel_xeon_too():
     test_ranking_matches_where_the_runs_tell_setups_apart(INTEL_ALL)
 
 
+# LoRA with trainable copies of the embedding and the head (--lora-modules-to-save) beside plain LoRA and ZeRO-1, on
+# an AMD EPYC, 2026-11-28, three rounds: the copies' reduces, bucket flushes, optimizer step and the head's
+# weight-gradient product; lora_save_zero2 within 0.1%.
+SAVE = Measurement(DATA / "2026-11-28-amd-save", 2)
+SAVE_CASES = ("zero1", "lora_zero2", "lora_save_zero2")
+
+
+@pytest.mark.parametrize("name", SAVE_CASES)
+def test_lora_with_modules_to_save_within_20_percent(name):
+    assert set(SAVE.measured["cases"]) == set(SAVE_CASES)
+    case = SAVE.measured["cases"][name]
+    assert (case.get("lora_config") or {}).get("modules_to_save") == (["embed_tokens", "lm_head"] if "save" in name
+                                                                     else None)
+    assert predicted(SAVE, case) == pytest.approx(case["median_s"], rel=TOLERANCE)
+
+
+def test_lora_with_modules_to_save_ranked_as_measured():
+    test_ranking_matches_where_the_runs_tell_setups_apart(SAVE)
+
+
 def _step_time_benchmark():
     return benchmark("step_time", "step_time_benchmark", register=False)
 
@@ -302,5 +322,5 @@ def test_the_published_table_prices_every_row_and_the_sweep_keeps_its_order(caps
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if re.search(r"[-+]\d+%$|within$", line)]
     assert len(rows) == len(st.PUBLISHED)
-    assert out.count("source: QwenLM/Qwen README.md") == 4
+    assert out.count("source: QwenLM/Qwen README.md") == 5
     assert "the sweep's pairs whose published throughputs differ by > 15%: 25, ranked as published: 25" in out
