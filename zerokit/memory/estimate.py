@@ -514,8 +514,14 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
 
 def largest_tensor(model: Any) -> int:
     """The model's largest parameter tensor (`_tensor_sizes`; its largest module where zerokit cannot split it)."""
-    sizes = _tensor_sizes(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else None
-    return max(sizes) if sizes else model.largest_layer_parameters
+    largest = _largest_tensor(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else 0
+    return largest or model.largest_layer_parameters
+
+
+@functools.lru_cache(maxsize=256)
+def _largest_tensor(config_key: Any, layers: int) -> int:
+    sizes = _tensor_sizes(config_key, layers)
+    return max(sizes) if sizes else 0
 
 
 NORM_BYTES = 8
