@@ -106,6 +106,7 @@ CASES = [
     _case("llama-qlora-z2", "llama", 2, peft="qlora"),
     _case("llama-qlora-z2-ckpt", "llama", 2, ckpt=True, peft="qlora"),
     _case("llama-qlora-z3", "llama", 3, peft="qlora"),
+    _case("llama-qlora-save-z3", "llama", 3, peft="qlora", modules_to_save="embed_tokens,lm_head"),
 ]
 # ZeRO-3 with the rank's partition (2,499,712 elements of the miniature llama on 2 ranks) in several optimizer
 # sub-groups: 750,000 gives three (798,720, 813,568 and 887,424 elements), the largest's 16-bit flat copy and fp32

@@ -330,7 +330,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
                 gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
-                sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0) -> StepCosts:
+                sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0, copies: int = 0) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -404,7 +404,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     else:
         step = 0
     if trainable is not None and frozen_bytes:  # LoRA: the base's modules (counted below) carry the adapters
-        adapters_gathered = ab * t * min(window, parameters) // max(parameters, 1)
+        # (modules_to_save copies run in their originals' place in the trace: gathered as the originals would be)
+        adapters_gathered = ab * (t - copies) * min(window, parameters) // max(parameters, 1)
     gathered, persistent_bytes = e * min(kept, parameters) + adapters_gathered, e * persistent
     if n == 1 and params_on_gpu:
         # one rank gathers nothing: DeepSpeed's _no_gather_coalesced points each parameter at its partition, which
@@ -459,7 +460,8 @@ def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *
 
 def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buffers: BufferSettings,
               overhead: int, *, trainable: int | None = None, frozen_bytes: int = 0,
-              adapter_bytes: int | None = None, replicated_bytes: int = 0, largest_trainable: int = 0) -> StepCosts:
+              adapter_bytes: int | None = None, replicated_bytes: int = 0, largest_trainable: int = 0,
+              saved_parameters: int = 0, embedding_trains: bool = False) -> StepCosts:
     """`step_costs` for a ModelSpec on `hardware` (the planner caches one per candidate and buffer setting).
 
     `trainable` and `frozen_bytes` describe LoRA/QLoRA (`zerokit.planner.peft.PeftPlan`): adapters with full
@@ -468,13 +470,15 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
                     setup.offload_param, setup.gradient_accumulation_steps, precision, buffers, overhead,
                     trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes,
                     replicated_bytes=replicated_bytes, front_released=not setup.gradient_checkpointing,
-                    largest_trainable=largest_trainable)
+                    largest_trainable=largest_trainable, saved_parameters=saved_parameters,
+                    embedding_trains=embedding_trains)
 
 
 def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
              offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
              trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None,
-             replicated_bytes: int = 0, front_released: bool = False, largest_trainable: int = 0) -> StepCosts:
+             replicated_bytes: int = 0, front_released: bool = False, largest_trainable: int = 0,
+             saved_parameters: int = 0, embedding_trains: bool = False) -> StepCosts:
     """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
     given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
     when nothing fits), without a Setup or a Hardware to build.
@@ -484,7 +488,9 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     frozen and nothing before them trains), so ZeRO-3's trace releases them after forward instead of keeping them
     for reuse (`__params_to_release`); a traced run shows the embedding and layer 0's q, k, v released.
 
-    `largest_trainable` (LoRA): the largest trainable tensor, a modules_to_save copy's weight (0: the adapters',
+    `embedding_trains` (LoRA): a modules_to_save copy of the embedding trains, so backward reaches the front and
+    nothing there is released after forward. `saved_parameters` (LoRA): the modules_to_save copies among `trainable`, which ZeRO-3 gathers in place of their
+    frozen originals (the wrapper runs the copy alone). `largest_trainable` (LoRA): the largest trainable tensor, a modules_to_save copy's weight (0: the adapters',
     small); full fine-tuning's is the model's largest tensor. ZeRO-1/2's gradient norm copies it to fp64.
 
     `replicated_bytes` (QLoRA): the frozen base's quantization constants, part of `frozen_bytes` and not parameters,
@@ -508,8 +514,9 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
         norm = largest_trainable if trainable is not None else largest_tensor(model)
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
-                       adapter_bytes, replicated_bytes, front if front_released and trainable is not None else 0,
-                       groups, norm)
+                       adapter_bytes, replicated_bytes,
+                       front if front_released and trainable is not None and not embedding_trains else 0,
+                       groups, norm, saved_parameters)
 
 
 def largest_tensor(model: Any) -> int:

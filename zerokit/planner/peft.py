@@ -30,8 +30,9 @@ QLORA_NO_PARAM_OFFLOAD = (
 MODULES_TO_SAVE_NO_ZERO3 = (
     "DeepSpeed 0.19's ZeRO-3 optimizer flattens the trainable parameters into one buffer of one dtype "
     "(runtime/zero/utils.py defragment), and under zero.Init PEFT leaves the adapters in fp32 beside the copies in the "
-    "model's 16 bits: deepspeed.initialize fails its assertion (a traced 2-rank run); the Qwen team's finetune.py "
-    "refuses ZeRO-3 with a trainable embedding too")
+    "model's 16 bits: deepspeed.initialize fails its assertion (a traced 2-rank run; the Qwen team's finetune.py "
+    "refuses ZeRO-3 with a trainable embedding too). QLoRA's base loads without zero.Init and the engine casts its "
+    "adapters to 16 bits: it trains there")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class PeftPlan:
         """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""
         costs = {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
                  "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes,
-                 "largest_trainable": self.saved_largest}
+                 "largest_trainable": self.saved_largest, "saved_parameters": self.saved_parameters,
+                 "embedding_trains": "embedding" in self.saved_roles}
         if zero_stage == 3 and self.method == "qlora":
             # the absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 leaves them
             # whole on every rank, and counts the weights by their stored elements (`estimate.costs_of`)

@@ -455,13 +455,14 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     if t.peft == "qlora" and t.offload_param not in (None, "none"):
         raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
                        "--offload-param none or auto (optimizer offload of the adapters works)")
-    if t.lora_modules_to_save:
+    if t.lora_modules_to_save and t.peft == "lora":  # QLoRA's base loads without zero.Init: it trains
         zero3 = [f"--{o} {v}" for o, v in (("zero-stage", t.zero_stage), ("offload-param", t.offload_param),
                                            ("offload-optimizer", t.offload_optimizer))
                  if v == 3 or (o == "offload-param" and v not in (None, "none")) or v == "nvme"]
         if zero3:
-            raise BadInput(f"--lora-modules-to-save cannot train under ZeRO-3 ({', '.join(zero3)}): "
-                           f"{MODULES_TO_SAVE_NO_ZERO3}; use ZeRO-0 to 2 (--zero-stage auto chooses among them)")
+            raise BadInput(f"--peft lora with --lora-modules-to-save cannot train under ZeRO-3 ({', '.join(zero3)}): "
+                           f"{MODULES_TO_SAVE_NO_ZERO3}; use ZeRO-0 to 2 (--zero-stage auto chooses among them), or "
+                           "--peft qlora")
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision,
                      t.lora_modules_to_save)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
@@ -610,10 +611,10 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
     if ctx.qlora and any(c[2] != "none" for c in pool):
         pool = tuple(c for c in pool if c[2] == "none")
         nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
-    if t.lora_modules_to_save and any(c[0] == 3 for c in pool):
+    if t.lora_modules_to_save and t.peft == "lora" and any(c[0] == 3 for c in pool):
         pool = tuple(c for c in pool if c[0] < 3)
-        nvme += ("; ZeRO-3 is skipped with --lora-modules-to-save (its optimizer takes trainable parameters of one "
-                 "dtype; PEFT's fp32 adapters beside 16-bit copies fail deepspeed.initialize)")
+        nvme += ("; ZeRO-3 is skipped for LoRA with --lora-modules-to-save (its optimizer takes trainable parameters "
+                 "of one dtype; PEFT's fp32 adapters beside 16-bit copies fail deepspeed.initialize)")
     return pool, (f"Candidates, in search order (no offload, then CPU offload, then NVMe): "
                   f"{', '.join(setup_label(*c) for c in pool)}{nvme}.")
 
