@@ -401,7 +401,8 @@ def _llama_like(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout, wind
     return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post,
                  e * h, L, g, gs2, V, param_grad=param_grad, hidden=h, layer_pos=2 * e * hd * rotary_tables,
                  b1=(L - (1 if first_cut_s2 else 0)) * b1,  # a first layer without attention adapters keeps none
-                 fixed=(4 * h + (e if trains or x.embedding else 0)) if gemma else 0, layer_fixed=layer_fixed - first_fixed_cut,
+                 fixed=(4 * h + (e if trains or x.embedding else 0)) if gemma else 0,
+                 layer_fixed=layer_fixed - first_fixed_cut,
                  window=int(window or 0),
                  window_tok=n_win * 2 * e * (q - kv) if nkv > 1 else 0, mask_s=n_win * e,
                  head_weight_grad=trains or x.head)
@@ -748,8 +749,8 @@ def _falcon(c: Mapping[str, Any], x: _Ctx, attention: str, lay: Layout) -> _Arch
             + (x.adapters(("lm_head",), h) if x.lora else 0))
     # layers whose attention keeps anything: not the first one under LoRA without an adapter on query_key_value
     attending = L - (1 if x.lora and not x.embedding and not x.ad("self_attention.query_key_value") else 0)
-    return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post, e * h, L, g, gs2,
-                 V, param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
+    return _Arch(8 if trains or x.embedding else 0, L * layer - first_cut, L * s2 - first_cut_s2, layer, s2, post,
+                 e * h, L, g, gs2, V, param_grad=e * h * max(i, 3 * q) if trains else 0, hidden=h,
                  layer_pos=rope, window=1 if mask else 0, mask_s=attending * mask, head_weight_grad=trains or x.head,
                  b1=attending * b1, layer_fixed=16 * attending)  # two int64 scalars per attending layer
 

@@ -488,10 +488,11 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     frozen and nothing before them trains), so ZeRO-3's trace releases them after forward instead of keeping them
     for reuse (`__params_to_release`); a traced run shows the embedding and layer 0's q, k, v released.
 
-    `embedding_trains` (LoRA): a modules_to_save copy of the embedding trains, so backward reaches the front and
-    nothing there is released after forward. `saved_parameters` (LoRA): the modules_to_save copies among `trainable`, which ZeRO-3 gathers in place of their
-    frozen originals (the wrapper runs the copy alone). `largest_trainable` (LoRA): the largest trainable tensor, a modules_to_save copy's weight (0: the adapters',
-    small); full fine-tuning's is the model's largest tensor. ZeRO-1/2's gradient norm copies it to fp64.
+    PEFT's modules_to_save copies (LoRA/QLoRA): `embedding_trains`, a copy of the embedding trains, so backward
+    reaches the front and nothing there is released after forward; `saved_parameters`, the copies among
+    `trainable`, which ZeRO-3 gathers in place of their frozen originals (the wrapper runs the copy alone);
+    `largest_trainable`, the largest trainable tensor, a copy's weight (0: only adapters, small; full fine-tuning's
+    is the model's largest tensor), which ZeRO-1/2's gradient norm copies to fp64.
 
     `replicated_bytes` (QLoRA): the frozen base's quantization constants, part of `frozen_bytes` and not parameters,
     so whole on every rank at ZeRO-3; with them the ZeRO-3 trace counts each 4-bit weight by the elements it is
