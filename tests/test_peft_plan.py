@@ -567,3 +567,10 @@ def test_qlora_keeps_zero3_with_modules_to_save(capsys):
     assert doc["decision"]["zero_stage"] == 3
     code, out, _ = run(capsys, *TINY_ON_2, "--peft", "qlora", "--lora-modules-to-save", "embed_tokens,lm_head")
     assert code == 0 and "ZeRO-3 is skipped" not in out
+
+
+@pytest.mark.parametrize("option", ["--lora-targets", "--lora-modules-to-save"])
+def test_a_huge_module_name_is_shortened_in_the_one_line(capsys, option):
+    code, out, err = run(capsys, *TINY_ON_2, "--peft", "lora", option, "x" * 5000)
+    assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 400, err
+    assert "(5002 characters)" in err

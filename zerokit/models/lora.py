@@ -29,6 +29,7 @@ from typing import Any
 from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.models.params import Part, complete_config, model_parts
+from zerokit.units import _show
 
 ALL_LINEAR = "all-linear"
 
@@ -116,7 +117,7 @@ def saved_modules(config: Mapping[str, Any], names: str | Sequence[str]) -> tupl
     out: list[tuple[str, str, int]] = []
     for name in dict.fromkeys(n.strip() for n in names):
         if name not in roles:
-            raise BadInput(f"--lora-modules-to-save: {name!r} is not the input embedding or the output head of "
+            raise BadInput(f"--lora-modules-to-save: {_show(name)} is not the input embedding or the output head of "
                            f"{key[0]}; give {' or '.join(roles)} (or both, comma-separated)")
         out.append((name, *roles[name]))
     return tuple(out)
@@ -197,7 +198,7 @@ def _resolve(key: tuple[str, tuple], names: str | tuple[str, ...]
             expanded += [v for v in moe if v != "gate"] if n == EXPERTS and moe else [n]
         bad = [n for n in expanded if n not in moe and not any(_matches(m, n) for m in linears)]
         if bad:
-            raise BadInput(f"--lora-targets: {', '.join(repr(b) for b in bad)} "
+            raise BadInput(f"--lora-targets: {', '.join(_show(b) for b in bad)} "
                            f"{'is not a module' if len(bad) == 1 else 'are not modules'} of {family} that LoRA can "
                            f"adapt; valid: all-linear, or a comma list of {', '.join(_valid(key))}")
         v4 = {n for n in expanded if n in moe}
