@@ -158,7 +158,8 @@ def main() -> int:
             # adapters are ordinary tensors that deepspeed.initialize converts to ZeRO-3 parameters itself
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(**case["lora_config"]))
+            model = get_peft_model(model, LoraConfig(**case["lora_config"]),
+                                   autocast_adapter_dtype=case.get("autocast_adapter_dtype", True))
         if case.get("gradient_checkpointing"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if case.get("lora_config"):

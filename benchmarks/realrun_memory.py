@@ -101,7 +101,9 @@ CASES = [
     # tokens trains them: the copies' weights, gradients and optimizer states, and the head's weight gradient
     _case("llama-lora-save-z2", "llama", 2, peft="lora", modules_to_save="embed_tokens,lm_head"),
     _case("llama-lora-save-z2-ckpt", "llama", 2, ckpt=True, peft="lora", modules_to_save="embed_tokens,lm_head"),
-    # (not at ZeRO-3: deepspeed.initialize fails there, fp32 adapters beside 16-bit copies; the plan refuses it)
+    # at ZeRO-3 with PEFT's adapters in 16 bits (the plan's autocast_adapter_dtype=False): fp32 ones beside the
+    # copies fail deepspeed.initialize
+    _case("llama-lora-save-z3", "llama", 3, peft="lora", modules_to_save="embed_tokens,lm_head"),
     # QLoRA: the same adapters on a bitsandbytes NF4 base (`--peft qlora`, the plan's BitsAndBytesConfig)
     _case("llama-qlora-z2", "llama", 2, peft="qlora"),
     _case("llama-qlora-z2-ckpt", "llama", 2, ckpt=True, peft="qlora"),
@@ -238,6 +240,9 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
             "steps": case["steps"], "attention": case["attention"],
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
             "lora_config": result.peft.lora_config() if result.peft is not None else None,
+            # as the plan's snippet wraps it: PEFT's adapters in 16 bits where modules_to_save trains at ZeRO-3
+            "autocast_adapter_dtype": not (result.peft is not None and result.peft.modules_to_save
+                                           and result.peft.method == "lora" and result.decision.zero_stage == 3),
             "quantization_config": (result.peft.quantization_config(result.decision.precision, result.decision.zero_stage)
                                     if result.peft is not None else None)}
     (workdir / "case.json").write_text(json.dumps(spec))

@@ -174,7 +174,8 @@ def plan_lora(tmp_path: Path, stage: int, save: str = "") -> tuple[Path, Path, d
     return out, doc, json.loads(r.stdout)
 
 
-@pytest.mark.parametrize(("stage", "save"), [(2, ""), (3, ""), (2, "embed_tokens,lm_head")])
+@pytest.mark.parametrize(("stage", "save"), [(2, ""), (3, ""), (2, "embed_tokens,lm_head"),
+                                             (3, "embed_tokens,lm_head")])
 def test_lora_trains_saves_an_adapter_and_reloads_to_the_same_logits(tmp_path, stage, save):
     """With `save`, the adapter also carries the trained copies of the embedding and the head (PEFT's
     modules_to_save), and the reloaded model computes with them."""

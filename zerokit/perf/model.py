@@ -456,9 +456,11 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     adapter_modules = 0
     if share < 1.0:
         copies, head = saved
+        # LoRA's adapters at ZeRO-3 run in fp32 (`PeftPlan.fp32_adapters`), but for QLoRA and beside copies
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
                                                                                  tokens, precision, peak,
-                                                                                 zero_stage == 3 and not qlora)
+                                                                                 zero_stage == 3 and not qlora
+                                                                                 and not copies)
         recompute += adapter_forward
         if copies:
             copy_t, copy_flops = _saved_parts(perf, copies, head, tokens, precision)

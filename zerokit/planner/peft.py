@@ -27,12 +27,12 @@ QLORA_NO_PARAM_OFFLOAD = (
     "bitsandbytes 4-bit weights cannot be offloaded: transformers refuses to dispatch a 4-bit model's modules to the "
     "CPU or disk (only unquantized, in fp32, with llm_int8_enable_fp32_cpu_offload), and each weight's quantization "
     "state (absmax, code tables) lives outside the tensors ZeRO-3 moves")
-MODULES_TO_SAVE_NO_ZERO3 = (
-    "DeepSpeed 0.19's ZeRO-3 optimizer flattens the trainable parameters into one buffer of one dtype "
-    "(runtime/zero/utils.py defragment), and under zero.Init PEFT leaves the adapters in fp32 beside the copies in the "
-    "model's 16 bits: deepspeed.initialize fails its assertion (a traced 2-rank run; the Qwen team's finetune.py "
-    "refuses ZeRO-3 with a trainable embedding too). QLoRA's base loads without zero.Init and the engine casts its "
-    "adapters to 16 bits: it trains there")
+ADAPTERS_16BIT = (
+    "pass autocast_adapter_dtype=False to get_peft_model: DeepSpeed 0.19's ZeRO-3 optimizer flattens the trainable "
+    "parameters into one buffer of one dtype (runtime/zero/utils.py defragment), and by default PEFT upcasts the "
+    "adapters to fp32 beside the modules_to_save copies' 16 bits, which the engine leaves as they are on a model "
+    "zero.Init built: deepspeed.initialize fails its assertion (a traced 2-rank run). A trainer that calls "
+    "get_peft_model itself (TRL's SFTTrainer with peft_config) upcasts: wrap the model yourself first")
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,16 @@ class PeftPlan:
         afterwards by `get_peft_model`, stay fp32 (runtime/engine.py, DeepSpeed 0.19). QLoRA's base never loads
         under zero.Init (transformers' `get_init_context` skips it for a quantized model): `deepspeed.initialize`
         partitions it, and the engine casts the adapters as at ZeRO-0 to 2 (a traced QLoRA ZeRO-3 run: its
-        activations are ZeRO-2's)."""
-        adapter = 4 if zero_stage == 3 and self.method == "lora" else dtype_bytes
+        activations are ZeRO-2's). With modules_to_save at ZeRO-3 the plan has PEFT keep the adapters in 16 bits
+        (`autocast_adapter_dtype=False`, `ADAPTERS_16BIT`): ZeRO-3's optimizer takes one dtype."""
+        adapter = 4 if self.fp32_adapters(zero_stage) else dtype_bytes
         return LoraSetup(self.rank, self.target_modules, self.dropout, quantized=self.method == "qlora",
                          adapter_bytes=adapter, saved=self.saved_roles)
+
+    def fp32_adapters(self, zero_stage: int) -> bool:
+        """Whether the adapters train in fp32: LoRA at ZeRO-3 (PEFT's upcast, which the engine leaves on a model
+        zero.Init built), unless modules_to_save copies train beside them (`ADAPTERS_16BIT`)."""
+        return zero_stage == 3 and self.method == "lora" and not self.modules_to_save
 
     def costs_at(self, zero_stage: int, dtype_bytes: int) -> dict[str, int]:
         """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""

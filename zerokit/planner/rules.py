@@ -450,19 +450,11 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     if t.peft == "none":
         return None, None  # full fine-tuning: zerokit.planner.peft is not even imported
     from zerokit.models.resolve import EXPERTS_KEYS
-    from zerokit.planner.peft import MODULES_TO_SAVE_NO_ZERO3, QLORA_NO_PARAM_OFFLOAD, plan_peft
+    from zerokit.planner.peft import QLORA_NO_PARAM_OFFLOAD, plan_peft
 
     if t.peft == "qlora" and t.offload_param not in (None, "none"):
         raise BadInput(f"--peft qlora cannot use --offload-param {t.offload_param}: {QLORA_NO_PARAM_OFFLOAD}; use "
                        "--offload-param none or auto (optimizer offload of the adapters works)")
-    if t.lora_modules_to_save and t.peft == "lora":  # QLoRA's base loads without zero.Init: it trains
-        zero3 = [f"--{o} {v}" for o, v in (("zero-stage", t.zero_stage), ("offload-param", t.offload_param),
-                                           ("offload-optimizer", t.offload_optimizer))
-                 if v == 3 or (o == "offload-param" and v not in (None, "none")) or v == "nvme"]
-        if zero3:
-            raise BadInput(f"--peft lora with --lora-modules-to-save cannot train under ZeRO-3 ({', '.join(zero3)}): "
-                           f"{MODULES_TO_SAVE_NO_ZERO3}; use ZeRO-0 to 2 (--zero-stage auto chooses among them), or "
-                           "--peft qlora")
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision,
                      t.lora_modules_to_save)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
@@ -611,10 +603,6 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
     if ctx.qlora and any(c[2] != "none" for c in pool):
         pool = tuple(c for c in pool if c[2] == "none")
         nvme += "; parameter offload is skipped for QLoRA (4-bit weights cannot be offloaded)"
-    if t.lora_modules_to_save and t.peft == "lora" and any(c[0] == 3 for c in pool):
-        pool = tuple(c for c in pool if c[0] < 3)
-        nvme += ("; ZeRO-3 is skipped for LoRA with --lora-modules-to-save (its optimizer takes trainable parameters "
-                 "of one dtype; PEFT's fp32 adapters beside 16-bit copies fail deepspeed.initialize)")
     return pool, (f"Candidates, in search order (no offload, then CPU offload, then NVMe): "
                   f"{', '.join(setup_label(*c) for c in pool)}{nvme}.")
 
@@ -834,6 +822,8 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
     peft = ctx.peft
     if peft is None:
         return None, None
+    from zerokit.planner.peft import ADAPTERS_16BIT
+
     n, e = ctx.hardware.world_size, DTYPE_BYTES[ctx.precision]
     stage = ctx.chosen.candidate.setup.zero_stage
     if peft.method == "qlora" and ctx.machine.sources.get("quantized_linear") != "probe":
@@ -862,6 +852,8 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
             ctx.warnings.append(
                 f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
                 f"{format_bytes(peft.frozen_bytes)} base: {ZERO_INIT_HOW[ctx.training.target]}")
+            if peft.modules_to_save:
+                ctx.warnings.append(f"ZeRO-3 with LoRA and --lora-modules-to-save: {ADAPTERS_16BIT}")
         else:
             ctx.warnings.append(
                 f"ZeRO-3 with QLoRA: bnb_4bit_quant_storage must be the compute dtype ({ctx.precision}, as "
