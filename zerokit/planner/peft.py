@@ -68,7 +68,6 @@ class PeftPlan:
     """The copies' parameters, part of `trainable` (the frozen originals stay in `frozen_parameters`)."""
     saved_head_parameters: int = 0
     """Those of the head's copy: its weight gradient is a product as large as the head's forward."""
-
     saved_largest: int = 0
     """The largest copy's parameters: the largest trainable tensor, which ZeRO-1/2's gradient norm copies to fp64."""
 
@@ -173,8 +172,9 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
     saved = saved_modules(config, modules_to_save)
     both = [name for name, _, _ in saved if name in count.adapted]
     if both:
-        raise BadInput(f"{', '.join(both)} is in --lora-targets and --lora-modules-to-save: PEFT either adapts a "
-                       "module or trains a copy of it; drop it from one of them")
+        raise BadInput(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} in --lora-targets and "
+                       "--lora-modules-to-save: PEFT either adapts a module or trains a copy of it; drop "
+                       f"{'it' if len(both) == 1 else 'each'} from one of them")
     copies = {"modules_to_save": tuple(name for name, _, _ in saved),
               "saved_roles": tuple(role for _, role, _ in saved),
               "saved_parameters": sum(params for _, _, params in saved),
