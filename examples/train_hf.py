@@ -153,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()  # a frozen embedding: checkpointed layers need an input with grad
-        model = get_peft_model(model, LoraConfig(**lora))
+        # with modules_to_save at ZeRO-3 the adapters stay in the copies' 16 bits, as the plan's code has it: ZeRO-3's
+        # optimizer takes one dtype (here the model is built outside zero.Init, so the engine would cast them anyway)
+        stage = (ds_config.get("zero_optimization") or {}).get("stage", 0)
+        model = get_peft_model(model, LoraConfig(**lora),
+                               autocast_adapter_dtype=not (lora.get("modules_to_save") and stage == 3))
         if rank == 0:
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             print(f"LoRA {lora}: {trainable:,} trainable parameters", flush=True)
