@@ -330,7 +330,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
                 offload_optimizer: str, offload_param: str, precision: str, accumulation: int,
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
                 gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
-                sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0, copies: int = 0) -> StepCosts:
+                sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0, copies: int = 0,
+                grad_partition: int = 0) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -358,7 +359,9 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
             held_bytes = e * t + buckets if held and zero_stage == 1 else 0
             return StepCosts(whole, 0, 0, e * largest_layer, held_bytes, 0, 0 if held_bytes else buckets,
                              0, allgather, 0, 0, overhead)
-        partition = e * tn
+        # the gradient partition's buffer holds every tensor that reaches into the rank's share whole
+        # (stage_1_and_2.copy_grads_in_partition sums their numel): `grad_partition` where the tensors are known
+        partition = e * (grad_partition or tn)
         opt = FP32 * tn + ADAM * tn
         if zero_stage == 2:
             held_bytes, backward = (partition, 0) if held else (0, partition)
@@ -510,20 +513,45 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     # bounded from their partition: a few hundred million elements at most, one sub-group at the default size)
     groups = step_sub_groups(model, world_size, buffers.sub_group_size) \
         if zero_stage == 3 and offload_optimizer == "none" and trainable is None and not replicated_bytes else None
-    norm = 0
+    norm = grad_partition = 0
     if zero_stage in (1, 2) and offload_optimizer == "none":
         norm = largest_trainable if trainable is not None else largest_tensor(model)
+        if trainable is None and getattr(model, "config", None):
+            grad_partition = _grad_partition(_config_key(model.config), model.num_layers, world_size)
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes,
                        front if front_released and trainable is not None and not embedding_trains else 0,
-                       groups, norm, saved_parameters)
+                       groups, norm, saved_parameters, grad_partition)
 
 
 def largest_tensor(model: Any) -> int:
     """The model's largest parameter tensor (`_tensor_sizes`; its largest module where zerokit cannot split it)."""
     largest = _largest_tensor(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else 0
     return largest or model.largest_layer_parameters
+
+
+@functools.lru_cache(maxsize=1024)
+def _grad_partition(config_key: Any, layers: int, n: int) -> int:
+    """The largest rank's ZeRO-1/2 gradient-partition buffer, in elements: the tensors of `model.parameters()`,
+    flattened in order and cut into `n` equal shares, each counted whole by every rank its elements reach
+    (`copy_grads_in_partition` allocates the sum of their numel); 0 where zerokit cannot split the model."""
+    sizes = _tensor_sizes(config_key, layers)
+    return whole_share(sizes, n) if sizes and n >= 1 else 0
+
+
+def whole_share(sizes: tuple[int, ...], n: int) -> int:
+    """The most elements any of `n` equal shares of the flattened `sizes` reaches when each tensor it reaches
+    counts whole (`_grad_partition`)."""
+    share = -(-sum(sizes) // n)
+    reach = [0] * n
+    start = 0
+    for size in sizes:
+        end = start + size
+        for r in range(start // share, min(n, -(-end // share))):
+            reach[r] += size
+        start = end
+    return max(reach)
 
 
 @functools.lru_cache(maxsize=256)
