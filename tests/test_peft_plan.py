@@ -583,3 +583,27 @@ def test_a_huge_module_name_is_shortened_in_the_one_line(capsys, option):
     code, out, err = run(capsys, *TINY_ON_2, "--peft", "lora", option, "x" * 5000)
     assert code == 2 and out == "" and err.count("\n") == 1 and len(err) < 400, err
     assert "(5002 characters)" in err
+
+
+def test_a_tied_head_gets_a_copy_of_its_own_and_the_plan_says_so(capsys, tmp_path):
+    """PEFT (ensure_weight_tying off, its default) wraps the tied embedding and head apart: two trainable copies,
+    as the plan counts them (against peft.get_peft_model on the same config), and the plan warns that they train
+    apart."""
+    pytest.importorskip("peft")
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(os.path.join(TINY, "config.json")) as f:
+        config = json.load(f)
+    config["tie_word_embeddings"] = True
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    doc = plan_json(capsys, "--model", str(tmp_path), *TINY_ON_2[2:], "--peft", "lora", "--lora-modules-to-save",
+                    "embed_tokens,lm_head")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path))
+    peft_model = get_peft_model(model, LoraConfig(**doc["peft"]["lora_config"]))
+    assert doc["model"]["trainable_parameters"] == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert doc["model"]["trainable_parameters"] == TINY_LORA_16 + 2 * TINY_EMBEDDING
+    assert any("ties its head to its embedding, and PEFT trains the two modules_to_save copies apart" in w
+               for w in doc["warnings"])

@@ -458,6 +458,12 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision,
                      t.lora_modules_to_save)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
+    if set(peft.saved_roles) == {"embedding", "head"} and _tied_head(ctx.model.config):
+        ctx.warnings.append(
+            f"{ctx.model.name} ties its head to its embedding, and PEFT trains the two modules_to_save copies apart "
+            "(it warns: ensure_weight_tying is off), so the plan counts both; the trained model's head and embedding "
+            "then differ. LoraConfig(ensure_weight_tying=True) keeps one shared copy, which zerokit does not plan "
+            "(it would count one copy fewer)")
     share = peft.trainable / max(1, peft.frozen_parameters)
     moe = any(ctx.model.config.get(k) for k in EXPERTS_KEYS)
     if peft.method == "qlora" and 2 * peft.quantized_parameters < peft.frozen_parameters:
@@ -497,6 +503,16 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
                   "ZeRO-3" + (" (LoRA dropout 0, not the default 0.05: PEFT puts no dropout on MoE expert and router "
                               "parameters, lora.ParamWrapper)." if t.lora_dropout is None and not peft.dropout
                               else "."))
+
+
+def _tied_head(config: Any) -> bool:
+    """Whether the model's output head is its input embedding (transformers' tie_word_embeddings, as zerokit's
+    parts read it)."""
+    from zerokit.models.params import model_parts
+
+    with contextlib.suppress(BadInput, KeyError, TypeError, ValueError):  # a config without a family's parts
+        return model_parts(config)[-1].tied
+    return False
 
 
 def rule_batch(ctx: Context) -> tuple[BatchChoice, str]:
