@@ -241,8 +241,8 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
             "lora_config": result.peft.lora_config() if result.peft is not None else None,
             # as the plan's snippet wraps it: PEFT's adapters in 16 bits where modules_to_save trains at ZeRO-3
-            "autocast_adapter_dtype": not (result.peft is not None and result.peft.modules_to_save
-                                           and result.peft.method == "lora" and result.decision.zero_stage == 3),
+            "autocast_adapter_dtype": not (result.peft is not None
+                                           and result.peft.autocast_off(result.decision.zero_stage)),
             "quantization_config": (result.peft.quantization_config(result.decision.precision, result.decision.zero_stage)
                                     if result.peft is not None else None)}
     (workdir / "case.json").write_text(json.dumps(spec))

@@ -115,7 +115,7 @@ def lora_work(case: dict) -> tuple[int | None, tuple | None, tuple[int, int]]:
     config = lora_config(case)
     if config is None:
         return None, None, (0, 0)
-    from zerokit.models.lora import lora_parameters, saved_modules
+    from zerokit.models.lora import lora_parameters, saved_modules, saved_work
     from zerokit.models.quant import frozen_base_bytes
 
     count = lora_parameters(MODEL, config["r"])
@@ -123,8 +123,7 @@ def lora_work(case: dict) -> tuple[int | None, tuple | None, tuple[int, int]]:
     if case.get("quantized"):
         base = frozen_base_bytes(MODEL, "qlora", "bf16")
         lora += (base.quantized_parameters, base.quantized_modules)
-    copies = saved_modules(MODEL, config.get("modules_to_save", []))
-    saved = (sum(p for _, _, p in copies), sum(p for _, role, p in copies if role == "head"))
+    saved = saved_work(saved_modules(MODEL, config.get("modules_to_save", [])))
     return count.trainable + saved[0], lora, saved
 
 

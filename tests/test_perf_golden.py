@@ -82,13 +82,13 @@ def predicted(m: Measurement, case: dict) -> float:
     trainable = lora = None
     saved = (0, 0)
     if case.get("lora_config"):
-        from zerokit.models.lora import lora_parameters, saved_modules
+        from zerokit.models.lora import lora_parameters, saved_modules, saved_work
 
         cfg = case["lora_config"]
         count = lora_parameters(model, cfg["r"], cfg["target_modules"])
         trainable, lora = count.trainable, (cfg["r"], cfg["lora_dropout"], count.linears)
-        copies = saved_modules(model, cfg.get("modules_to_save", []))  # PEFT's trainable copies, as a plan counts
-        saved = (sum(p for _, _, p in copies), sum(p for _, role, p in copies if role == "head"))
+        # PEFT's trainable copies, as a plan counts and prices them
+        saved = saved_work(saved_modules(model, cfg.get("modules_to_save", [])))
         trainable += saved[0]
         if case.get("quantization_config"):  # QLoRA: the 4-bit weights and linears, as zerokit.models.quant counts
             from zerokit.models.quant import frozen_base_bytes

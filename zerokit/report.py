@@ -242,7 +242,7 @@ def peft_code(plan: Plan, output: str | None = None) -> str:
     lines.append(load + ")")
     if plan.decision.gradient_checkpointing:
         lines.append("model.enable_input_require_grads()  # checkpointing a frozen base: the inputs need gradients")
-    if plan.peft.modules_to_save and plan.decision.zero_stage == 3 and plan.peft.method == "lora":
+    if plan.peft.autocast_off(plan.decision.zero_stage):
         # ZeRO-3's optimizer takes one dtype: PEFT's fp32 upcast beside the 16-bit copies fails deepspeed.initialize
         lines.append(f"model = get_peft_model(model, LoraConfig(**{peft['lora_config']!r}), "
                      "autocast_adapter_dtype=False)  # ZeRO-3: the adapters in the copies' 16 bits")

@@ -515,20 +515,16 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
         if zero_stage == 3 and offload_optimizer == "none" and trainable is None and not replicated_bytes else None
     norm = grad_partition = 0
     if zero_stage in (1, 2) and offload_optimizer == "none":
-        norm = largest_trainable if trainable is not None else largest_tensor(model)
-        if trainable is None and getattr(model, "config", None):
-            grad_partition = _grad_partition(_config_key(model.config), model.num_layers, world_size)
+        norm = largest_trainable
+        if trainable is None:  # full fine-tuning: the model's own tensors, where zerokit can split it
+            key = _config_key(model.config) if getattr(model, "config", None) else None
+            norm = (_largest_tensor(key, model.num_layers) if key else 0) or model.largest_layer_parameters
+            grad_partition = _grad_partition(key, model.num_layers, world_size) if key else 0
     return _step_costs(parameters, trainable, frozen_bytes, world_size, zero_stage, offload_optimizer, offload_param,
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes,
                        front if front_released and trainable is not None and not embedding_trains else 0,
                        groups, norm, saved_parameters, grad_partition)
-
-
-def largest_tensor(model: Any) -> int:
-    """The model's largest parameter tensor (`_tensor_sizes`; its largest module where zerokit cannot split it)."""
-    largest = _largest_tensor(_config_key(model.config), model.num_layers) if getattr(model, "config", None) else 0
-    return largest or model.largest_layer_parameters
 
 
 @functools.lru_cache(maxsize=1024)
@@ -556,6 +552,7 @@ def whole_share(sizes: tuple[int, ...], n: int) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _largest_tensor(config_key: Any, layers: int) -> int:
+    """The model's largest parameter tensor (`_tensor_sizes`; 0 where zerokit cannot split the model)."""
     sizes = _tensor_sizes(config_key, layers)
     return max(sizes) if sizes else 0
 

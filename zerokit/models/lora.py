@@ -123,6 +123,12 @@ def saved_modules(config: Mapping[str, Any], names: str | Sequence[str]) -> tupl
     return tuple(out)
 
 
+def saved_work(saved: Sequence[tuple[str, str, int]]) -> tuple[int, int]:
+    """(parameters, of which the head's) of `saved_modules`' copies: what the step-time model prices them by
+    (`zerokit.perf.model.step_time`'s `saved`)."""
+    return sum(params for _, _, params in saved), sum(params for _, role, params in saved if role == "head")
+
+
 @lru_cache(maxsize=256)
 def _saveable(key: tuple[str, tuple]) -> dict[str, tuple[str, int]]:
     """{leaf name: (role, parameters)} of the input embedding (the model's first module) and the output head."""

@@ -60,21 +60,35 @@ class PeftPlan:
     """(in, out, copies) of each adapted linear module (`LoraCount.linears`)."""
     quantized_modules: int = 0
     """QLoRA: how many modules become bitsandbytes 4-bit linears."""
-    modules_to_save: tuple[str, ...] = ()
-    """`LoraConfig.modules_to_save`: the input embedding and/or output head, trained whole as copies."""
-    saved_roles: tuple[str, ...] = ()
-    """Their roles ("embedding", "head"), as the activation and step-time models take them."""
-    saved_parameters: int = 0
-    """The copies' parameters, part of `trainable` (the frozen originals stay in `frozen_parameters`)."""
-    saved_head_parameters: int = 0
-    """Those of the head's copy: its weight gradient is a product as large as the head's forward."""
-    saved_largest: int = 0
-    """The largest copy's parameters: the largest trainable tensor, which ZeRO-1/2's gradient norm copies to fp64."""
+    saved: tuple[tuple[str, str, int], ...] = ()
+    """PEFT's modules_to_save copies, trained whole beside their frozen originals: (name, role, parameters) of each
+    (`zerokit.models.lora.saved_modules`), their parameters part of `trainable`."""
+
+    @property
+    def modules_to_save(self) -> tuple[str, ...]:
+        """`LoraConfig.modules_to_save`: the input embedding and/or output head."""
+        return tuple(name for name, _, _ in self.saved)
+
+    @property
+    def saved_roles(self) -> tuple[str, ...]:
+        """The copies' roles ("embedding", "head"), as the activation model takes them."""
+        return tuple(role for _, role, _ in self.saved)
+
+    @property
+    def saved_parameters(self) -> int:
+        return sum(params for _, _, params in self.saved)
 
     @property
     def saved_work(self) -> tuple[int, int]:
         """What the step-time model prices the copies by (`zerokit.perf.model.step_time`'s `saved`)."""
-        return self.saved_parameters, self.saved_head_parameters
+        from zerokit.models.lora import saved_work
+
+        return saved_work(self.saved)
+
+    def autocast_off(self, zero_stage: int) -> bool:
+        """Whether the plan has PEFT keep the adapters in 16 bits (`get_peft_model(..., autocast_adapter_dtype=False)`,
+        `ADAPTERS_16BIT`): LoRA with modules_to_save copies at ZeRO-3, whose optimizer takes one dtype."""
+        return zero_stage == 3 and self.method == "lora" and bool(self.saved)
 
     @property
     def lora_work(self) -> tuple:
@@ -102,13 +116,15 @@ class PeftPlan:
     def fp32_adapters(self, zero_stage: int) -> bool:
         """Whether the adapters train in fp32: LoRA at ZeRO-3 (PEFT's upcast, which the engine leaves on a model
         zero.Init built), unless modules_to_save copies train beside them (`ADAPTERS_16BIT`)."""
-        return zero_stage == 3 and self.method == "lora" and not self.modules_to_save
+        return zero_stage == 3 and self.method == "lora" and not self.autocast_off(zero_stage)
 
     def costs_at(self, zero_stage: int, dtype_bytes: int) -> dict[str, int]:
         """`costs_for`'s arguments: only the adapters train (in the width `activation_setup` says), on a frozen base."""
         costs = {"trainable": self.trainable, "frozen_bytes": self.frozen_bytes_at(zero_stage),
                  "adapter_bytes": self.activation_setup(zero_stage, dtype_bytes).adapter_bytes,
-                 "largest_trainable": self.saved_largest, "saved_parameters": self.saved_parameters,
+                 # the largest copy: the largest trainable tensor, which ZeRO-1/2's gradient norm copies to fp64
+                 "largest_trainable": max((params for _, _, params in self.saved), default=0),
+                 "saved_parameters": self.saved_parameters,
                  "embedding_trains": "embedding" in self.saved_roles}
         if zero_stage == 3 and self.method == "qlora":
             # the absmax and code tables are attributes of each 4-bit weight, not parameters: ZeRO-3 leaves them
@@ -175,23 +191,18 @@ def plan_peft(model: ModelSpec, method: str, rank: int, targets: str, dropout: f
         raise BadInput(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} in --lora-targets and "
                        "--lora-modules-to-save: PEFT either adapts a module or trains a copy of it; drop "
                        f"{'it' if len(both) == 1 else 'each'} from one of them")
-    copies = {"modules_to_save": tuple(name for name, _, _ in saved),
-              "saved_roles": tuple(role for _, role, _ in saved),
-              "saved_parameters": sum(params for _, _, params in saved),
-              "saved_head_parameters": sum(params for _, role, params in saved if role == "head"),
-              "saved_largest": max((params for _, _, params in saved), default=0)}
-    trainable = count.trainable + copies["saved_parameters"]
+    trainable = count.trainable + sum(params for _, _, params in saved)
     n = model.parameters
     e = 2 if precision in QLORA_PRECISIONS else 4
     if method == "lora":
         return PeftPlan("lora", rank, dropout, count.target_modules, trainable, n, e * n, e * n,
-                        adapter_linears=count.linears, **copies)
+                        adapter_linears=count.linears, saved=saved)
     low = frozen_base_bytes(config, "qlora", precision, quant_storage="uint8")
     z3 = frozen_base_bytes(config, "qlora", precision, quant_storage=precision)
     scale = n / max(1, low.quantized_parameters + low.unquantized // e) if model.source == "count" else 1.0
     return PeftPlan("qlora", rank, dropout, count.target_modules, trainable, n, round(low.total * scale),
                     round(z3.total * scale), round(low.quantized_parameters * scale), round(low.constants * scale),
-                    count.linears, low.quantized_modules, **copies)
+                    count.linears, low.quantized_modules, saved)
 
 
 def _countable_config(model: ModelSpec) -> Mapping[str, Any]:

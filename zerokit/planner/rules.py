@@ -477,12 +477,8 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
             + f"; the rest stay {ctx.precision}, so the frozen base is {format_bytes(peft.frozen_bytes)} a copy, not "
             f"the {format_bytes(peft.frozen_parameters // 2)} of 4 bits throughout")
     head = "the LM head, which it skips"
-    if peft.method == "qlora":
-        from zerokit.models.params import model_parts
-
-        with contextlib.suppress(BadInput, KeyError, TypeError, ValueError):  # a config without a family's parts
-            if model_parts(ctx.model.config)[-1].tied:
-                head = "the LM head, which is the embedding (tied)"
+    if peft.method == "qlora" and _tied_head(ctx.model.config):
+        head = "the LM head, which is the embedding (tied)"
     base = (f"in {ctx.precision} ({format_bytes(peft.frozen_bytes)})" if peft.method == "lora" else
             f"({format_bytes(peft.frozen_bytes)}, of which {format_bytes(peft.quantization_constants)} quantization "
             f"constants): {format_count(peft.quantized_parameters)} in 4-bit NF4 with double quantization, the "
@@ -868,7 +864,7 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
             ctx.warnings.append(
                 f"ZeRO-3 with LoRA: load the base under deepspeed.zero.Init, or every rank first holds the whole "
                 f"{format_bytes(peft.frozen_bytes)} base: {ZERO_INIT_HOW[ctx.training.target]}")
-            if peft.modules_to_save:
+            if peft.autocast_off(stage):
                 ctx.warnings.append(f"ZeRO-3 with LoRA and --lora-modules-to-save: {ADAPTERS_16BIT}")
         else:
             ctx.warnings.append(
