@@ -122,9 +122,9 @@ def run_case(case: dict, device: str) -> dict:
     lora = case.get("lora") or {}
     save = None
     if lora.get("save"):  # roles, named as the family names its modules
-        from zerokit.models.lora import _key, _saveable
+        from zerokit.models.lora import saveable_names
 
-        names = {role: name for name, (role, _) in _saveable(_key(config)).items()}
+        names = saveable_names(config)
         save = [names[role] for role in lora["save"]]
     t0 = time.time()
     try:

@@ -121,10 +121,10 @@ SAVED = [c for c in LORA if c["lora"].get("save")]
 def test_modules_to_save_train_the_copies_zerokit_counts(case):
     """PEFT trained the adapters and a whole copy of each module saved (found by the name zerokit gives it: gpt_neox's
     head is lm_head in transformers 5, where an embed_out copy would have trained nothing)."""
-    from zerokit.models.lora import _key, _saveable, saved_modules
+    from zerokit.models.lora import saveable_names, saved_modules
 
     lora = case["lora"]
-    names = {role: name for name, (role, _) in _saveable(_key(case["config"])).items()}
+    names = saveable_names(case["config"])
     copies = saved_modules(case["config"], [names[role] for role in lora["save"]])
     assert [role for _, role, _ in copies] == list(lora["save"])
     adapters = lora_parameters(case["config"], lora["rank"], lora["targets"]).trainable

@@ -123,6 +123,12 @@ def saved_modules(config: Mapping[str, Any], names: str | Sequence[str]) -> tupl
     return tuple(out)
 
 
+def saveable_names(config: Mapping[str, Any]) -> dict[str, str]:
+    """{role: name} of the modules `saved_modules` takes for this config's family ("embedding": embed_tokens, wte,
+    embed_in or word_embeddings; "head": lm_head)."""
+    return {role: name for name, (role, _) in _saveable(_key(config)).items()}
+
+
 def saved_work(saved: Sequence[tuple[str, str, int]]) -> tuple[int, int]:
     """(parameters, of which the head's) of `saved_modules`' copies: what the step-time model prices them by
     (`zerokit.perf.model.step_time`'s `saved`)."""
