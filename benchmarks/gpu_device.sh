@@ -9,6 +9,8 @@
 #   bash benchmarks/gpu_device.sh depths [LAYERS]  # there, after `run --cases zero2,zero3 --layers 8`: ZeRO-2 and
 #                                                # ZeRO-3 again at each depth (default "16 4") with run's profile,
 #                                                # packed into $OUT/depths.tgz (the device tool brings back 8 files)
+#   bash benchmarks/gpu_device.sh run --cases sweep  # the tokens-per-micro-batch sweep (gpu_runs.py SWEEP: 512 to
+#                                                # 16,384 tokens, full and LoRA at ZeRO-2), after the probe
 #
 # 2026-11-26 on an H200: prepare ~1 min here; run: the ops in 46-54 s, the probe 73-83 s, each case 25-60 s
 # (nine cases in 7 min 12 s, the three offload cases alone in 5 min). The data come back under $OUT/gpu: copy them

@@ -63,6 +63,7 @@ MODEL = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5504, 
 SMALL = {**MODEL, "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 256}
 SEQ_LEN, MICRO_BATCH = 2048, 4
+SMALL_SEQ_LEN = 128
 CASES = {
     "zero0": {"stage": 0},
     "zero1": {"stage": 1},
@@ -79,6 +80,21 @@ CASES = {
     "lora_zero2": {"stage": 2, "peft": "lora", "lora_rank": 8},
     "lora_zero3": {"stage": 3, "peft": "lora", "lora_rank": 8},
 }
+DEFAULT_CASES = tuple(CASES)
+# A sweep of the tokens in a micro-batch (512 to 16,384), full training and LoRA at ZeRO-2 on one GPU: whether a
+# pass takes the device's kernel time plus the host's launches (the time model's sum, which the runs above at 8,192
+# tokens fit), or the longer of the two (the host queues kernels ahead of an asynchronous device), which the Qwen
+# team's published LoRA steps at 256-1,024 tokens suggest (benchmarks/step_time.py; the README's "Step time"
+# section). `--cases sweep` trains them; a per-case seq_len is scaled by SEQ_LEN's share under --small.
+SWEEP = {
+    "zero2_mb1_seq512": {"stage": 2, "micro_batch": 1, "seq_len": 512},
+    "zero2_mb1": {"stage": 2, "micro_batch": 1},
+    "zero2_mb8": {"stage": 2, "micro_batch": 8, "checkpointing": True},
+    "lora_zero2_mb1_seq512": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1, "seq_len": 512},
+    "lora_zero2_mb1": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1},
+    "lora_zero2_mb8": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 8, "checkpointing": True},
+}
+CASES.update(SWEEP)
 
 
 def plan_case(case: dict, perf, device_memory: int, ranks: int, model: dict, seq_len: int):
@@ -90,11 +106,11 @@ def plan_case(case: dict, perf, device_memory: int, ranks: int, model: dict, seq
     hardware = resolve_hardware(gpu_memory=device_memory, gpus_per_node=ranks)
     spec = spec_from_config(model, "llama-0.9b", source="config")
     forced = "stage" in case
-    accumulation = case.get("accumulation", 1)
+    accumulation, micro_batch = case.get("accumulation", 1), case.get("micro_batch", MICRO_BATCH)
     training = Training(
-        seq_len=seq_len, target="deepspeed",
-        micro_batch=MICRO_BATCH if forced else None,
-        global_batch=MICRO_BATCH * accumulation * ranks if forced else case["global_batch"],
+        seq_len=case.get("seq_len", seq_len), target="deepspeed",
+        micro_batch=micro_batch if forced else None,
+        global_batch=micro_batch * accumulation * ranks if forced else case["global_batch"],
         zero_stage=case.get("stage"),
         offload_optimizer=case.get("offload_optimizer", "none") if forced else None,
         offload_param=case.get("offload_param", "none") if forced else None,
@@ -149,7 +165,7 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
     from zerokit.perf import profile_from_json, profile_to_json
     from zerokit.perf.probe import run_probe
 
-    model, seq_len = (SMALL, 128) if small else (MODEL, SEQ_LEN)
+    model, seq_len = (SMALL, SMALL_SEQ_LEN) if small else (MODEL, SEQ_LEN)
     if layers is not None:  # e.g. ZeRO-3's hook cost at another depth (see the README: it did not scale per module)
         model = {**model, "num_hidden_layers": layers}
     if reuse_profile and (out_dir / PROFILE.name).exists():
@@ -174,12 +190,14 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
     from zerokit.dsconfig import build_ds_config
 
     for name in cases:
-        result = plan_case(CASES[name], perf, device_memory, ranks, model, seq_len)
+        setup = case_setup(name, small)
+        result = plan_case(setup, perf, device_memory, ranks, model, seq_len)
         d = result.decision
         ds_config = result.ds_config or build_ds_config(result)
         lora = result.peft.lora_config() if result.peft is not None else None
-        run = train(name, ds_config, d.gradient_checkpointing, ranks, model, seq_len, warmup, steps, lora)
-        run["setup"] = CASES[name]
+        run = train(name, ds_config, d.gradient_checkpointing, ranks, model, setup.get("seq_len", seq_len), warmup,
+                    steps, lora)
+        run["setup"] = setup
         run["warmup_steps"], run["timed_steps"] = warmup, steps
         run["ds_config"] = ds_config
         if lora is not None:
@@ -189,6 +207,24 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
         print(f"{name}: " + (f"median {run['median_s']:.3f} s/step, planned {result.performance.step_time_s:.3f} s "
                              f"({run['wall_s']} s)" if "error" not in run
                              else f"FAILED {run['error']}\n  " + "\n  ".join(run["log_tail"])), flush=True)
+
+
+def case_setup(name: str, small: bool) -> dict:
+    """The case's setup as trained and recorded (`plan_case` plans it again from the record): a sweep case's
+    sequence under --small in the share of the small model's sequence that it is of SEQ_LEN."""
+    setup = dict(CASES[name])
+    if small and "seq_len" in setup:
+        setup["seq_len"] = max(8, setup["seq_len"] * SMALL_SEQ_LEN // SEQ_LEN)
+    return setup
+
+
+def case_names(text: str) -> list[str]:
+    """--cases: comma-separated case names, `sweep` for the sweep's; an unknown name is a usage error."""
+    names = [n for c in text.split(",") if c for n in (SWEEP if c == "sweep" else (c,))]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"gpu_runs.py: unknown case {unknown[0]!r}: give {', '.join(CASES)} or sweep")
+    return names
 
 
 def report(data_dir: Path, compute_scale: float | None = None) -> int:
@@ -227,11 +263,12 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
                  + (" ckpt" if d.gradient_checkpointing else "")
                  + (f" off-opt:{d.offload_optimizer}" if d.offload_optimizer != "none" else "")
                  + (f" off-par:{d.offload_param}" if d.offload_param != "none" else "")
-                 + (f" lora r{result.peft.rank}" if result.peft is not None else ""))
+                 + (f" lora r{result.peft.rank}" if result.peft is not None else "")
+                 + (f" seq {run['setup']['seq_len']}" if "seq_len" in run["setup"] else ""))
         got = run["median_s"]
         err = (t.step_time_s - got) / got
         worst = max(worst, abs(err))
-        rows.append((name, got, t.step_time_s, d.micro_batch_size * d.gradient_accumulation_steps))
+        rows.append((name, got, t.step_time_s, t.tokens_per_step))
         print(f"{name:24} {setup:34} {got:8.3f}s {t.step_time_s:8.3f}s {err:+7.1%}  {t.compute_s:7.3f}s "
               f"{t.exposed_communication_s:6.3f}s {t.offload_s:7.3f}s {t.optimizer_s:6.3f}s {t.overhead_s:7.3f}s")
         if run.get("memory"):
@@ -239,12 +276,12 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
     flips = []
     for i, (a, ma, pa, sa) in enumerate(rows):
         for b, mb, pb, sb in rows[i + 1:]:
-            ta, tb = ma / sa, mb / sb  # per sequence: the planned case may train more tokens per step
+            ta, tb = ma / sa, mb / sb  # per token: the planned and sweep cases train more or fewer a step
             qa, qb = pa / sa, pb / sb
             if max(ta, tb) / min(ta, tb) > 1.15 and (ta < tb) != (qa < qb):
                 flips.append(f"{a} vs {b}")
     print(f"step time: worst error {worst:.1%} (target 20%: {'met' if worst <= 0.20 else 'NOT met'}); ranking "
-          "(time per sequence) of setups that differ by > 15%: "
+          "(time per token) of setups that differ by > 15%: "
           + ("same as measured" if not flips else "differs for " + ", ".join(flips)))
     mem_ok = memory_table(mem_rows) if mem_rows else True
     return 0 if worst <= 0.20 and not flips and mem_ok else 1
@@ -285,7 +322,8 @@ def memory_table(rows: list) -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--measure", action="store_true", help="probe this GPU machine and train every case (minutes)")
-    p.add_argument("--cases", default=",".join(CASES), help="comma list of cases to train")
+    p.add_argument("--cases", default=",".join(DEFAULT_CASES),
+                   help="comma list of cases to train (`sweep`: the tokens-per-micro-batch sweep's)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--out", type=Path, default=DATA, help="where --measure writes (default: the committed data)")
@@ -299,7 +337,7 @@ def main() -> int:
     if args.layers is not None and not 1 <= args.layers <= 256:
         p.error(f"--layers {args.layers}: give 1..256 decoder layers")
     if args.measure:
-        measure([c for c in args.cases.split(",") if c], args.warmup, args.steps, args.small, args.out,
+        measure(case_names(args.cases), args.warmup, args.steps, args.small, args.out,
                 args.reuse_profile, args.keep, args.layers)
     return report(args.out, args.compute_scale)
 
