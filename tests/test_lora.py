@@ -90,6 +90,12 @@ def test_moe_dropout_is_refused_like_peft():
     ("gpt2", "q_proj,v_proj", r"'q_proj', 'v_proj' are not modules of gpt2 .* c_attn, c_proj, c_fc, lm_head"),
     ("falcon-7b", "dense_h_to_4h,qkv", r"'qkv' is not a module of falcon .*query_key_value, dense, dense_h_to_4h"),
     ("gpt-neox-20b", "", r"--lora-targets is empty"),
+    # PEFT can put LoRA on an nn.Embedding; zerokit prices linears only, and says how to train the embedding instead
+    ("llama-2-7b", "q_proj,embed_tokens", (r"'embed_tokens' is llama's input embedding, and zerokit plans LoRA on linear "
+                                           r"layers only; to train the embedding \(new tokens\), give "
+                                           r"--lora-modules-to-save embed_tokens \(PEFT trains a whole copy of it\), and "
+                                           r"adapt linears: q_proj, k_proj")),
+    ("gpt2", "wte", r"'wte' is gpt2's input embedding.*--lora-modules-to-save wte .*: c_attn, c_proj, c_fc, lm_head$"),
     ("mixtral-8x7b", "w1", r"w1 is fused with w3 into mixtral's gate_up_proj.*target them together \(or use experts\)"),
     ("mixtral-8x7b", "experts,gate_proj", (r"'gate_proj' is not a module of mixtral.*o_proj, lm_head, gate, w1, w3, w2, "
                                           r"experts")),

@@ -209,6 +209,12 @@ def _resolve(key: tuple[str, tuple], names: str | tuple[str, ...]
         for n in names:
             expanded += [v for v in moe if v != "gate"] if n == EXPERTS and moe else [n]
         bad = [n for n in expanded if n not in moe and not any(_matches(m, n) for m in linears)]
+        embedding = next((n for n in bad if _saveable(key).get(n, ("",))[0] == "embedding"), None)
+        if embedding is not None:  # PEFT has LoRA for nn.Embedding; zerokit plans the linears' only
+            raise BadInput(f"--lora-targets: {_show(embedding)} is {family}'s input embedding, and zerokit plans LoRA "
+                           f"on linear layers only; to train the embedding (new tokens), give --lora-modules-to-save "
+                           f"{embedding} (PEFT trains a whole copy of it), and adapt linears: "
+                           f"{', '.join(_valid(key))}")
         if bad:
             raise BadInput(f"--lora-targets: {', '.join(_show(b) for b in bad)} "
                            f"{'is not a module' if len(bad) == 1 else 'are not modules'} of {family} that LoRA can "
