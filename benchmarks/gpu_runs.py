@@ -3,6 +3,7 @@
     python benchmarks/gpu_runs.py              # the tables, from the committed measurements in tests/data/gpu/
     python benchmarks/gpu_runs.py --measure    # on a GPU machine: probe it, plan and train every case (minutes),
                                                # rewrite tests/data/gpu/{profile,measured}.json
+    python benchmarks/gpu_runs.py --measure --cases sweep --out DIR   # the tokens-per-micro-batch sweep (SWEEP)
 
 --measure runs `zerokit probe` (one rank per GPU, as the deepspeed runner starts them), then plans each case with
 the probe's profile exactly as `zerokit plan --hardware profile.json --target deepspeed` does (the case's setup
@@ -89,10 +90,10 @@ DEFAULT_CASES = tuple(CASES)
 SWEEP = {
     "zero2_mb1_seq512": {"stage": 2, "micro_batch": 1, "seq_len": 512},
     "zero2_mb1": {"stage": 2, "micro_batch": 1},
-    "zero2_mb8": {"stage": 2, "micro_batch": 8, "checkpointing": True},
+    "zero2_mb8": {"stage": 2, "micro_batch": 8},
     "lora_zero2_mb1_seq512": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1, "seq_len": 512},
     "lora_zero2_mb1": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1},
-    "lora_zero2_mb8": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 8, "checkpointing": True},
+    "lora_zero2_mb8": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 8},
 }
 CASES.update(SWEEP)
 
