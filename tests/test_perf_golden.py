@@ -25,6 +25,8 @@ each probe and then run every case once) and profile.json (the median `zerokit p
   pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-28-intel: all eleven cases on an Intel Xeon with AMX (a fresh machine), three rounds
   with today's probe and model: worst error 9.1%, 39 pairs told apart and ranked as measured.
+- tests/data/step_time/2026-11-28-amd-all: the eleven and LoRA with trainable copies on an AMD EPYC with AVX-512
+  BF16, three rounds: worst error 18.7% (LoRA at ZeRO-3); 39 of 46 pairs ranked as measured, the 7 others held.
 
 The issue's target is 20% on every case. The ranking is checked wherever two setups differ by > 15% and by more
 than the spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart.
@@ -324,3 +326,39 @@ def test_the_published_table_prices_every_row_and_the_sweep_keeps_its_order(caps
     assert len(rows) == len(st.PUBLISHED)
     assert out.count("source: QwenLM/Qwen README.md") == 5
     assert "the sweep's pairs whose published throughputs differ by > 15%: 25, ranked as published: 25" in out
+
+
+# All twelve cases on an AMD EPYC with AVX-512 BF16 (bf16 in hardware), 2026-11-28, three rounds, each a probe and
+# then every case once: every case within 20% (worst lora_zero3, -18.7%). Of the 46 pairs the runs tell apart, 39
+# are ranked as measured; the other 7 each set LoRA or QLoRA at ZeRO-3 (planned 18.7% and 13.6% fast) against a
+# full-training or QLoRA-with-checkpointing setup planned 0-16% slow (the full ones carry the probe's bucket-flush
+# figure, 1,157 us: the median of three rounds that measured 746-1,227 us, whose hook figures ran the other way,
+# 258-460 us). One rank does not show the gap (benchmarks/zero3_hooks.py: the model does not under-count LoRA's
+# hooks there); on two ranks it is not explained yet. The flips are held as they are, so that none joins them unseen.
+AMD_ALL = Measurement(DATA / "2026-11-28-amd-all", 39)
+AMD_ALL_FLIPS = {("lora_zero3", "zero1"), ("qlora_zero3", "zero1"), ("lora_zero3", "zero2_ckpt"),
+                 ("lora_zero3", "zero2_offload_optimizer"), ("qlora_zero3", "zero2_offload_optimizer"),
+                 ("lora_zero3", "zero3_offload_param"), ("lora_zero3", "qlora_zero2_ckpt")}
+
+
+@pytest.mark.parametrize("name", ALL_CASES + ("lora_save_zero2",))
+def test_every_case_within_20_percent_on_the_amd_epyc_with_avx512_bf16(name):
+    assert set(AMD_ALL.measured["cases"]) == set(ALL_CASES) | {"lora_save_zero2"}
+    case = AMD_ALL.measured["cases"][name]
+    assert predicted(AMD_ALL, case) == pytest.approx(case["median_s"], rel=TOLERANCE)
+
+
+def test_the_amd_epycs_pairs_are_ranked_as_measured_but_the_known_lora_zero3_ones():
+    cases = AMD_ALL.measured["cases"]
+    ranked, flipped = 0, set()
+    for a, b in combinations(sorted(cases), 2):
+        ra = [r["median_s"] for r in cases[a]["runs"]]
+        rb = [r["median_s"] for r in cases[b]["runs"]]
+        ma, mb = cases[a]["median_s"], cases[b]["median_s"]
+        ratio, spread = max(ma, mb) / min(ma, mb), max(max(ra) / min(ra), max(rb) / min(rb))
+        if ratio > 1.15 and ratio > spread:
+            if (predicted(AMD_ALL, cases[a]) < predicted(AMD_ALL, cases[b])) == (ma < mb):
+                ranked += 1
+            else:
+                flipped.add(tuple(sorted((a, b))))
+    assert ranked >= AMD_ALL.pairs and flipped <= {tuple(sorted(p)) for p in AMD_ALL_FLIPS}, flipped
