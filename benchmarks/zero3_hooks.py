@@ -17,7 +17,8 @@ Measured on an AMD EPYC (2026-11-28, one rank, one thread, three runs): full tra
 step in full training (214-226 us a module) and 25.4-26.2 ms with LoRA (148-153 us: PEFT's wrappers and dropouts
 own nothing to fetch): LoRA over full x2.0, where the model's count gives x2.44. So on one rank the model does not
 under-price LoRA's hooks; the step times were alike (0.218-0.227 s full, 0.221-0.231 s LoRA). What LoRA at ZeRO-3
-costs beyond the model on two ranks (tests/data/step_time/2026-11-28-amd-all, -18.7%) lies elsewhere.
+cost beyond the model on two ranks (tests/data/step_time/2026-11-28-amd-all, then -18.7%) was mostly elsewhere: the
+all-gather of every adapter weight kept whole after each optimizer step (`zerokit.perf.model.adapter_persistence`).
 """
 
 from __future__ import annotations

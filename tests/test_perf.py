@@ -663,8 +663,44 @@ def test_qlora_gathers_its_4bit_weights_in_their_bf16_storage_at_zero3():
     lora = _t(lora=(4, 0.0, linears), **kw)
     qlora = _t(lora=(4, 0.0, linears, elements, 8), **kw)
     per = 0.5 * 2 / 1e9
-    assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)
-    assert lora.communication_s - qlora.communication_s == pytest.approx(2 * 0.75 * elements * per)
+    adapters = 4 * (64 + 64) * 2 + 4 * (64 + 172) * 2  # A and B of each copy: none kept whole at threshold 0
+    # the base and the adapters gathered in forward and backward (LoRA's adapters in fp32 at ZeRO-3: twice the
+    # bytes of a bf16 element; QLoRA's in bf16), the gradients reduced once
+    assert lora.communication_s == pytest.approx(2 * P * per + 2 * 2 * adapters * per + 1000 * per)
+    assert lora.communication_s - qlora.communication_s == pytest.approx(2 * 0.75 * elements * per
+                                                                         + 2 * adapters * per)
+
+
+def test_zero3_gathers_the_adapters_it_keeps_whole_after_every_optimizer_step():
+    """ZeRO-3 keeps a parameter of at most stage3_param_persistence_threshold elements whole on every rank and
+    all-gathers each one, one collective apiece, after every optimizer step (`_post_step`): for LoRA's adapters
+    (A: rank x in, B: out x rank) that is a latency per adapter weight a step, exposed; the larger ones are gathered
+    with the base in each pass. The base's own kept parameters are in the probe's ZeRO-3 reference, not priced
+    here. Rank 4 at threshold 300: A of (64, 64) and (64, 172) and B of (64, 64) are kept (256 elements each), B of
+    (64, 172) (688) is gathered."""
+    from zerokit.perf.model import adapter_persistence
+
+    linears = ((64, 64, 2), (64, 172, 2))
+    assert adapter_persistence((4, 0.0, linears), 300) == (6, 6 * 256.0, 2, 2 * 688.0)
+    assert adapter_persistence((4, 0.0, linears), 1000) == (8, 6 * 256.0 + 2 * 688.0, 0, 0.0)
+    lat = 1e-4
+    perf = replace(FLAT, collective_latency_s=lat)
+    kw = {"zero_stage": 3, "trainable_parameters": 1000, "persistence_threshold": 1000, "grad_accum": 4}
+
+    def t(lora, gpus=2, **more):
+        return step_time(TINY_LLAMA, perf, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=gpus, lora=lora,
+                         **kw, **more)
+
+    per = 0.5 * 2 / 1e9  # (world - 1) / world x 2 bytes over the FLAT machine's 1 GB/s bus
+    kept = 6 * 256 + 2 * 688
+    with_adapters, without = t((4, 0.0, linears)), t((4, 0.0, ()))
+    # once a step, not per micro-batch: fp32 adapters (LoRA at ZeRO-3) move twice a bf16 element's bytes
+    assert with_adapters.communication_s - without.communication_s == pytest.approx(8 * lat + 2 * kept * per)
+    assert (with_adapters.exposed_communication_s - without.exposed_communication_s
+            == pytest.approx(8 * lat + 2 * kept * per))
+    qlora, qlora_without = t((4, 0.0, linears, 0, 0)), t((4, 0.0, (), 0, 0))
+    assert qlora.communication_s - qlora_without.communication_s == pytest.approx(8 * lat + kept * per)
+    assert t((4, 0.0, linears), gpus=1).communication_s == t((4, 0.0, ()), gpus=1).communication_s == 0.0
 
 
 def test_qlora_dequantization_priced_per_pass_by_hand():

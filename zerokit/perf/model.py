@@ -399,6 +399,26 @@ def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepT
     return result
 
 
+def adapter_persistence(lora: tuple, persistence_threshold: float) -> tuple[int, float, int, float]:
+    """(adapter weights ZeRO-3 keeps whole, their elements, adapter weights it gathers, theirs) of `lora` (rank,
+    dropout, (in, out, copies) of each adapted linear, as `PeftPlan.lora_work` gives it): A is rank x in, B out x
+    rank, and ZeRO-3 keeps a parameter whole on every rank where its elements are at most
+    `stage3_param_persistence_threshold` (`DeepSpeedZeRoOffload.mark_persistent_parameters`). Rank 8 on a 4096-wide
+    model keeps every A and the B of each linear no wider than 40,960 / 8: HF's "auto" threshold is 10 x hidden."""
+    rank, linears = lora[0], lora[2]
+    kept = big = 0
+    kept_elements = big_elements = 0.0
+    for n_in, n_out, copies in linears:
+        for size in (rank * n_in, n_out * rank):
+            if size <= persistence_threshold:
+                kept += copies
+                kept_elements += size * copies
+            else:
+                big += copies
+                big_elements += size * copies
+    return kept, kept_elements, big, big_elements
+
+
 def bucket_flushes(trainable: float, reduce_bucket_size: float) -> int:
     """How many times one reduce of `trainable` gradients fills and flushes a `reduce_bucket_size` bucket."""
     return max(1, math.ceil(trainable / max(reduce_bucket_size, 1.0)))
@@ -454,13 +474,13 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     quantized = lora[3] if qlora else 0  # QLoRA's 4-bit weights
     adapter_t = adapter_flops = 0.0
     adapter_modules = 0
+    # LoRA's adapters at ZeRO-3 run in fp32 (`PeftPlan.fp32_adapters`), but for QLoRA and beside copies
+    fp32_adapters = zero_stage == 3 and lora is not None and not qlora and not saved[0]
     if share < 1.0:
         copies, head = saved
-        # LoRA's adapters at ZeRO-3 run in fp32 (`PeftPlan.fp32_adapters`), but for QLoRA and beside copies
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
                                                                                  tokens, precision, peak,
-                                                                                 zero_stage == 3 and not qlora
-                                                                                 and not copies)
+                                                                                 fp32_adapters)
         recompute += adapter_forward
         if copies:
             copy_t, copy_flops = _saved_parts(perf, copies, head, tokens, precision)
@@ -494,6 +514,17 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             gathers, gathered = mf.gathered(persistence_threshold)
             if quantized:
                 gathered -= 0.75 * quantized  # QLoRA: 4-bit weights travel in their bf16 storage, four an element
+            if lora is not None and share < 1.0:
+                kept, kept_elements, big, big_elements = adapter_persistence(lora, persistence_threshold)
+                width = 4.0 / nbytes if fp32_adapters else 1.0  # per_element prices the training dtype's bytes
+                gathers += big
+                gathered += big_elements * width
+                # after every optimizer step ZeRO-3 all-gathers each parameter it keeps whole, one collective each
+                # (`DeepSpeedZeroOptimizer_Stage3._post_step`): the base's are in the probe's ZeRO-3 reference, and
+                # so in its hook figure; the adapters' are not
+                persistent = kept * lat + kept_elements * width * per_element
+                boundary_comm += persistent
+                boundary_exposed += persistent
             ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
             micro_comm = ag + reduce
             if overlap and prefetch_bucket_size > 0:
