@@ -403,8 +403,9 @@ def adapter_persistence(lora: tuple, persistence_threshold: float) -> tuple[int,
     """(adapter weights ZeRO-3 keeps whole, their elements, adapter weights it gathers, theirs) of `lora` (rank,
     dropout, (in, out, copies) of each adapted linear, as `PeftPlan.lora_work` gives it): A is rank x in, B out x
     rank, and ZeRO-3 keeps a parameter whole on every rank where its elements are at most
-    `stage3_param_persistence_threshold` (`DeepSpeedZeRoOffload.mark_persistent_parameters`). Rank 8 on a 4096-wide
-    model keeps every A and the B of each linear no wider than 40,960 / 8: HF's "auto" threshold is 10 x hidden."""
+    `stage3_param_persistence_threshold` (`DeepSpeedZeRoOffload.mark_persistent_parameters`). At rank 8 on a
+    4096-wide llama (HF's "auto" threshold: 10 x hidden, 40,960 elements) that is every A and B whose other side is
+    at most 5,120 wide: all but the MLP's 11,008-wide side (gate's and up's B, down's A), gathered in each pass."""
     rank, linears = lora[0], lora[2]
     kept = big = 0
     kept_elements = big_elements = 0.0
