@@ -28,6 +28,8 @@ each probe and then run every case once) and profile.json (the median `zerokit p
   39 pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-28-amd-all: the eleven and LoRA with trainable copies on an AMD EPYC with AVX-512
   BF16, three rounds: worst error 15.8%; 44 of 46 pairs ranked as measured, the 2 others (LoRA at ZeRO-3) held.
+- tests/data/step_time/2026-11-28-amd-all2: the same twelve on the same machine 75 minutes later: full training
+  planned 9-24% slow (worst +23.5%, not met, held at 25%), 40 of 43 pairs ranked as measured, the 3 others held.
 
 The issue's target is 20% on every case. The ranking is checked wherever two setups differ by > 15% and by more
 than the spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart.
@@ -361,3 +363,29 @@ def test_the_amd_epycs_pairs_are_ranked_as_measured_but_the_known_lora_zero3_one
     flipped = {tuple(sorted((a, b))) for a, b, same in pairs if not same}
     assert sum(same for _, _, same in pairs) >= AMD_ALL.pairs
     assert flipped <= {tuple(sorted(p)) for p in AMD_ALL_FLIPS}, flipped
+
+
+# The same twelve cases on the same AMD EPYC 75 minutes later (2026-11-28, three rounds, a probe in each): the
+# full-training cases ran 8.7-23.5% faster than planned (zero1 +23.4% and zero2_ckpt +23.5%: not met), the adapters'
+# cases within 10.6%; 40 of the 43 pairs told apart ranked as measured, the 3 others each a full-training case planned
+# slow against LoRA/QLoRA. In both measurements here full training ran faster than planned (+7-16%, then +9-24%):
+# its bucket flushes and gloo reduces (0.12 s of a planned 0.25 s step) are priced from the probe's ZeRO-2 reference,
+# whose own step at the plan's buckets took 0.31-0.32 s against ZeRO-2's 0.19-0.20 s. Kept and held at 25%, so
+# that the gap cannot grow unseen; the README says what is known of it.
+AMD_ALL2 = Measurement(DATA / "2026-11-28-amd-all2", 40)
+AMD_ALL2_FLIPS = {("qlora_zero2_ckpt", "zero1"), ("lora_zero3", "zero3"), ("lora_zero3", "zero2_ckpt")}
+AMD_ALL2_TOLERANCE = 0.25
+
+
+@pytest.mark.parametrize("name", ALL_CASES + ("lora_save_zero2",))
+def test_every_case_within_25_percent_on_the_amd_epycs_second_measurement(name):
+    assert set(AMD_ALL2.measured["cases"]) == set(ALL_CASES) | {"lora_save_zero2"}
+    case = AMD_ALL2.measured["cases"][name]
+    assert predicted(AMD_ALL2, case) == pytest.approx(case["median_s"], rel=AMD_ALL2_TOLERANCE)
+
+
+def test_the_amd_epycs_second_measurement_ranks_its_pairs_as_measured_but_three():
+    pairs = told_apart(AMD_ALL2)
+    flipped = {tuple(sorted((a, b))) for a, b, same in pairs if not same}
+    assert sum(same for _, _, same in pairs) >= AMD_ALL2.pairs
+    assert flipped <= {tuple(sorted(p)) for p in AMD_ALL2_FLIPS}, flipped
