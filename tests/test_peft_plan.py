@@ -607,3 +607,18 @@ def test_a_tied_head_gets_a_copy_of_its_own_and_the_plan_says_so(capsys, tmp_pat
     assert doc["model"]["trainable_parameters"] == TINY_LORA_16 + 2 * TINY_EMBEDDING
     assert any("ties its head to its embedding, and PEFT trains the two modules_to_save copies apart" in w
                for w in doc["warnings"])
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+@pytest.mark.parametrize("save", ["", "embed_tokens,lm_head"])
+def test_the_step_time_model_trains_the_adapters_in_the_width_the_plan_gives_them(method, save):
+    """The memory side (`PeftPlan.fp32_adapters`: LoRA at ZeRO-3 without copies) and the step-time model, which sees
+    only its own arguments (`adapters_in_fp32`), say the same for every stage."""
+    from zerokit.models.resolve import resolve_model
+    from zerokit.perf.model import adapters_in_fp32
+    from zerokit.planner.peft import plan_peft
+
+    peft = plan_peft(resolve_model(TINY), method, 8, "all-linear", None, "bf16", save)
+    answers = [peft.fp32_adapters(stage) for stage in range(4)]
+    assert answers == [adapters_in_fp32(stage, peft.lora_work, peft.saved_work) for stage in range(4)]
+    assert answers[3] == (method == "lora" and not save) and not any(answers[:3])

@@ -399,6 +399,13 @@ def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepT
     return result
 
 
+def adapters_in_fp32(zero_stage: int, lora: tuple | None, saved: tuple[int, int]) -> bool:
+    """Whether `step_time`'s adapters train in fp32: `PeftPlan.fp32_adapters`'s rule in this model's arguments (LoRA
+    at ZeRO-3, not QLoRA, whose `lora` adds its 4-bit weights, and without modules_to_save copies, `saved`'s
+    parameters); tests/test_peft_plan.py holds the two to the same answer."""
+    return zero_stage == 3 and lora is not None and len(lora) <= 3 and not saved[0]
+
+
 def adapter_persistence(lora: tuple, persistence_threshold: float) -> tuple[int, float, int, float]:
     """(adapter weights ZeRO-3 keeps whole, their elements, adapter weights it gathers, theirs) of `lora` (rank,
     dropout, (in, out, copies) of each adapted linear, as `PeftPlan.lora_work` gives it): A is rank x in, B out x
@@ -475,8 +482,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     quantized = lora[3] if qlora else 0  # QLoRA's 4-bit weights
     adapter_t = adapter_flops = 0.0
     adapter_modules = 0
-    # LoRA's adapters at ZeRO-3 run in fp32 (`PeftPlan.fp32_adapters`), but for QLoRA and beside copies
-    fp32_adapters = zero_stage == 3 and lora is not None and not qlora and not saved[0]
+    fp32_adapters = adapters_in_fp32(zero_stage, lora, saved)
     if share < 1.0:
         copies, head = saved
         adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
