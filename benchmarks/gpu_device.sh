@@ -16,7 +16,10 @@
 # (nine cases in 7 min 12 s, the three offload cases alone in 5 min). The data come back under $OUT/gpu: copy them
 # to tests/data/gpu/<date>-<gpu> and read them with `python benchmarks/gpu_runs.py --out DIR`. The depth runs of
 # tests/data/gpu/2026-11-26-h200-depths: `run --cases zero2,zero3 --layers 8` in 6 min 7 s (the ops and probe
-# included), then the 16- and 4-layer runs in 3 min (about 40 s a case).
+# included), then the 16- and 4-layer runs in 3 min (about 40 s a case). 2026-11-28, `run --cases sweep`
+# (tests/data/gpu/2026-11-28-h200-sweep): 6 min 28 s, the probe 56 s and eight cases of 31-38 s. The ranks of the
+# probe and of the runs import zerokit from this checkout: PYTHONPATH holds it beside /tmp/site (without it the
+# probe's rank failed: "No module named zerokit").
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 case "$1" in
@@ -42,7 +45,7 @@ run)
   [ -n "$OUT" ] || { echo "gpu_device.sh run: \$OUT is not set (run it through the device tool)"; exit 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 PYTHONUNBUFFERED=1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=16 PYTHONUNBUFFERED=1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT"/nvidia-smi.txt
   for op in FusedAdamBuilder CPUAdamBuilder; do
     python3 -c "from deepspeed.accelerator import get_accelerator as g; g().create_op_builder('$op').load()" \
@@ -54,7 +57,7 @@ depths)
   [ -n "$OUT" ] || { echo "gpu_device.sh depths: \$OUT is not set (run it through the device tool)"; exit 2; }
   [ -f "$OUT"/gpu/profile.json ] || [ -f /tmp/zerokit-depths/profile.json ] \
     || { echo "gpu_device.sh depths: no probe profile: run \`gpu_device.sh run --cases zero2,zero3 --layers 8\` first"; exit 2; }
-  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1
   mkdir -p /tmp/zerokit-depths
   [ -f "$OUT"/gpu/profile.json ] && cp "$OUT"/gpu/profile.json /tmp/zerokit-depths/
   for layers in ${2:-16 4}; do

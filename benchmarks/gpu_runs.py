@@ -89,9 +89,11 @@ DEFAULT_CASES = tuple(CASES)
 # section). `--cases sweep` trains them; a per-case seq_len is scaled by SEQ_LEN's share under --small.
 SWEEP = {
     "zero2_mb1_seq512": {"stage": 2, "micro_batch": 1, "seq_len": 512},
+    "zero2_mb1_seq1024": {"stage": 2, "micro_batch": 1, "seq_len": 1024},
     "zero2_mb1": {"stage": 2, "micro_batch": 1},
     "zero2_mb8": {"stage": 2, "micro_batch": 8},
     "lora_zero2_mb1_seq512": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1, "seq_len": 512},
+    "lora_zero2_mb1_seq1024": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1, "seq_len": 1024},
     "lora_zero2_mb1": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 1},
     "lora_zero2_mb8": {"stage": 2, "peft": "lora", "lora_rank": 8, "micro_batch": 8},
 }
