@@ -280,3 +280,27 @@ def test_the_gradient_partition_counts_each_tensor_it_reaches_whole(sizes, n, ex
     from zerokit.memory.estimate import whole_share
 
     assert whole_share(sizes, n) == expected
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_cublas_workspaces_count_in_every_phase_on_a_gpu_and_not_on_the_cpu(stage):
+    """torch allocates a 32 MiB cuBLAS workspace per handle and stream through the caching allocator on Hopper, one
+    for the forward's thread and one for autograd's: every one-GPU training in tests/data/gpu held 67,108,864 bytes
+    beyond the model's tensors in every phase. DeepSpeed's CPU accelerator has no cuBLAS. (At ZeRO-0 and 3 nothing
+    else tells the two accelerators apart in the cost layer.)"""
+    from zerokit.memory.activations import ActivationEstimate
+    from zerokit.memory.estimate import CUBLAS_WORKSPACES, costs_of
+    from zerokit.models.resolve import resolve_model
+
+    assert CUBLAS_WORKSPACES == 2 * 32 * 2**20 == 67_108_864
+    model = resolve_model("llama-2-7b")
+    act = ActivationEstimate(activations=10**9, transient=3 * 10**8, generic=False, forward_transient=10**8, loss_transient=2 * 10**8,
+                             head_transient=10**8, layer_transient=3 * 10**8, head_weight_gradient=10**8)
+    gpu, cpu = (costs_of(model, 8, accelerator, stage, "none", "none", 1, "bf16", hf_auto_settings(4096), 10**9)
+                for accelerator in ("cuda", "cpu"))
+    on_gpu, on_cpu = gpu.phases(act), cpu.phases(act)
+    for phase in on_gpu:
+        assert on_gpu[phase].total - on_cpu[phase].total == CUBLAS_WORKSPACES, phase
+        assert on_gpu[phase].buffers - on_cpu[phase].buffers == CUBLAS_WORKSPACES, phase
+    assert gpu.need(act) - cpu.need(act) == CUBLAS_WORKSPACES
+    assert gpu.headroom(200 * 2**30)[0] + CUBLAS_WORKSPACES == cpu.headroom(200 * 2**30)[0]

@@ -162,10 +162,12 @@ def test_offload_chosen_where_plain_zero3_fits_says_it_is_for_speed():
 
 
 def test_in_a_tie_the_setup_with_headroom_beats_an_earlier_one_at_the_edge():
-    """phi-3-medium on 8 V100-32GBs at 2,048 tokens: ZeRO-3 + optimizer offload and ZeRO-3 + full offload both train
-    micro-batch 16 at 60.72 s a step (the parameters' copies hide behind the gathers), but the first needs 99.9% of
-    the GPU and the second 91.6%: the one with headroom is kept, and the reasons say why."""
-    p = plan(resolve_model("phi-3-medium"), resolve_hardware("v100-32gb", gpus_per_node=8), Training(seq_len=2048))
+    """phi-3-medium on 8 V100-32GBs at 2,036 tokens: ZeRO-3 + optimizer offload and ZeRO-3 + full offload both train
+    micro-batch 16 at 58.9 s a step (the parameters' copies hide behind the gathers), but the first needs 99.6% of
+    the GPU and the second 91.3%: the one with headroom is kept, and the reasons say why. (At 2,048 tokens, before
+    cuBLAS's workspaces were counted, the same tie stood at 99.9%; with them the first needs more than the GPU's
+    memory allows at micro-batch 16 and drops to smaller buckets.)"""
+    p = plan(resolve_model("phi-3-medium"), resolve_hardware("v100-32gb", gpus_per_node=8), Training(seq_len=2036))
     tight, roomy = (next(c for c in p.candidates if c.fits and c.setup.zero_stage == 3
                          and c.setup.offload_param == param) for param in ("none", "cpu"))
     assert p.candidates.index(tight) < p.candidates.index(roomy)
@@ -174,10 +176,10 @@ def test_in_a_tie_the_setup_with_headroom_beats_an_earlier_one_at_the_edge():
     assert _is_chosen(p, roomy) and _is_chosen(p, _expected_choice(p))
     assert any(r.startswith("ZeRO-3 + cpu offload (optimizer and parameters) + checkpointing at micro-batch 16, ")
                and "ZeRO-3 + cpu optimizer offload + checkpointing at micro-batch 16" in r
-               and "but needs 99.9% of the GPU's memory, and the setup with headroom is kept" in r for r in p.reasons)
+               and "but needs 99.6% of the GPU's memory, and the setup with headroom is kept" in r for r in p.reasons)
     [why] = [r for r in p.reasons if r.startswith("Offload ")]
     assert "to cpu for headroom: the fastest setup with less offloaded, ZeRO-3 + cpu optimizer offload" in why
-    assert why.endswith("is within 2% of its speed but needs 99.9% of the GPU's memory.")
+    assert why.endswith("is within 2% of its speed but needs 99.6% of the GPU's memory.")
 
 
 @pytest.mark.parametrize("cpu_memory, nvme_size, what", [

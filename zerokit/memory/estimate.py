@@ -106,6 +106,12 @@ STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
 """`engine.allreduce_gradients` flattens ZeRO-0's gradients into buckets of this many elements."""
 FP32 = 4
 ADAM = 8
+CUBLAS_WORKSPACES = 2 * 32 * 2**20
+"""The cuBLAS workspaces torch allocates through the caching allocator, live from a step's first matmul on: one per
+cuBLAS handle and stream (`cublas_handle_stream_to_workspace`), so one for the forward's thread and one for
+autograd's backward thread; 32 MiB each on Hopper (NVIDIA's recommended size there, torch's default for it),
+about 8 MiB on earlier GPUs, planned at Hopper's size. Every phase of every one-GPU training in tests/data/gpu (H100
+and H200) held 64 MiB of allocations beyond the model's tensors before it was counted: 67.1 MB."""
 
 
 @dataclass(frozen=True)
@@ -156,11 +162,12 @@ class StepCosts:
         "params_rest",
         "step_grads",
         "step_transient",
+        "workspace",
     )
 
     def __init__(self, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
                  grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
-                 end_grads: int = 0, end_transient: int = 0, overhead: int = 0) -> None:
+                 end_grads: int = 0, end_transient: int = 0, overhead: int = 0, workspace: int = 0) -> None:
         self.params_rest = params_rest
         """16-bit parameters resident between steps (whole below ZeRO-3, the partition and persistent ones at 3)."""
         self.gathered = gathered
@@ -184,9 +191,13 @@ class StepCosts:
         self.end_transient = end_transient
         """ZeRO-0 at the end of backward: the gradients and the flat all-reduce copy, activations freed."""
         self.overhead = overhead
-        self._base = params_rest + gathered + opt_rest + grads_rest + grads_held + overhead
-        self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + overhead
-        self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + overhead
+        self.workspace = workspace
+        """cuBLAS's workspaces, live in the caching allocator from the first matmul on (`CUBLAS_WORKSPACES`), counted
+        among the buffers of every phase."""
+        fixed = overhead + workspace
+        self._base = params_rest + gathered + opt_rest + grads_rest + grads_held + fixed
+        self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + fixed
+        self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + fixed
                            if end_grads else 0)
         self.integral = (type(self._base) is int and type(self._end_total) is int and type(self._step_total) is int
                          and type(grads_backward) is int and type(buffers_backward) is int)
@@ -230,19 +241,19 @@ class StepCosts:
                         ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
         """`phase_totals` of an ActivationEstimate given by its fields (the planner's analytic figures are these
         numbers, and it builds no estimate object for them)."""
-        ovh, opt = self.overhead, self.opt_rest
+        ovh, opt, ws = self.overhead, self.opt_rest, self.workspace
         params = self.params_rest + self.gathered
         grads = self.grads_rest + self.grads_held
         later = grads + self.grads_backward
         lp = loss // 2  # the fp32 log-probabilities, freed once the loss backward is done
-        held, buckets = a - lp, self.buffers_backward
+        held, buckets = a - lp, self.buffers_backward + ws
         # the loss backward: fp32 gradients of log-probabilities and logits, every activation still held
-        backward = (params, grads, opt, a, loss, 0, ovh)
-        peak = params + grads + opt + a + loss + 0 + ovh
+        backward = (params, grads, opt, a, loss, ws, ovh)
+        peak = params + grads + opt + a + loss + ws + ovh
         # the lm_head backward: the logits gradient and the head's weight gradient
-        total = params + grads + opt + held + head + 0 + ovh
+        total = params + grads + opt + held + head + ws + ovh
         if total > peak:
-            backward, peak = (params, grads, opt, held, head, 0, ovh), total
+            backward, peak = (params, grads, opt, held, head, ws, ovh), total
         # the first reduce (at the next parameter's gradient hook): the head's weight gradient is reduced into the
         # newly allocated partition through the buckets; the logits gradient is gone
         total = params + later + opt + held + head_gradient + buckets + ovh
@@ -254,14 +265,14 @@ class StepCosts:
             backward, peak = (params, later, opt, held, layer, buckets, ovh), total
         if self.end_grads:  # ZeRO-0's all-reduce at the end of backward
             end_grads = self.grads_rest + self.end_grads
-            total = self.params_rest + end_grads + opt + 0 + self.end_transient + 0 + ovh
+            total = self.params_rest + end_grads + opt + 0 + self.end_transient + ws + ovh
             if total > peak:
-                backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, 0, ovh), total
+                backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, ws, ovh), total
         step_grads = self.grads_rest + self.step_grads
-        return (((params, grads, opt, a, forward, 0, ovh), backward,
-                 (self.params_rest, step_grads, opt, 0, self.step_transient, 0, ovh)),
-                (params + grads + opt + a + forward + 0 + ovh, peak,
-                 self.params_rest + step_grads + opt + 0 + self.step_transient + 0 + ovh))
+        return (((params, grads, opt, a, forward, ws, ovh), backward,
+                 (self.params_rest, step_grads, opt, 0, self.step_transient, ws, ovh)),
+                (params + grads + opt + a + forward + ws + ovh, peak,
+                 self.params_rest + step_grads + opt + 0 + self.step_transient + ws + ovh))
 
 
 def activation_figures(act: ActivationEstimate) -> tuple[int, int]:
@@ -335,6 +346,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
+    ws = 0 if gloo else CUBLAS_WORKSPACES
     t = parameters if trainable is None else trainable
     whole = e * t + frozen_bytes  # every parameter, in the bytes it trains in
     tn = _div(t, n)
@@ -349,7 +361,8 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         # grads_backward, buffers_backward, step_grads, step_transient, end_grads, end_transient, overhead): a
         # dozen of these per plan, where binding twelve keywords showed
         return StepCosts(whole, 0, master + ADAM * t, 0, grads if held else 0, 0, 0,
-                         grads, 2 * FP32 * t if mixed else 0, grads, e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead)
+                         grads, 2 * FP32 * t if mixed else 0, grads, e * min(t, STAGE0_ALLREDUCE_ELEMENTS), overhead,
+                         ws)
     buckets = (2 if buffers.overlap_comm else 1) * bucket
     if zero_stage in (1, 2):
         allgather = e * t if gloo else 0
@@ -358,7 +371,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
             # of the largest parameter's size (`temp_grad_buffer_for_gpu_offload`); no partition on the GPU
             held_bytes = e * t + buckets if held and zero_stage == 1 else 0
             return StepCosts(whole, 0, 0, e * largest_layer, held_bytes, 0, 0 if held_bytes else buckets,
-                             0, allgather, 0, 0, overhead)
+                             0, allgather, 0, 0, overhead, ws)
         # the gradient partition's buffer holds every tensor that reaches into the rank's share whole
         # (stage_1_and_2.copy_grads_in_partition sums their numel): `grad_partition` where the tensors are known
         partition = e * (grad_partition or tn)
@@ -372,7 +385,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         # (stage_1_and_2.get_grad_norm_direct): the largest trainable tensor's share of it
         step = max(step, partition + NORM_BYTES * min(norm_tensor, tn))
         return StepCosts(whole, 0, opt, 0, held_bytes, backward, 0 if held and zero_stage == 1 else buckets,
-                         max(step, allgather), 0, 0, 0, overhead)
+                         max(step, allgather), 0, 0, 0, overhead, ws)
     # ZeRO-3: with the optimizer offloaded, the gradient partitions live on the host too (stage3.py allocates
     # grad_partitions_flat_buffer on `self.device`, the offload device) and the step runs there
     params_on_gpu = offload_param == "none"
@@ -416,7 +429,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         # ZeRO-2's, the gradient partition, not 2.8 GB)
         gathered = persistent_bytes = 0
     return StepCosts(partition16 + persistent_bytes, gathered, opt, grad_partitions + bucket, 0, 0, 0, step, 0, 0, 0,
-                     overhead)
+                     overhead, ws)
 
 
 def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *, precision: str | None = None,

@@ -802,9 +802,11 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
                "overlap_comm off (its ~4.5x bucket memory would cost micro-batch size or force checkpointing)")
     live = f", {format_count(b.max_live_parameters)} live parameters" if s.zero_stage == 3 else ""
     when = ""
-    if bucket and not e.candidate.memory.buffers:
+    if bucket and e.candidate.memory.buffers <= costs.workspace:
         when = (" (alive from the first gradient reduce to the end of backward, so not in the memory table, whose "
-                "peak comes before or after them)")
+                "peak comes before or after them" + (f"; its buffers row is cuBLAS's workspaces, "
+                                                      f"{format_bytes(costs.workspace)}" if costs.workspace else "")
+                + ")")
     return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU{when}."
 
 
