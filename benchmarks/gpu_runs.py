@@ -4,6 +4,10 @@
     python benchmarks/gpu_runs.py --measure    # on a GPU machine: probe it, plan and train every case (minutes),
                                                # rewrite tests/data/gpu/{profile,measured}.json
     python benchmarks/gpu_runs.py --measure --cases sweep --out DIR   # the tokens-per-micro-batch sweep (SWEEP)
+    python benchmarks/gpu_runs.py --out DIR --profile OTHER/profile.json   # DIR's runs planned with another
+                                               # lease's probe of that GPU (the sweep's, with the first probe that
+                                               # timed the host)
+    python benchmarks/gpu_runs.py --out DIR --rederive   # DIR's profile written again from its own measurements
 
 --measure runs `zerokit probe` (one rank per GPU, as the deepspeed runner starts them), then plans each case with
 the probe's profile exactly as `zerokit plan --hardware profile.json --target deepspeed` does (the case's setup
@@ -212,6 +216,25 @@ def measure(cases: list[str], warmup: int, steps: int, small: bool, out_dir: Pat
                              else f"FAILED {run['error']}\n  " + "\n  ".join(run["log_tail"])), flush=True)
 
 
+def rederive(path: Path) -> dict:
+    """The probe profile at `path` made again from its own measurements under today's derivation
+    (`zerokit.perf.probe.engine_figures`, then the profile as `zerokit probe` writes it): for a profile whose
+    measurements hold a figure its zerokit did not derive yet (tests/data/gpu/2026-11-28-h200-host: the host's
+    timings, taken by the probe before it made figures of them)."""
+    from zerokit.perf import profile_to_json
+    from zerokit.perf.probe import _machine_from_measurements, engine_figures
+
+    raw = json.loads(path.read_text())["measurements"]
+    engine = raw.get("engine_step")
+    if engine:
+        partial = _machine_from_measurements({**raw, "engine_step": None})
+        steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
+                 "zero3_plan": engine["zero3_step_s"]}
+        engine.update(engine_figures(partial, engine["model"], steps, engine["linears"], raw["ranks"],
+                                     engine["seq_len"], engine["micro_batch"], engine.get("host")))
+    return profile_to_json(_machine_from_measurements(raw), raw)
+
+
 def case_setup(name: str, small: bool) -> dict:
     """The case's setup as trained and recorded (`plan_case` plans it again from the record): a sweep case's
     sequence under --small in the share of the small model's sequence that it is of SEQ_LEN."""
@@ -230,7 +253,7 @@ def case_names(text: str) -> list[str]:
     return names
 
 
-def report(data_dir: Path, compute_scale: float | None = None) -> int:
+def report(data_dir: Path, compute_scale: float | None = None, profile_path: Path | None = None) -> int:
     from dataclasses import replace
 
     from zerokit.perf import load_profile
@@ -238,18 +261,20 @@ def report(data_dir: Path, compute_scale: float | None = None) -> int:
     if not (data_dir / MEASURED.name).exists():
         print(f"no GPU measurements in {data_dir}: run `python benchmarks/gpu_runs.py --measure` on a GPU machine")
         return 0
-    perf = load_profile(str(data_dir / PROFILE.name))
+    profile_path = profile_path or data_dir / PROFILE.name
+    perf = load_profile(str(profile_path))
     if compute_scale is not None:
         perf = replace(perf, compute_scale=compute_scale)
     measured = json.loads((data_dir / MEASURED.name).read_text())
-    profile = json.loads((data_dir / PROFILE.name).read_text())
+    profile = json.loads(profile_path.read_text())
     device_memory = profile["measurements"]["device_memory_bytes"]
     model, seq_len, ranks = measured["model"], measured["seq_len"], measured["ranks"]
     print(f"Real DeepSpeed trainings on {measured['device']} x {ranks} ({measured['date']}; llama "
           f"{model['hidden_size']} x {model['num_hidden_layers']} layers, seq {seq_len}, bf16; "
           f"{', '.join(f'{k} {v}' for k, v in measured['versions'].items())}), each the plan's own ds_config, "
           "against the plan with "
-          + ("this GPU's probe profile" if "profile_device" not in measured else
+          + (f"the probe profile {profile_path} (another lease's)" if profile_path != data_dir / PROFILE.name else
+             "this GPU's probe profile" if "profile_device" not in measured else
              f"the probe profile of another machine, an {measured['profile_device']}")
           + f" (compute scale {perf.compute_scale:.2f}"
           + (", set by --compute-scale)" if compute_scale is not None else ")"))
@@ -333,16 +358,22 @@ def main() -> int:
     p.add_argument("--small", action="store_true", help="a tiny model, to try the pipeline on a CPU")
     p.add_argument("--layers", type=int, help="the llama at this many decoder layers instead (--measure)")
     p.add_argument("--compute-scale", type=float, help="the table with this compute_scale instead of the profile's")
+    p.add_argument("--profile", type=Path, help="the table with this profile.json (another lease's probe of the same "
+                   "GPU) instead of --out's")
     p.add_argument("--reuse-profile", action="store_true", help="keep --out's profile instead of probing again")
     p.add_argument("--keep", type=Path, nargs="?", const=MEASURED, default=None,
                    help="keep the other cases' trainings from this measured.json (default: the committed one)")
+    p.add_argument("--rederive", action="store_true",
+                   help="write --out's profile.json again from its own measurements under today's derivation")
     args = p.parse_args()
+    if args.rederive:
+        _write(args.out / PROFILE.name, rederive(args.out / PROFILE.name))
     if args.layers is not None and not 1 <= args.layers <= 256:
         p.error(f"--layers {args.layers}: give 1..256 decoder layers")
     if args.measure:
         measure(case_names(args.cases), args.warmup, args.steps, args.small, args.out,
                 args.reuse_profile, args.keep, args.layers)
-    return report(args.out, args.compute_scale)
+    return report(args.out, args.compute_scale, args.profile)
 
 
 if __name__ == "__main__":

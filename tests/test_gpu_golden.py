@@ -8,7 +8,15 @@
 - tests/data/gpu/2026-11-27-h100: an H100 80 GB again (a fresh machine), the nine cases with today's probe and model;
 - tests/data/gpu/2026-11-27-h200-lora: an H200 (the device tool's second call found no H100), LoRA at ZeRO-2 and
   ZeRO-3 beside full ZeRO-2 and ZeRO-3, planned with the H100's profile of that morning (`--reuse-profile`: no
-  device time was left for a probe), the first LoRA runs on a GPU.
+  device time was left for a probe), the first LoRA runs on a GPU;
+- tests/data/gpu/2026-11-28-h200-sweep: an H200, the tokens-per-micro-batch sweep (`--cases sweep`: 512 to 16,384
+  tokens, full and LoRA at ZeRO-2). From 512 to 2,048 tokens every step took 0.14-0.19 s, full or LoRA, three
+  times its kernels: the host paced them. Its probe did not time the host yet, so its runs are planned with the
+  next lease's probe, which did;
+- tests/data/gpu/2026-11-28-h200-host: an H200 (a fresh machine, minutes later), the probe that times the host at a
+  few tokens (`Probe.host_floor`; its profile re-derived from its measurements by `gpu_runs.py --rederive`, as its
+  probe timed the host before zerokit made figures of it), and four of the sweep's cases again. Its CPU Adam figure
+  is torch's AdamW (cpu_adam was not built, to save device time): no offload case is planned with it.
 
 `python benchmarks/gpu_runs.py --measure [--out DIR] [--cases ...]` on a GPU machine wrote the golden data: a 0.9B
 llama trained by the `deepspeed` runner with each plan's own ds_config, steps timed, the caching allocator's peaks
@@ -40,7 +48,11 @@ GPUS = {"h100": (DATA, "H100", (0, 16, False)), "h200": (DATA / "2026-11-26-h200
         **{f"h200-depth{layers}": (DATA / "2026-11-26-h200-depths" / f"layers{layers}", "H200", None)
            for layers in (4, 8, 16)},
         "h100-1127": (DATA / "2026-11-27-h100", "H100", (0, 16, False)),
-        "h200-lora": (DATA / "2026-11-27-h200-lora", "H200", None)}
+        "h200-lora": (DATA / "2026-11-27-h200-lora", "H200", None),
+        "h200-sweep": (DATA / "2026-11-28-h200-sweep", "H200", None),
+        "h200-host": (DATA / "2026-11-28-h200-host", "H200", None)}
+# the probe profile a machine's runs are planned with, where not its own
+PLANNED_WITH = {"h200-sweep": DATA / "2026-11-28-h200-host"}
 MEASURED = {gpu: json.loads((d / "measured.json").read_text()) for gpu, (d, _, _) in GPUS.items()}
 PROFILE = {gpu: json.loads((d / "profile.json").read_text()) for gpu, (d, _, _) in GPUS.items()}
 RUNS = [(gpu, name) for gpu in GPUS for name in sorted(MEASURED[gpu]["cases"])]
@@ -56,6 +68,8 @@ RUNS = [(gpu, name) for gpu in GPUS for name in sorted(MEASURED[gpu]["cases"])]
 # told apart and all ranked as they ran: held at the issue's 20%. The H200's LoRA runs (with that H100's profile):
 # LoRA ZeRO-2 -3.1%, ZeRO-3 -1.4% (+45.3% and +6.8% before the adapters' thin products were bounded by their memory
 # pass, zerokit.perf.model._lora_parts), full ZeRO-2 +11.8% and ZeRO-3 +5.7% beside them: held at 20%.
+# The H200 sweep (planned with the next lease's probe, the first to time the host) and that lease's own four runs:
+# within 16.7% and 16.3% (-57% to -61% at 512 and 1,024 tokens before the host's figures, benchmarks/gpu_runs.py).
 TIMED = [(gpu, name) for gpu, name in RUNS if gpu != "h100"]
 KNOWN_GAPS = {("h200", "zero3"): 0.25, ("h200-depth16", "zero2"): 0.30, ("h200-depth4", "zero2"): 0.30}
 
@@ -63,7 +77,7 @@ KNOWN_GAPS = {("h200", "zero3"): 0.25, ("h200-depth16", "zero2"): 0.30, ("h200-d
 def _plan(gpu: str, name: str):
     from zerokit.perf import load_profile
 
-    perf = load_profile(str(GPUS[gpu][0] / "profile.json"))
+    perf = load_profile(str(PLANNED_WITH.get(gpu, GPUS[gpu][0]) / "profile.json"))
     measured = MEASURED[gpu]
     return harness.plan_case(measured["cases"][name]["setup"], perf,
                              PROFILE[gpu]["measurements"]["device_memory_bytes"], measured["ranks"],
@@ -114,7 +128,7 @@ PRESETS = {"h100": "h100-80gb", "h200": "h200", "h200-offload": "h200",
 PRESET_TOLERANCE = {"h200-depth4": 0.25, "h200-depth8": 0.25, "h200-depth16": 0.25}
 
 
-@pytest.mark.parametrize("gpu,name", RUNS)
+@pytest.mark.parametrize("gpu,name", [(gpu, name) for gpu, name in RUNS if gpu in PRESETS])
 def test_the_presets_alone_plan_every_run_within_20_percent(gpu, name):
     """No probe: the step time `zerokit plan --gpu h100-80gb/h200` predicts for each run of the first three machines
     (21 runs, worst +13.7%; the H100's too: its times are real, only its profile's ZeRO-3 reference was mis-shaped),
@@ -133,9 +147,32 @@ def test_the_presets_alone_plan_every_run_within_20_percent(gpu, name):
     assert abs(error) <= PRESET_TOLERANCE.get(gpu, 0.20), error
 
 
+HOST_PACED = [(gpu, name) for gpu in ("h200-sweep", "h200-host") for name in sorted(MEASURED[gpu]["cases"])
+              if "mb1" in name]
+
+
+@pytest.mark.parametrize("gpu,name", HOST_PACED)
+def test_a_preset_cannot_see_a_host_that_paces_few_tokens(gpu, name):
+    """The known limit of the presets (no probe): they take the host to keep ahead of the device, so the sweep's
+    runs of 512 to 2,048 tokens a micro-batch, paced by the host, are planned 42-72% fast from the H200 preset,
+    where the probe's host figures plan them within 17% (test_the_planned_step_time_is_within_20_percent_of_the_
+    measured_one). Hosts differ too much for one figure to stand for them: this H200's host took twice as long per
+    layer as the Qwen team's A100 host (benchmarks/step_time.py), so the presets leave it to `zerokit probe`."""
+    from zerokit.perf.machine import machine_from_preset
+
+    measured, run = MEASURED[gpu], MEASURED[gpu]["cases"][name]
+    result = harness.plan_case(run["setup"], machine_from_preset("h200"),
+                               PROFILE[gpu]["measurements"]["device_memory_bytes"], measured["ranks"],
+                               measured["model"], measured["seq_len"])
+    error = (result.performance.step_time_s - run["median_s"]) / run["median_s"]
+    assert -0.75 < error < -0.35, error
+    assert abs((_plan(gpu, name).performance.step_time_s - run["median_s"]) / run["median_s"]) <= 0.20
+
+
 @pytest.mark.parametrize("gpu,told_apart_at_least",
                          [("h200", 3), ("h200-offload", 3), ("h200-depth4", 1), ("h200-depth8", 1),
-                          ("h200-depth16", 1), ("h100-1127", 30), ("h200-lora", 5)])
+                          ("h200-depth16", 1), ("h100-1127", 30), ("h200-lora", 5), ("h200-sweep", 25),
+                          ("h200-host", 6)])
 def test_setups_that_ran_apart_are_ranked_as_they_ran(gpu, told_apart_at_least):
     """Time per token (the planned case trains more per step), wherever two runs differ by more than 15%."""
     rows = []
@@ -196,9 +233,9 @@ def test_the_planned_case_is_the_plans_own_choice_and_it_ran(gpu):
 
 @pytest.mark.parametrize("name", sorted(harness.SWEEP))
 def test_each_sweep_case_plans_what_it_asks_and_fits_an_80_gb_gpu(name):
-    """`gpu_runs.py --cases sweep` (untimed so far: no GPU lent since it was written) trains each case's plan as
-    planned: its micro-batch and sequence forced, and the plan must fit an H100 80 GB, the smallest GPU lent, with
-    the H100's probe."""
+    """`gpu_runs.py --cases sweep` (timed on an H200: tests/data/gpu/2026-11-28-h200-sweep) trains each case's plan
+    as planned: its micro-batch and sequence forced, and the plan must fit an H100 80 GB, the smallest GPU lent,
+    with the H100's probe."""
     from zerokit.perf import load_profile
 
     setup = harness.case_setup(name, small=False)

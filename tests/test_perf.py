@@ -196,6 +196,8 @@ def test_profile_round_trip(tmp_path):
     ({"h2d_pinned": 1e30}, "outside"),
     ({"collective_efficiency": 3}, "collective_efficiency = 3 is outside 0.01..1"),
     ({"compute_scale": 0.1}, "compute_scale = 0.1 is outside 0.25..8"),
+    ({"host_op_s": 2.0}, "host_op_s = 2.0 is outside 0..1"),  # a second a kernel: a broken or hand-edited profile
+    ({"host_optimizer_s": -1}, "host_optimizer_s must be a finite number >= 0"),
     ({"comm_overlaps_compute": "yes"}, "comm_overlaps_compute must be true or false"),
     ({"ranks_measured": 0}, "ranks_measured must be a whole number 1..1024"),
     ({"sources": {"a": 1}}, "sources must map figure names to strings"),
@@ -895,3 +897,46 @@ def test_eager_attention_moves_its_score_matrix_through_memory_pass_by_pass():
     assert extra(cfg, "eager") - extra(cfg, "sdpa") == pytest.approx(elements * (20 + 28) / 1e9)
     capped = dict(cfg, attn_logit_softcapping=50.0)
     assert extra(capped, "eager") - extra(capped, "sdpa") == pytest.approx(elements * (32 + 42) / 1e9)
+
+
+def test_a_gpu_host_paces_a_micro_batch_of_few_tokens_by_hand():
+    """Where the probe timed the GPU's host (`host_op_s`...), a ZeRO-0/1/2 micro-batch takes the longer of the
+    device's time (its kernels, a `bucket_flush_s` stall a flush) and the host's (`host_op_s` for each of the 270
+    kernels `host_kernels` counts in this 2-layer model, `host_flush_s` a flush), and a step at least the host's
+    optimizer step: what is beyond the device's lands in `overhead_s` (`host_excess`)."""
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.model import host_kernels
+
+    assert host_kernels(model_flops(TINY_LLAMA)) == 3 * (40 * 2 + 10) == 270
+    device = replace(FLAT, bucket_flush_s=5e-6)
+    host = replace(device, host_op_s=1e-6, host_flush_s=2e-5, host_optimizer_s=1e-3, host_adapter_s=1e-5)
+    kw = {"parameters": P, "seq_len": 32, "grad_accum": 4, "reduce_bucket_size": 10_000}
+
+    def extra(stage: int, micro_batch: int = 2, **more) -> tuple[float, float]:
+        base = step_time(TINY_LLAMA, device, zero_stage=stage, micro_batch=micro_batch, **kw, **more)
+        paced = step_time(TINY_LLAMA, host, zero_stage=stage, micro_batch=micro_batch, **kw, **more)
+        assert paced.compute_s == base.compute_s and paced.optimizer_s == base.optimizer_s
+        assert paced.step_time_s - base.step_time_s == pytest.approx(paced.overhead_s - base.overhead_s)
+        return paced.overhead_s - base.overhead_s, base.compute_s / 4
+
+    micro_host, flushes, wait = 270e-6, 16, 1e-3 - P / 1e9  # 16 buckets of 10,000 elements; the optimizer's wait
+    got, micro = extra(2)
+    assert micro == pytest.approx(3 * FWD / 1e12) and micro < micro_host
+    assert got == pytest.approx(4 * (micro_host + flushes * 2e-5 - micro - flushes * 5e-6) + wait)
+    got, _ = extra(1)  # ZeRO-1 flushes in the last micro-batch's backward only
+    assert got == pytest.approx(3 * (micro_host - micro) + (micro_host + flushes * 15e-6 - micro) + wait)
+    got, _ = extra(0)  # no ZeRO buckets, and the plain engine's optimizer step was not timed
+    assert got == pytest.approx(4 * (micro_host - micro))
+    got, _ = extra(2, offload_optimizer="cpu")  # CPU Adam steps on the host: no device step to wait for
+    assert got == pytest.approx(4 * (micro_host + flushes * 15e-6 - micro))
+    got, micro = extra(2, gradient_checkpointing=True)  # a third of the kernels again, recomputed
+    assert got == pytest.approx(4 * (micro_host * 4 / 3 + flushes * 15e-6 - micro) + wait)
+    lora = (4, 0.0, ((64, 64, 2), (64, 172, 2)))  # four adapted linears
+    got, micro = extra(2, lora=lora, trainable_parameters=1000)
+    assert got == pytest.approx(4 * (micro_host + 4 * 1e-5 + 15e-6 - micro) + 1e-3 - 1000 / 1e9)  # one flush
+    got, micro = extra(2, micro_batch=128)  # the device's kernels outlast the host's: only the optimizer's wait
+    assert micro > micro_host + flushes * 2e-5 and got == pytest.approx(wait)
+    assert extra(3)[0] == 0.0  # ZeRO-3's hooks synchronise one GPU before each module: the sum stands
+    cpu_base = step_time(TINY_LLAMA, replace(device, device="cpu"), zero_stage=2, micro_batch=2, **kw)
+    cpu = step_time(TINY_LLAMA, replace(host, device="cpu"), zero_stage=2, micro_batch=2, **kw)
+    assert cpu.step_time_s == cpu_base.step_time_s  # a CPU's host is its device: nothing runs ahead

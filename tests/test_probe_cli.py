@@ -297,7 +297,8 @@ def test_profiles_before_the_measured_scale_read_as_probed():
 
 PROFILES = Path(__file__).resolve().parent / "data"
 ENGINE_FIGURES = ("compute_scale", "measured_compute_scale", "bucket_flush_s", "zero3_module_overhead_s",
-                  "predicted_compute_s", "predicted_rest_s", "predicted_zero3_rest_s")
+                  "predicted_compute_s", "predicted_rest_s", "predicted_zero3_rest_s",
+                  "host_op_s", "host_adapter_s", "host_flush_s", "host_optimizer_s")
 
 
 def _references():
@@ -325,7 +326,7 @@ def test_the_engine_figures_are_what_the_time_model_makes_of_the_reference_steps
     steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
              "zero3_plan": engine["zero3_step_s"]}
     figures = engine_figures(partial, engine["model"], steps, engine["linears"], measurements["ranks"],
-                             engine["seq_len"], engine["micro_batch"])
+                             engine["seq_len"], engine["micro_batch"], engine.get("host"))
     for key in ENGINE_FIGURES:
         if key in engine:
             assert figures[key] == pytest.approx(engine[key], rel=1e-9, abs=1e-12), key
@@ -500,3 +501,34 @@ def test_an_interrupted_probe_lets_its_ranks_release_torchs_build_lock(tmp_path,
     codes = (128 + signal.SIGINT, 128 + signal.SIGTERM) if ctrl_c else (128 + signal.SIGTERM,)
     assert rank.returncode in codes
     assert not lock.exists()
+
+
+def test_the_hosts_figures_by_hand():
+    """`host_figures` from an H200's timings of the 8-layer reference at 32 tokens (tests/data/gpu/2026-11-28-h200-
+    host): 33.6 ms of forward and backward over the 990 kernels the model counts (3 x (40 x 8 + 10)), LoRA's 64.2 ms
+    less that over its 56 adapted linears, the optimizer step's 24.1 ms; a flush from the plan-bucket engine timed at
+    a few tokens, or where it was not (that probe), the most its full-token step allows."""
+    from zerokit.perf.probe import host_figures
+
+    config = json.loads((PROFILES / "gpu/2026-11-28-h200-host/profile.json").read_text())["measurements"][
+        "engine_step"]["model"]
+    host = {"forward_backward_s": 0.0336, "step_s": 0.0241, "lora_forward_backward_s": 0.0642,
+            "adapted_linears": 56}
+    got = host_figures(config, host, plan_engine=0.0820, extra_flushes=120)
+    assert got == pytest.approx({"host_op_s": 0.0336 / 990, "host_adapter_s": (0.0642 - 0.0336) / 56,
+                                 "host_optimizer_s": 0.0241, "host_flush_s": (0.0820 - 0.0336) / 120})
+    timed = host_figures(config, {**host, "plan_buckets_forward_backward_s": 0.0456}, 0.0820, 120)
+    assert timed["host_flush_s"] == pytest.approx(0.012 / 120)
+    bare = host_figures(config, {"forward_backward_s": 0.0336, "step_s": 0.0241}, 0.02, 120)  # no peft; a device-
+    assert bare["host_adapter_s"] == 0.0 and bare["host_flush_s"] == 0.0  # paced plan step bounds no flush
+
+
+def test_a_gpu_profile_with_the_hosts_figures_shows_them():
+    from zerokit.commands.probe import _host_rows
+    from zerokit.perf import load_profile
+
+    perf = load_profile(str(PROFILES / "gpu/2026-11-28-h200-host/profile.json"))
+    assert perf.host_op_s == pytest.approx(33.9e-6, rel=1e-3) and perf.sources["host_op_s"] == "probe"
+    rows = _host_rows(perf)
+    assert rows[0][1] == "33.9 us, 547 us per LoRA-adapted linear" and rows[1][1] == "404 us, 24.1 ms"
+    assert _host_rows(load_profile(str(PROFILES / "gpu/2026-11-26-h200/profile.json"))) == []

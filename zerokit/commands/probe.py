@@ -69,6 +69,7 @@ def render_table(perf, raw: dict) -> str:
         ("compute in a DeepSpeed step", f"x {perf.compute_scale:.2f} the kernel figures' time",
          perf.sources.get("compute_scale", "")),
         *_reference_steps(raw.get("engine_step")),
+        *_host_rows(perf),
         ("NVMe read / write", f"{rate(perf.nvme_read)} / {rate(perf.nvme_write)}", perf.sources.get("nvme", "")),
         ("inter-node network", rate(perf.inter_node_bandwidth), perf.sources.get("inter_node_bandwidth", "")),
     ]
@@ -95,6 +96,18 @@ def _lora_rows(perf) -> list[tuple[str, str, str]]:
         fit = {"overhead_s": perf.quantized_linear_overhead_s, "elements_per_s": perf.dequant_elements_per_s}
         rows.append(("4-bit linear over bf16 (QLoRA)", quantized_summary(fit), perf.sources.get("quantized_linear", "")))
     return rows
+
+
+def _host_rows(perf) -> list[tuple[str, str, str]]:
+    """A GPU host's own time, where the probe timed it (`MachinePerf.host_op_s`): what paces a micro-batch of few
+    tokens."""
+    if not perf.host_op_s:
+        return []
+    source = perf.sources.get("host_op_s", "")
+    kernel = f"{perf.host_op_s * 1e6:.1f} us, {perf.host_adapter_s * 1e6:.0f} us per LoRA-adapted linear"
+    flush = f"{perf.host_flush_s * 1e6:.0f} us, {perf.host_optimizer_s * 1e3:.1f} ms"
+    return [("host time per kernel (few tokens)", kernel, source),
+            ("host time per flush, optimizer step", flush, source)]
 
 
 def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:

@@ -86,6 +86,7 @@ DEFAULT_NOTES = {
     "bucket_flush_s": "~0.1 ms per gradient-bucket flush (an H100 ran ZeRO-2 with hidden^2 buckets, 210 flushes a "
                       "step, 25 ms slower than ZeRO-0)",
     "compute_scale": "forward and backward inside a DeepSpeed step run as fast as the kernels measured alone",
+    "host": "not measured (the probe times a GPU's host): the host is taken to keep ahead of the device",
     "preset_compute_scale": "forward and backward inside a DeepSpeed step take 1.2x the preset's kernel figures: the "
                             "38 full fine-tuning runs on the H100s and H200s lent to this project were planned 9.6% "
                             "fast on average at 1x (1.0% slow at 1.2x), the probes there measured "
@@ -174,6 +175,26 @@ class MachinePerf:
     hidden^2 buckets flush hundreds of times per backward where DeepSpeed's default 5e8 flushes once."""
     step_overhead_s: float = 0.0
     """Fixed time per optimizer step (engine bookkeeping, scheduler, logging)."""
+    host_op_s: float = 0.0
+    """A GPU host's own time per kernel of a micro-batch's forward and backward (`zerokit.perf.model.host_kernels`
+    counts them): transformers' Python, autograd, DeepSpeed's engine and the launches, which the host runs while the
+    device works through what it queued. A micro-batch of ZeRO-0/1/2 takes the longer of the device's time and the
+    host's (`zerokit.perf.model.host_excess`). The probe times a ZeRO-2 training step of its reference at a few
+    tokens, where the device idles (`Probe.host_floor`): an H200's host took 34 ms for an 8-layer llama, 34 us a
+    kernel, three times the bare launch (`op_overhead_s`). 0 = not measured (a CPU, a preset, a profile from before
+    2026-11-28): the host is taken to keep ahead of the device."""
+    host_adapter_s: float = 0.0
+    """Host time one LoRA-adapted linear adds to a micro-batch's forward and backward (PEFT's dropout, A, B, scaling
+    and sum, and their autograd), beyond the frozen base's: the probe's reference with LoRA on every linear, less
+    the same without, per adapted linear (an H200's host: 0.55 ms). 0 = not measured."""
+    host_flush_s: float = 0.0
+    """Host time of one gradient-bucket flush of ZeRO-1/2 (DeepSpeed's bucket bookkeeping, the reduce calls, the
+    stream waits), which `bucket_flush_s`, the device's stall per flush, does not hold where the host sets the pace.
+    0 = not measured."""
+    host_optimizer_s: float = 0.0
+    """Host time of a ZeRO-1/2 engine's optimizer step on a GPU (the gradient norm, which waits for the device, the
+    clipping, the optimizer's launches, the copy back to bf16): the probe's reference step at a few tokens (an
+    H200's host: 24 ms). A step takes at least this. 0 = not measured."""
     compute_scale: float = 1.0
     """Forward and backward time inside a real DeepSpeed training step over the time the kernel figures above give
     for them: what the engine's gradient hooks and bucket copies, and the ranks sharing caches and memory, add.
@@ -433,7 +454,8 @@ _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth
                   "d2h_pageable", "cpu_adam_params_per_s", "device_adam_params_per_s", "host_cast_params_per_s",
                   "h2d_cast_params_per_s", "nvme_read", "nvme_write", "dropout_elements_per_s",
                   "dequant_elements_per_s", "quantized_linear_overhead_s",
-                  "zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s", "compute_scale")
+                  "zero3_module_overhead_s", "bucket_flush_s", "step_overhead_s", "compute_scale",
+                  "host_op_s", "host_adapter_s", "host_flush_s", "host_optimizer_s")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")
 # Plausible ranges: a figure outside is a broken or hand-edited profile, not a machine.
@@ -442,6 +464,7 @@ _RANGES = {
     "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
     "quantized_linear_overhead_s": (0.0, 1.0),
     "compute_scale": COMPUTE_SCALE_BOUNDS,
+    "host_op_s": (0.0, 1.0), "host_adapter_s": (0.0, 1.0), "host_flush_s": (0.0, 1.0), "host_optimizer_s": (0.0, 60.0),
 }
 
 

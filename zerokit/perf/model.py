@@ -65,7 +65,8 @@ class StepTime:
     optimizer_s: float
     """The optimizer step: CPU-Adam when offloaded, the device's Adam otherwise."""
     overhead_s: float
-    """Gradient-bucket flushes, ZeRO-3's per-module fetch/release hooks and the fixed per-step cost."""
+    """Gradient-bucket flushes, ZeRO-3's per-module fetch/release hooks, the fixed per-step cost, and on a GPU whose
+    host the probe timed, the host's time beyond the device's (`host_excess`)."""
     tokens_per_step: int
     flops_per_step: float
     """Model FLOPs of one rank per optimizer step (the MFU numerator)."""
@@ -399,6 +400,46 @@ def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepT
     return result
 
 
+def host_kernels(mf: ModelFlops) -> float:
+    """The kernels one micro-batch's forward and backward launch, as the time model counts them (a layer's forward
+    _OPS_PER_LAYER, its backward twice as many, ten for the embedding, head and loss, each pass): what
+    `MachinePerf.host_op_s` is per."""
+    return 3.0 * (_OPS_PER_LAYER * mf.num_layers + 10)
+
+
+def host_excess(perf: MachinePerf, mf: ModelFlops, zero_stage: int, grad_accum: int, micro_device: float,
+                flushes: int, adapted: int, checkpointing: bool, optimizer: float, offloaded: bool) -> float:
+    """Seconds a GPU's host adds to a ZeRO-0/1/2 step beyond the device's time, where the probe timed the host
+    (`MachinePerf.host_op_s`; 0 elsewhere).
+
+    The host queues a micro-batch's kernels ahead of the device, so the micro-batch takes the longer of the two:
+    the device's `micro_device` (its kernels, and `bucket_flush_s` a flush) or the host's (`host_op_s` a kernel of
+    `host_kernels`, `host_adapter_s` an adapted linear, a third more to recompute under checkpointing, and
+    `host_flush_s` a gradient-bucket flush: ZeRO-2 flushes in every backward, ZeRO-1 in the last). The optimizer
+    step waits for the device (the gradient norm) and then takes at least `host_optimizer_s` of host time, where
+    the device steps the optimizer (not offloaded). On an H200 a 16-layer 2048-wide llama trained at 512 to 2,048
+    tokens a micro-batch in 0.15-0.19 s a step, its kernels a third of that (tests/data/gpu/2026-11-28-h200-*).
+    ZeRO-3 is left out: on one GPU its fetch hooks synchronise the device before each module, so host and device
+    take turns, which the sum of its kernels and `zero3_module_overhead_s` prices."""
+    if not perf.host_op_s or zero_stage == 3 or perf.device != "gpu":
+        return 0.0
+    host = host_kernels(mf) * perf.host_op_s + adapted * perf.host_adapter_s
+    if checkpointing:
+        host *= 4.0 / 3.0  # the recomputed forward: a third of the kernels again
+    # a micro-batch that flushes: the host's time of the flushes against the device's stalls
+    flushing = max(0.0, host + flushes * perf.host_flush_s - micro_device - flushes * perf.bucket_flush_s)
+    plain = max(0.0, host - micro_device)
+    if zero_stage == 2:
+        excess = grad_accum * flushing
+    elif zero_stage == 1:
+        excess = (grad_accum - 1) * plain + flushing
+    else:
+        excess = grad_accum * plain
+    if zero_stage and not offloaded:
+        excess += max(0.0, perf.host_optimizer_s - optimizer)
+    return excess
+
+
 def adapters_in_fp32(zero_stage: int, lora: tuple | None, saved: tuple[int, int]) -> bool:
     """Whether `step_time`'s adapters train in fp32: `PeftPlan.fp32_adapters`'s rule in this model's arguments (LoRA
     at ZeRO-3, not QLoRA, whose `lora` adds its 4-bit weights, and without modules_to_save copies, `saved`'s
@@ -600,6 +641,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         overhead += ga * exposed_hooks((mf.parameter_modules + adapter_modules) * passes * perf.zero3_module_overhead_s,
                                        micro_compute, world, perf.device)
 
+    if perf.host_op_s:
+        overhead += host_excess(perf, mf, zero_stage, ga, micro_compute, reduce_calls if zero_stage else 0,
+                                adapter_modules // 2, gradient_checkpointing, optimizer, offload_optimizer != "none")
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world

@@ -73,6 +73,9 @@ for the shorter steps (ZeRO-3's hooks 191-1,320 us in six probes, against 823-1,
 collective latency they are measured beside."""
 ENGINE_ROUNDS = (3, 10)
 """The fewest and the most alternated rounds of the reference engines (two timed steps each per round)."""
+HOST_FIELDS = ("host_op_s", "host_adapter_s", "host_flush_s", "host_optimizer_s")
+HOST_TOKENS, HOST_STEPS = 32, 6
+"""The GPU host floor (`Probe.host_floor`): tokens of its one sequence, and the steps whose median it takes."""
 
 
 def runner_env(rank: int, ranks: int, port: int, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -361,12 +364,15 @@ def engine_setups(hidden: int) -> dict[str, tuple[int, BufferSettings | None]]:
 
 
 def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mapping[str, float],
-                   timed: Sequence[Sequence[float]], ranks: int, seq: int, micro_batch: int) -> dict[str, Any]:
+                   timed: Sequence[Sequence[float]], ranks: int, seq: int, micro_batch: int,
+                   host: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The engine figures (`compute_scale`, `bucket_flush_s`, `zero3_module_overhead_s`) of the reference llama
     `config` from its three engines' measured step times (`engine_setups`, seconds) and its timed linears, against
     the time model on `partial` (the kernel figures, no engine's): `Probe.engine_steps` documents the derivation.
     Pure, so that a committed probe's figures can be derived again from what it measured, under today's time model
-    (tests/test_probe_cli.py holds every one to what it wrote)."""
+    (tests/test_probe_cli.py holds every one to what it wrote). `host`: a GPU's host timings at a few tokens
+    (`Probe.host_floor`), whose optimizer step the ZeRO-1/2 engines wait for beyond the device's
+    (`zerokit.perf.model.host_excess`), and of which `host_figures` makes the host's figures."""
     from zerokit.models.params import count_parameters
     from zerokit.perf.flops import model_flops
     from zerokit.perf.model import bucket_flushes, step_time
@@ -387,7 +393,10 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
     predicted = {name: predict(stage, buffers) for name, (stage, buffers) in setups.items()}
     # the model's time for everything but compute and the engine's own costs (flushes, ZeRO-3's hooks)
     rest = {name: t.step_time_s - t.compute_s - t.overhead_s for name, t in predicted.items()}
-    engine = {name: measured[name] - rest[name] for name in setups}  # compute and the engine's own costs
+    # a GPU host's optimizer step beyond the device's: the ZeRO-2 engines wait for it (`host_excess`)
+    waits = {name: max(0.0, host["step_s"] - predicted[name].optimizer_s) if host and stage < 3 else 0.0
+             for name, (stage, _) in setups.items()}
+    engine = {name: measured[name] - rest[name] - waits[name] for name in setups}  # compute, the engine's costs
     # the reference's kernels: its weight matmuls as their own shapes run here, the rest as the figures give it
     compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
     measured_scale = engine["zero2"] / compute
@@ -403,7 +412,8 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
         kernels = scale * compute
         extra = extra + kernels if extra > 0 else min(2 * modules * DEFAULT_ZERO3_MODULE_OVERHEAD_S, kernels)
     hooks = min(1.0, max(0.0, extra / (2 * modules)))
-    return {"compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
+    figures = host_figures(config, host, engine["zero2_plan"], extra_flushes) if host else {}
+    return {**figures, "compute_scale": scale, "measured_compute_scale": measured_scale, "bucket_flush_s": flush,
             "zero3_module_overhead_s": hooks,
             "step_s": measured["zero2"], "plan_buckets_step_s": measured["zero2_plan"],
             "zero3_step_s": measured["zero3_plan"], "predicted_compute_s": compute,
@@ -411,6 +421,33 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
             "predicted_rest_s": rest["zero2"], "predicted_plan_buckets_rest_s": rest["zero2_plan"],
             "predicted_zero3_rest_s": rest["zero3_plan"], "extra_flushes": extra_flushes,
             "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
+
+
+def host_figures(config: dict[str, Any], host: Mapping[str, Any], plan_engine: float,
+                 extra_flushes: int) -> dict[str, float]:
+    """The GPU host's figures (`MachinePerf.host_op_s`, `host_adapter_s`, `host_flush_s`, `host_optimizer_s`) from
+    `Probe.host_floor`'s timings of the reference `config` at a few tokens (`host`), `engine_figures`'s part:
+    - a kernel: the ZeRO-2 reference's forward and backward over the kernels the time model counts for it;
+    - an adapted linear: the same with LoRA on every linear, less without, over the adapted linears;
+    - a flush: the plan-bucket engine's forward and backward at a few tokens, less the default buckets', over the
+      `extra_flushes`. A host timing from before the probe timed that engine at a few tokens (2026-11-28) takes
+      the most the time model allows from the plan-bucket engine's forward and backward at the reference's full
+      tokens (`plan_engine`: its step less the rest of the model's and the optimizer's host wait): that, less
+      the default buckets' host time, over the extra flushes (a micro-batch takes at least the host's time; one
+      the device paced makes the figure less);
+    - the optimizer step: the ZeRO-2 reference's, timed to the device's end."""
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.model import host_kernels
+
+    fb, optimizer = host["forward_backward_s"], host["step_s"]
+    out = {"host_op_s": fb / host_kernels(model_flops(config)), "host_optimizer_s": optimizer,
+           "host_adapter_s": 0.0, "host_flush_s": 0.0}
+    if host.get("lora_forward_backward_s") is not None and host.get("adapted_linears"):
+        out["host_adapter_s"] = max(0.0, (host["lora_forward_backward_s"] - fb) / host["adapted_linears"])
+    extra = max(extra_flushes, 1)
+    plan = host.get("plan_buckets_forward_backward_s")
+    out["host_flush_s"] = max(0.0, ((plan_engine if plan is None else plan) - fb) / extra)
+    return {k: min(v, 1.0) for k, v in out.items()}
 
 
 def ascending_curve(points: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -472,6 +509,9 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
     flush = engine.get("bucket_flush_s")
     if flush is not None:
         sources["bucket_flush_s"] = "probe"
+    host = {k: engine.get(k, 0.0) for k in HOST_FIELDS}
+    for k in HOST_FIELDS:
+        sources[k] = "probe" if "host_op_s" in engine else "default: " + DEFAULT_NOTES["host"]
     return MachinePerf(
         name=m["name"], device=m["device"],
         matmul=_curves(m["matmul"]), matmul_forward=_curves(m.get("matmul_forward")),
@@ -493,7 +533,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
         bucket_flush_s=100e-6 if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
-        sources=sources)
+        sources=sources, **host)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -994,8 +1034,9 @@ class _Worker:
         plain = functional.linear
         engines = engine_setups(hidden)
         try:
-            steps = {name: self._training_step(config, stage, seq, micro_batch, torch_adam, buffers)
+            built = {name: self._training_step(config, stage, seq, micro_batch, torch_adam, buffers)
                      for name, (stage, buffers) in engines.items()}
+            steps = {name: step for name, (step, _) in built.items()}
             linear = {name: plain if stage < 3 else functional.linear for name, (stage, _) in engines.items()}
             # alternated, so that a slow spell of a shared machine falls on every engine alike: the flush and hook
             # figures are differences. Each engine's first step (allocations, the optimizer's state) runs untimed
@@ -1019,16 +1060,78 @@ class _Worker:
         finally:
             functional.linear = plain
         measured = {name: self.mean(statistics.median(t)) for name, t in times.items()}
-        del steps
-        return {**engine_figures(partial, config, measured, self.linears(model_flops(config), seq * micro_batch),
-                                 self.ranks, seq, micro_batch), "rounds": rounds}
+        host = self.host_floor(config, built["zero2"][1], built["zero2_plan"][1]) if self.gpu else None
+        del steps, built
+        if host:
+            host.update(self.lora_host_floor(config, torch_adam))
+        figures = engine_figures(partial, config, measured, self.linears(model_flops(config), seq * micro_batch),
+                                 self.ranks, seq, micro_batch, host)
+        return {**figures, "rounds": rounds, **({"host": host} if host else {})}
+
+    def host_floor(self, config: dict[str, Any], engine: Any, plan_engine: Any) -> dict[str, Any]:
+        """A GPU's host time of a training step of the reference, at HOST_TOKENS tokens, where the device has next to
+        nothing to do and the host's own work (transformers' Python, autograd, DeepSpeed's engine and hooks, the
+        kernel launches) sets the pace: forward and backward, then the optimizer step (to the device's end), the
+        median of HOST_STEPS steps each, under the ZeRO-2 reference engine (full training) and under the one with a
+        plan's buckets (its flushes); `lora_host_floor` adds LoRA's, and `host_figures` makes the figures of them.
+        A device queues kernels while the host runs ahead, so a micro-batch takes the longer of its kernels and this
+        host time (on an H200 a 16-layer 2048-wide llama trained at 512, 1,024 and 2,048 tokens a micro-batch took
+        0.15-0.19 s a step, full or LoRA, where its kernels take a third of that)."""
+        full = self._host_phases(engine, config["vocab_size"])
+        plan = self._host_phases(plan_engine, config["vocab_size"])
+        return {"tokens": HOST_TOKENS, "steps": HOST_STEPS, "forward_backward_s": full[0], "step_s": full[1],
+                "plan_buckets_forward_backward_s": plan[0], "plan_buckets_step_s": plan[1]}
+
+    def lora_host_floor(self, config: dict[str, Any], torch_adam: bool) -> dict[str, Any]:
+        """`host_floor` under a ZeRO-2 engine of the reference's base with PEFT's LoRA adapters on every linear (rank
+        8, dropout 0.05), only they trained: what PEFT's modules add to the host's time. Built once the reference's
+        engines are gone; {} without peft, or where the device has no room left for it (the full-training figures
+        stand, and LoRA's adapters then cost the host nothing in the plans)."""
+        try:
+            import peft  # noqa: F401 -- optional
+        except ImportError:
+            return {}
+        import gc
+
+        gc.collect()
+        self.torch.cuda.empty_cache()
+        try:
+            _, engine = self._training_step(config, 2, HOST_TOKENS, 1, torch_adam, None, lora=True)
+            forward_backward, step = self._host_phases(engine, config["vocab_size"])
+        except self.torch.cuda.OutOfMemoryError:
+            return {}
+        return {"lora_forward_backward_s": forward_backward, "lora_step_s": step,
+                "adapted_linears": 7 * config["num_hidden_layers"]}
+
+    def _host_phases(self, engine: Any, vocab: int) -> tuple[float, float]:
+        """(forward and backward, optimizer step) host seconds of `engine` at HOST_TOKENS tokens: medians of
+        HOST_STEPS steps after one untimed, each started on an idle device."""
+        torch = self.torch
+        ids = torch.randint(0, vocab, (1, HOST_TOKENS), device=engine.device)
+
+        def phases() -> tuple[float, float]:
+            self.dist.barrier()
+            self.sync()
+            start = time.perf_counter()
+            engine.backward(engine(input_ids=ids, labels=ids).loss)
+            middle = time.perf_counter()
+            engine.step()
+            self.sync()
+            return middle - start, time.perf_counter() - middle
+
+        phases()
+        samples = [phases() for _ in range(HOST_STEPS)]
+        return (self.mean(statistics.median(s[0] for s in samples)),
+                self.mean(statistics.median(s[1] for s in samples)))
 
     def _training_step(self, config: dict[str, Any], stage: int, seq: int, micro_batch: int,
-                       torch_adam: bool, buffers: BufferSettings | None) -> Callable[[], None]:
+                       torch_adam: bool, buffers: BufferSettings | None,
+                       lora: bool = False) -> tuple[Callable[[], None], Any]:
         """One training step of `config` under a fresh ZeRO-`stage` engine, with `buffers` written as a plan's
         ds_config writes them (None: DeepSpeed's defaults) and torch's AdamW instead of DeepSpeed's when
         `torch_adam`, as a function (every rank must call it as often as the others: the step holds
-        collectives)."""
+        collectives), and its engine. `lora`: PEFT's LoRA adapters (rank 8, dropout 0.05) on every linear of a
+        frozen base, only they trained."""
         import deepspeed
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -1046,12 +1149,18 @@ class _Worker:
         with torch.device(self.device):
             model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"},
                                                  attn_implementation="sdpa"))
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05,
+                                                     target_modules="all-linear"))
+        trained = [p for p in model.parameters() if p.requires_grad]
         optimizer = None
         if torch_adam:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0, fused=self.gpu or None)
+            optimizer = torch.optim.AdamW(trained, lr=1e-5, weight_decay=0.0, fused=self.gpu or None)
             ds_config["zero_allow_untested_optimizer"] = True
             del ds_config["optimizer"]
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config,
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=trained, config=ds_config,
                                                optimizer=optimizer)
         ids = torch.randint(0, config["vocab_size"], (micro_batch, seq), device=engine.device)
 
@@ -1059,7 +1168,7 @@ class _Worker:
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
 
-        return step
+        return step, engine
 
     def nvme(self) -> dict[str, float] | None:
         path = self.opts.get("nvme_path")
@@ -1179,6 +1288,12 @@ class _Worker:
                  f"{ref['zero3_module_overhead_s'] * 1e6:.0f} us per module and pass; {ref['rounds']} rounds at "
                  f"{ref['micro_batch']} x {ref['seq_len']} tokens ({time.perf_counter() - t0:.1f} s)"
                  if ref else f"      not measured ({why}): x 1.00 and 100 us assumed")
+        if ref and ref.get("host"):
+            h = ref["host"]
+            self.say(f"      host floor at {h['tokens']} tokens: forward and backward {h['forward_backward_s'] * 1e3:.1f} "
+                     f"ms, optimizer step {h['step_s'] * 1e3:.1f} ms"
+                     + (f"; with LoRA on every linear {h['lora_forward_backward_s'] * 1e3:.1f} and "
+                        f"{h['lora_step_s'] * 1e3:.1f} ms" if "lora_step_s" in h else ""))
         t0 = self.begin("NVMe read/write" + (f" at {self.opts['nvme_path']}" if self.opts.get("nvme_path") else ""))
         out["nvme"] = self.nvme()
         self.say("      " + (f"read {out['nvme']['read'] / 1e9:.2f} GB/s, write {out['nvme']['write'] / 1e9:.2f} GB/s"
