@@ -700,3 +700,30 @@ def test_gemma2_asked_for_sdpa_is_planned_for_the_eager_a_run_gets():
     assert not any("sdpa" in w for w in eager.warnings + flash.warnings)
     # the reviewer's case: sdpa had been estimated as flash, micro-batch 8 at 80.1 GB; eager fits 4
     assert (flash.decision.micro_batch_size, eager.decision.micro_batch_size) == (8, 4)
+
+
+H200_HOST = Path(__file__).resolve().parent / "data" / "gpu" / "2026-11-28-h200-host" / "profile.json"
+
+
+def test_the_micro_batch_reason_says_when_the_gpus_host_paces_it():
+    """With an H200's probe that timed its host (33.9 us a kernel, 0.547 ms an adapted linear), llama-2-7b's LoRA
+    micro-batch of 512 tokens takes the host 3 x (40 x 32 + 10) = 3,870 kernels x 33.9 us + 224 adapted linears
+    x 0.547 ms = 254 ms, against 124 ms of kernels: the reason says the host paces it. At 16 x 512 tokens the kernels
+    outlast the host, and a preset knows no host: neither says it."""
+    from zerokit.perf import load_profile
+    from zerokit.perf.machine import machine_from_preset
+
+    perf = load_profile(str(H200_HOST))
+    assert 3870 * perf.host_op_s + 224 * perf.host_adapter_s == pytest.approx(0.2537, abs=5e-4)
+    hardware = resolve_hardware(gpu_memory=143771 * 2**20)
+
+    def reason(machine, micro_batch: int) -> str:
+        p = plan(resolve_model("llama-2-7b"), hardware, Training(seq_len=512, micro_batch=micro_batch,
+                                                                  global_batch=16, peft="lora"), machine=machine)
+        return next(r for r in p.reasons if r.startswith("Micro-batch "))
+
+    assert reason(perf, 1).endswith("; this GPU's host paces it (the probe's figures: 254 ms of host time a "
+                                    "micro-batch against 124 ms of kernels), so a larger one's kernels would hide "
+                                    "behind the host.")
+    assert "host paces" not in reason(perf, 16)
+    assert "host paces" not in reason(machine_from_preset("h200"), 1)

@@ -407,6 +407,14 @@ def host_kernels(mf: ModelFlops) -> float:
     return 3.0 * (_OPS_PER_LAYER * mf.num_layers + 10)
 
 
+def host_micro_batch_s(perf: MachinePerf, mf: ModelFlops, adapted: int, checkpointing: bool) -> float:
+    """The GPU host's own time of one micro-batch's forward and backward, its bucket flushes left out: `host_op_s`
+    a kernel of `host_kernels`, `host_adapter_s` each of the `adapted` LoRA linears, a third more to recompute under
+    checkpointing (0 where the probe did not time the host)."""
+    host = host_kernels(mf) * perf.host_op_s + adapted * perf.host_adapter_s
+    return host * 4.0 / 3.0 if checkpointing else host
+
+
 def host_excess(perf: MachinePerf, mf: ModelFlops, zero_stage: int, grad_accum: int, micro_device: float,
                 flushes: int, adapted: int, checkpointing: bool, optimizer: float, offloaded: bool) -> float:
     """Seconds a GPU's host adds to a ZeRO-0/1/2 step beyond the device's time, where the probe timed the host
@@ -423,9 +431,7 @@ def host_excess(perf: MachinePerf, mf: ModelFlops, zero_stage: int, grad_accum: 
     take turns, which the sum of its kernels and `zero3_module_overhead_s` prices."""
     if not perf.host_op_s or zero_stage == 3 or perf.device != "gpu":
         return 0.0
-    host = host_kernels(mf) * perf.host_op_s + adapted * perf.host_adapter_s
-    if checkpointing:
-        host *= 4.0 / 3.0  # the recomputed forward: a third of the kernels again
+    host = host_micro_batch_s(perf, mf, adapted, checkpointing)
     # a micro-batch that flushes: the host's time of the flushes against the device's stalls
     flushing = max(0.0, host + flushes * perf.host_flush_s - micro_device - flushes * perf.bucket_flush_s)
     plain = max(0.0, host - micro_device)

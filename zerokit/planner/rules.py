@@ -769,7 +769,26 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
         cap = "the largest allowed"
     else:
         cap = f"the largest that fits this way (up to {largest})"
-    return (mb, s.gradient_checkpointing), f"Micro-batch {mb} ({mb * ctx.training.seq_len:,} tokens), {cap}; {ck}."
+    return (mb, s.gradient_checkpointing), (f"Micro-batch {mb} ({mb * ctx.training.seq_len:,} tokens), {cap}; {ck}"
+                                            f"{_host_paced(ctx)}.")
+
+
+def _host_paced(ctx: Context) -> str:
+    """Where the probe timed this GPU's host and it outlasts the chosen micro-batch's kernels (`host_excess`), a
+    clause saying so: more tokens a micro-batch then cost the step little, which the search weighed."""
+    from zerokit.perf.model import host_micro_batch_s
+
+    c, perf = ctx.chosen.candidate, ctx.machine
+    t = c.performance
+    if t is None or not perf.host_op_s or perf.device != "gpu" or c.setup.zero_stage == 3:
+        return ""
+    adapted = 0 if ctx.peft is None or ctx.peft.lora_work is None else sum(n for *_, n in ctx.peft.lora_work[2])
+    host = host_micro_batch_s(perf, ctx.flops, adapted, c.setup.gradient_checkpointing)
+    device = t.compute_s / c.setup.gradient_accumulation_steps
+    if host <= device:
+        return ""
+    return (f"; this GPU's host paces it (the probe's figures: {format_seconds(host)} of host time a micro-batch "
+            f"against {format_seconds(device)} of kernels), so a larger one's kernels would hide behind the host")
 
 
 def rule_accumulation(ctx: Context) -> tuple[int, str]:
