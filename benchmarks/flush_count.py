@@ -1,20 +1,19 @@
 """How many times a real DeepSpeed ZeRO-2 backward flushes its gradient bucket, against the time model's count.
 
-    python benchmarks/flush_count.py     # about a minute on this CPU
+    python benchmarks/flush_count.py     # seconds on this CPU
 
-The time model charges `bucket_flush_s` per flush and counts ceil(trainable / reduce_bucket_size) flushes a backward
-(`zerokit.perf.model.bucket_flushes`), and the probe derives that figure by the same count on its reference. DeepSpeed
-0.19 flushes otherwise (`DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads`): a gradient that
-would overfill the bucket flushes it first, and a tensor larger than the bucket goes alone, so a 65M-element
-embedding is one flush, not sixteen. This script trains one step of each model on one CPU rank (gloo) with a plan's
-hidden^2 buckets and counts the calls to `reduce_ipg_grads` (the epilogue's included, an empty bucket's apart).
-Flush counts depend on the tensors' sizes against the bucket only, and a plan's bucket is hidden^2: a 256-wide
-llama with the same ratios (MLP, vocabulary and key-value width over hidden) flushes as often as its 2048-wide
-original, which stands in for the GPU runs' 0.9B llama and the GPU probe's reference here. The "in order" column
-replays DeepSpeed's rule over the tensors in the order a llama's backward hands them over (`llama_backward_order`):
-it gives DeepSpeed's count for all four (2026-11-28: 36, 52, 132 and 68, against the model's 61, 71, 209 and 122).
-The time model does not use it yet: the probe's flush figure is derived with the model's count, so the change must
-re-derive every committed profile with it (tests/test_probe_cli.py).
+The time model charges `bucket_flush_s` per flush, and the probe derives that figure from its reference by the same
+count. DeepSpeed 0.19 flushes before any gradient that would overfill the bucket
+(`DeepSpeedZeroOptimizer.reduce_independent_p_g_buckets_and_remove_grads`), so a tensor larger than the bucket goes
+alone: a 65M-element embedding is one flush, not the sixteen buckets its elements fill. `zerokit.perf.model.flushes`
+replays that rule over the model's tensors in backward order (`zerokit.perf.flops.backward_order`); until
+2026-11-28 the model counted ceil(parameters / bucket), the "buckets" column. This script trains one step of each
+model on one CPU rank (gloo) with a plan's hidden^2 buckets and counts the calls to `reduce_ipg_grads` (the
+epilogue's included; "filled" leaves out the one that flushes an empty bucket). Flush counts depend on the tensors'
+sizes against the bucket only, and a plan's bucket is hidden^2: a 256-wide llama with the same ratios (MLP,
+vocabulary and key-value width over hidden) flushes as often as its 2048-wide original, which stands in for the
+GPU runs' 0.9B llama and the GPU probe's reference here. 2026-11-28: DeepSpeed 36, 52, 132 and 68, zerokit the
+same, the former count 61, 71, 209 and 122.
 """
 
 from __future__ import annotations
@@ -38,27 +37,6 @@ MODELS = {
 }
 
 
-def llama_backward_order(c: dict) -> list[int]:
-    """A llama's trainable tensors in the order a backward hands DeepSpeed their gradients: the head, the final
-    norm, then each layer from the last (down, up, gate, the post-attention norm, o, v, k, q, the input norm), then
-    the embedding."""
-    h, kv = c["hidden_size"], c["num_key_value_heads"] * c["hidden_size"] // c["num_attention_heads"]
-    mlp = h * c["intermediate_size"]
-    layer = [mlp, mlp, mlp, h, h * h, h * kv, h * kv, h * h, h]
-    return [c["vocab_size"] * h, h] + layer * c["num_hidden_layers"] + [c["vocab_size"] * h]
-
-
-def ordered_flushes(order: list[int], bucket: int) -> int:
-    """`reduce_ipg_grads` calls of one ZeRO-2 backward: a gradient that would overfill the bucket flushes it first
-    (an empty one too), and the epilogue flushes what is left."""
-    calls = filled = 0
-    for n in order:
-        if filled + n > bucket:
-            calls, filled = calls + 1, 0
-        filled += n
-    return calls + 1
-
-
 def main() -> int:
     for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29561", "RANK": "0", "WORLD_SIZE": "1",
                        "LOCAL_RANK": "0"}.items():
@@ -78,11 +56,15 @@ def main() -> int:
         return reduce(self, *args, **kwargs)
 
     stage_1_and_2.DeepSpeedZeroOptimizer.reduce_ipg_grads = counted
-    print(f"{'model':32} {'parameters':>11} {'bucket':>7} {'model count':>11} {'in order':>8} {'DeepSpeed':>9} "
+    from zerokit.perf.flops import model_flops
+    from zerokit.perf.model import flushes
+
+    print(f"{'model':32} {'parameters':>11} {'bucket':>7} {'buckets':>7} {'zerokit':>7} {'DeepSpeed':>9} "
           f"{'(filled)':>8}")
     for name, config in MODELS.items():
         torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(**config, tie_word_embeddings=False, max_position_embeddings=64))
+        full = {"model_type": "llama", **config, "tie_word_embeddings": False, "max_position_embeddings": 64}
+        model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in full.items() if k != "model_type"}))
         bucket = config["hidden_size"] ** 2
         ds_config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
                      "zero_allow_untested_optimizer": True,
@@ -96,9 +78,8 @@ def main() -> int:
             engine.backward(engine(input_ids=ids, labels=ids).loss)
             engine.step()
         parameters = sum(p.numel() for p in model.parameters())
-        print(f"{name:32} {parameters:11,} {bucket:7,} {math.ceil(parameters / bucket):11} "
-              f"{ordered_flushes(llama_backward_order(config), bucket):8} {calls['all']:9} {calls['filled']:8}",
-              flush=True)
+        print(f"{name:32} {parameters:11,} {bucket:7,} {math.ceil(parameters / bucket):7} "
+              f"{flushes(model_flops(full), parameters, bucket):7} {calls['all']:9} {calls['filled']:8}", flush=True)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
     return 0

@@ -4,18 +4,19 @@ Each measurement directory holds measured.json (the median steady-state step tim
 each probe and then run every case once) and profile.json (the median `zerokit probe` profile of those rounds);
 `python benchmarks/step_time.py --measure [--data DIR]` rewrites them.
 
-- tests/data/step_time: an Intel Xeon with AMX (bf16 in hardware), five rounds, worst error 19.5%, all 7 pairs of
-  setups that the runs tell apart ranked as measured.
+- tests/data/step_time: an Intel Xeon with AMX (bf16 in hardware), five rounds, worst error 9.6% (19.5% before the
+  bucket flushes were counted as DeepSpeed flushes, `zerokit.perf.model.flushes`), all 7 pairs of setups that the
+  runs tell apart ranked as measured.
 - tests/data/step_time/2026-11-25-amd: an AMD EPYC without AVX-512 (bf16 emulated, steps ~15x slower), three
-  rounds, worst error 5.3%, 5 pairs told apart and ranked as measured.
+  rounds, worst error 4.5% (5.3% before), 5 pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-26-intel: an Intel Xeon with AMX again, three rounds with the probe and model that
-  price offload's host casts, worst error 10.8%, 10 pairs told apart and ranked as measured.
+  price offload's host casts, worst error 3.5% (10.8% before), 10 pairs told apart and ranked as measured.
 
 - tests/data/step_time/2026-11-26-lora: LoRA (all-linear rank 8, dropout 0.05) at ZeRO-2 and ZeRO-3 beside full
   fine-tuning at ZeRO-1 and ZeRO-3, three rounds, worst error 14.3%, 5 pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-26-qlora: QLoRA (the same adapters on a bitsandbytes NF4 base) at ZeRO-2 with and
-  without checkpointing, beside LoRA ZeRO-2 and full ZeRO-1, five rounds, worst error 16.6%, 3 pairs ranked as
-  measured. (2026-11-26-qlora-noisy, three rounds the same afternoon while the VM's speed shifted 2x between runs,
+  without checkpointing, beside LoRA ZeRO-2 and full ZeRO-1, five rounds, worst error 10.4% (16.6% before), 3 pairs
+  ranked as measured. (2026-11-26-qlora-noisy, three rounds the same afternoon while the VM's speed shifted 2x between runs,
   reached 49.2%: kept, not held; the README says why.)
 - tests/data/step_time/2026-11-27-amd-input-grad: LoRA and QLoRA at ZeRO-2 and ZeRO-3 beside full ZeRO-1 on the AMD
   EPYC that emulates bf16, five rounds with the probe that times the backward's input-gradient product alone:
@@ -24,17 +25,19 @@ each probe and then run every case once) and profile.json (the median `zerokit p
   three rounds with the probe whose reference engines are shorter (about a minute a probe): worst error 6.0% (7.1%
   since the adapters' ZeRO-3 gathers are priced), 17 pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-28-intel: all eleven cases on an Intel Xeon with AMX (a fresh machine), three rounds
-  with the probe and model of that day: worst error 9.1% (10.7% since the adapters' ZeRO-3 gathers are priced),
-  39 pairs told apart and ranked as measured.
+  with the probe and model of that day: worst error 9.1% (10.7% since the adapters' ZeRO-3 gathers are priced,
+  11.0% since the flushes are counted as DeepSpeed flushes), 39 pairs told apart and ranked as measured.
 - tests/data/step_time/2026-11-28-amd-all: the eleven and LoRA with trainable copies on an AMD EPYC with AVX-512
-  BF16, three rounds: worst error 15.8%; 44 of 46 pairs ranked as measured, the 2 others (LoRA at ZeRO-3) held.
-- tests/data/step_time/2026-11-28-amd-all2: the same twelve on the same machine 75 minutes later: full training
-  planned 9-24% slow (worst +23.5%, not met, held at 25%), 40 of 43 pairs ranked as measured, the 3 others held.
+  BF16, three rounds: worst error 11.4% (15.8% before the flushes were counted as DeepSpeed flushes); 45 of 46
+  pairs ranked as measured, the other (LoRA at ZeRO-3) held.
+- tests/data/step_time/2026-11-28-amd-all2: the same twelve on the same machine 75 minutes later: worst error 16.0%
+  (full training was planned 9-24% slow, worst +23.5%, before the flushes were counted as DeepSpeed flushes), 41 of
+  43 pairs ranked as measured, the 2 others (LoRA at ZeRO-3) held.
 
 The issue's target is 20% on every case. The ranking is checked wherever two setups differ by > 15% and by more
 than the spread of either one's runs (slowest run / fastest run), so that the measurement itself tells them apart.
-(A later Intel measurement, tests/data/step_time/2026-11-23-1220, reached 29.5%: the README says why it is kept
-and not held here.)
+(A later Intel measurement, tests/data/step_time/2026-11-23-1220, reached 29.5%, 16.5% since the flushes are
+counted as DeepSpeed flushes: the README says why it is kept and not held here.)
 """
 
 from __future__ import annotations
@@ -341,28 +344,27 @@ def test_the_published_table_prices_every_row_and_the_sweep_keeps_its_order(caps
 
 
 # All twelve cases on an AMD EPYC with AVX-512 BF16 (bf16 in hardware), 2026-11-28, three rounds, each a probe and
-# then every case once: every case within 20% (worst zero2_ckpt, +15.8%). Of the 46 pairs the runs tell apart, 44 are
-# ranked as measured; the other 2 set LoRA at ZeRO-3 (planned 11.9% fast) against a full-training setup planned 13-16%
-# slow (with the probe's bucket-flush figure, 1,157 us: the median of three rounds that measured 746-1,227 us, whose
-# hook figures ran the other way, 258-460 us). Before the adapters' ZeRO-3 gathers were priced (the kept ones after
-# every step, the others in each pass: `zerokit.perf.model.adapter_persistence`) LoRA and QLoRA at ZeRO-3 were
-# 18.7% and 13.6% fast and 7 pairs flipped. The 2 are held as they are, so that none joins them unseen.
-AMD_ALL = Measurement(DATA / "2026-11-28-amd-all", 44)
-AMD_ALL_FLIPS = {("lora_zero3", "zero2_ckpt"), ("lora_zero3", "zero3_offload_param")}
+# then every case once: every case within 20% (worst 11.4%). Of the 46 pairs the runs tell apart, 45 are ranked as
+# measured; the other sets LoRA at ZeRO-3 (planned 11.9% fast) against ZeRO-2 with checkpointing (planned 8.7% slow).
+# Before the adapters' ZeRO-3 gathers were priced (the kept ones after every step, the others in each pass:
+# `zerokit.perf.model.adapter_persistence`) LoRA and QLoRA at ZeRO-3 were 18.7% and 13.6% fast and 7 pairs flipped;
+# before the bucket flushes were counted as DeepSpeed flushes (`zerokit.perf.model.flushes`) full training was planned
+# up to 15.8% slow and 2 flipped. The one is held as it is, so that none joins it unseen.
+AMD_ALL = Measurement(DATA / "2026-11-28-amd-all", 45)
+AMD_ALL_FLIPS = {("lora_zero3", "zero2_ckpt")}
 
 
 
 
-# The same twelve cases on the same AMD EPYC 75 minutes later (2026-11-28, three rounds, a probe in each): the
-# full-training cases ran 8.7-23.5% faster than planned (zero1 +23.4% and zero2_ckpt +23.5%: not met), the adapters'
-# cases within 10.6%; 40 of the 43 pairs told apart ranked as measured, the 3 others each a full-training case planned
-# slow against LoRA/QLoRA. In both measurements here full training ran faster than planned (+7-16%, then +9-24%):
-# its bucket flushes and gloo reduces (0.12 s of a planned 0.25 s step) are priced from the probe's ZeRO-2 reference,
-# whose own step at the plan's buckets took 0.31-0.32 s against ZeRO-2's 0.19-0.20 s. Kept and held at 25%, so
-# that the gap cannot grow unseen; the README says what is known of it.
-AMD_ALL2 = Measurement(DATA / "2026-11-28-amd-all2", 40)
-AMD_ALL2_FLIPS = {("qlora_zero2_ckpt", "zero1"), ("lora_zero3", "zero3"), ("lora_zero3", "zero2_ckpt")}
-AMD_ALL2_TOLERANCE = 0.25
+# The same twelve cases on the same AMD EPYC 75 minutes later (2026-11-28, three rounds, a probe in each): every case
+# within 20% (worst zero2_ckpt, +16.0%); 41 of the 43 pairs told apart ranked as measured, the 2 others LoRA at ZeRO-3
+# (planned 10.6% fast) against a full-training setup planned 9-16% slow. Until the bucket flushes were counted as
+# DeepSpeed flushes (`zerokit.perf.model.flushes`: 36 a backward for this model, where ceil(parameters / bucket) said
+# 61, and 52 for the probe's reference, against 71), full training was planned 9-24% slow here (zero1 +23.4%,
+# zero2_ckpt +23.5%: not met) and 3 pairs flipped. Held at 20%, with the 2 flips as they are.
+AMD_ALL2 = Measurement(DATA / "2026-11-28-amd-all2", 41)
+AMD_ALL2_FLIPS = {("lora_zero3", "zero3"), ("lora_zero3", "zero2_ckpt")}
+AMD_ALL2_TOLERANCE = TOLERANCE
 
 
 # the two AMD EPYC measurements: (measurement, its tolerance, the pairs held as flipped)

@@ -78,6 +78,10 @@ class ModelFlops:
     score_softcap: bool = False
     """Attention logits are soft-capped (gemma2's `attn_logit_softcapping`): eager runs three more passes over the
     score matrix (divide, tanh, multiply)."""
+    gradient_order: tuple[int, ...] = ()
+    """Elements of each parameter tensor in the order a backward hands DeepSpeed their gradients
+    (`backward_order`), which sets how often ZeRO-1/2/3 flush a gradient bucket (`zerokit.perf.model.flushes`);
+    empty: counted as ceil(parameters / bucket)."""
     _cache: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
@@ -311,8 +315,54 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         head_matmuls=tuple(head), attention=attention, parameter_modules=int(modules),
         module_sizes=tuple((p.params, p.copies) for p in parts),
         elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder),
-        score_softcap=bool(c.get("attn_logit_softcapping")))
+        score_softcap=bool(c.get("attn_logit_softcapping")),
+        gradient_order=backward_order(parts, c["num_hidden_layers"]))
     return _CACHE.put(id(config), config, result)
+
+
+_BEFORE_ATTENTION = ("input_layernorm", "ln_1", "attention_norm", "input_norm", "self_attn_layer_norm")
+_AFTER_ATTENTION = ("post_attention_layernorm", "ln_2", "ffn_norm", "final_layer_norm", "pre_feedforward_layernorm",
+                    "post_attention_norm")
+
+
+def backward_order(parts: list, layers: int) -> tuple[int, ...]:
+    """The parameter tensors of `parts` (`model_parts`, registration order) in the order a backward hands their
+    gradients over: the modules after the decoder stack last to first (the head, the final norm), then each layer
+    from the last, its modules in the reverse of their forward use, then the modules before the stack. A layer
+    registers its norms after its attention and MLP (transformers' llama and most decoders), but uses the input norm
+    first and the post-attention norm between the two: so reversed, the MLP's modules come first, then the
+    post-attention norm, the attention's, the input norm. benchmarks/flush_count.py counted DeepSpeed's flushes in
+    real backwards of four llamas, and this order replays them exactly. A tied head is the embedding's weight."""
+    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers == 1 and p.name not in ("norm", "lm_head"))]
+    if not per_layer:
+        return ()
+    first = parts[:parts.index(per_layer[0])]
+    last = [p for p in parts[len(first):] if p not in per_layer and not p.tied]
+    before = [p for p in per_layer if p.name.endswith(_BEFORE_ATTENTION)]
+    after = [p for p in per_layer if p.name.endswith(_AFTER_ATTENTION)]
+    rest = [p for p in per_layer if p not in before and p not in after]
+    attention = [p for p in rest if "attn" in p.name or "attention" in p.name]
+    use = before + attention + after + [p for p in rest if p not in attention]
+    out: list[int] = []
+    for p in reversed(last):
+        out += reversed(_tensors(p))
+    for layer in reversed(range(layers)):
+        for p in reversed(use):  # copies spread over the layers (a multiple of them for experts of their own)
+            out += list(reversed(_tensors(p))) * ((p.copies * (layer + 1)) // layers - (p.copies * layer) // layers)
+    for p in reversed(first):
+        out += reversed(_tensors(p))
+    return tuple(n for n in out if n > 0)
+
+
+def _tensors(p: Any) -> list[int]:
+    """The elements of each parameter tensor of a `Part`: its weight and bias apart, an MoE's fused stacks apart."""
+    if p.stacked:
+        stacked = [experts * a * b for _, experts, a, b in p.stacked]
+        return stacked + ([p.params - sum(stacked)] if p.params > sum(stacked) else [])
+    if p.linear is not None and p.bias:
+        weight = p.linear[0] * p.linear[1]
+        return [weight, p.params - weight]
+    return [p.params]
 
 
 _META_CACHE = IdentityMemo(64)

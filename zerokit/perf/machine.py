@@ -35,6 +35,7 @@ DEFAULT_NVME_READ, DEFAULT_NVME_WRITE = 6.5e9, 3.5e9  # DEFAULT_NOTES["nvme"]: w
 DEFAULT_INTER_NODE_BANDWIDTH = 12.5e9  # 100 Gb/s, where one node was probed
 PAGEABLE_H2D_CAP, PAGEABLE_D2H_CAP = 7e9, 13e9  # DEFAULT_NOTES["pcie"]: a pageable copy is the host's memcpy
 DEFAULT_ZERO3_MODULE_OVERHEAD_S = 450e-6  # DEFAULT_NOTES["zero3_module_overhead_s"]
+DEFAULT_BUCKET_FLUSH_S = 190e-6  # DEFAULT_NOTES["bucket_flush_s"]
 PRESET_COMPUTE_SCALE = 1.2
 """A GPU preset's `compute_scale` (DEFAULT_NOTES["preset_compute_scale"]): what a DeepSpeed step adds to the
 preset's kernel figures."""
@@ -83,7 +84,7 @@ DEFAULT_NOTES = {
                                "One GPU waits for them (each fetch synchronizes the device); on several, the host "
                                "runs them while the GPU computes, and only what exceeds the micro-batch's compute "
                                "shows",
-    "bucket_flush_s": "~0.1 ms per gradient-bucket flush (an H100 ran ZeRO-2 with hidden^2 buckets, 210 flushes a "
+    "bucket_flush_s": "~0.19 ms per gradient-bucket flush (an H100 ran ZeRO-2 with hidden^2 buckets, 132 flushes a "
                       "step, 25 ms slower than ZeRO-0)",
     "compute_scale": "forward and backward inside a DeepSpeed step run as fast as the kernels measured alone",
     "host": "not measured (the probe times a GPU's host): the host is taken to keep ahead of the device",
@@ -387,7 +388,7 @@ def machine_from_preset(gpu: str, *, intra_node_bandwidth: str | float | None = 
         **host_copy_rates(pcie),
         cpu_adam_params_per_s=4e9, device_adam_params_per_s=0.7 * fig.memory_bandwidth / 30.0,
         nvme_read=DEFAULT_NVME_READ, nvme_write=DEFAULT_NVME_WRITE, zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S,
-        bucket_flush_s=100e-6,
+        bucket_flush_s=DEFAULT_BUCKET_FLUSH_S,
         step_overhead_s=0.0, compute_scale=PRESET_COMPUTE_SCALE,
         sources=sources, dense_peak=dict(fig.tflops))
 

@@ -30,6 +30,7 @@ from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_ke
 from zerokit.perf.flops import ModelFlops
 from zerokit.perf.machine import (
     COMPUTE_SCALE_BOUNDS,
+    DEFAULT_BUCKET_FLUSH_S,
     DEFAULT_INTER_NODE_BANDWIDTH,
     DEFAULT_NVME_READ,
     DEFAULT_NVME_WRITE,
@@ -375,7 +376,7 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
     (`zerokit.perf.model.host_excess`), and of which `host_figures` makes the host's figures."""
     from zerokit.models.params import count_parameters
     from zerokit.perf.flops import model_flops
-    from zerokit.perf.model import bucket_flushes, step_time
+    from zerokit.perf.model import flushes, step_time
 
     setups = engine_setups(config["hidden_size"])
     parameters = count_parameters(config)[0]
@@ -401,8 +402,9 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
     compute = predicted["zero2"].compute_s + linear_correction(partial, timed)
     measured_scale = engine["zero2"] / compute
     scale = min(COMPUTE_SCALE_BOUNDS[1], max(COMPUTE_SCALE_BOUNDS[0], measured_scale))
-    extra_flushes = (bucket_flushes(parameters, setups["zero2_plan"][1].reduce_bucket_size)
-                     - bucket_flushes(parameters, default["reduce_bucket_size"]))
+    mf = model_flops(config)
+    extra_flushes = (flushes(mf, parameters, setups["zero2_plan"][1].reduce_bucket_size)
+                     - flushes(mf, parameters, default["reduce_bucket_size"]))
     flush = min(1.0, max(0.0, (engine["zero2_plan"] - engine["zero2"]) / max(extra_flushes, 1)))
     modules = model_flops(config).parameter_modules
     extra = engine["zero3_plan"] - engine["zero2_plan"]  # the hooks the step waited for (`exposed_hooks`)
@@ -531,7 +533,7 @@ def _machine_from_measurements(m: dict[str, Any]) -> MachinePerf:
         dequant_elements_per_s=quantized.get("elements_per_s", 0.0),
         quantized_linear_overhead_s=quantized.get("overhead_s", 0.0),
         zero3_module_overhead_s=DEFAULT_ZERO3_MODULE_OVERHEAD_S if hooks is None else hooks,
-        bucket_flush_s=100e-6 if flush is None else flush,
+        bucket_flush_s=DEFAULT_BUCKET_FLUSH_S if flush is None else flush,
         step_overhead_s=0.0, compute_scale=engine.get("compute_scale", 1.0), ranks_measured=m["ranks"],
         sources=sources, **host)
 
