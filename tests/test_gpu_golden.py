@@ -125,8 +125,10 @@ def test_the_planned_step_time_is_within_20_percent_of_the_measured_one(gpu, nam
 # The GPU preset each machine is planned with when no probe profile is given, and how far from its runs the preset
 # alone may plan them: the presets' host figures are what the first two H200s and the H100 measured, and their
 # engine factor (1.2x the kernel figures, PRESET_COMPUTE_SCALE) centres the 38 full fine-tuning runs (-9.6% on
-# average at 1x, +1.0% at 1.2x); the third H200 ran slower than the others at every depth (the preset plans its runs
-# 23.6% fast to 7.1% slow), which only its own probe can see, so its runs are held at 25%.
+# average at 1x, +1.0% at 1.2x; +2.2% since the flushes are counted as DeepSpeed flushes, at 0.19 ms a flush); the
+# third H200 ran slower than the others at every depth (the preset plans its runs 23.2% fast to 8.1% slow), which
+# only its own probe can see, so its runs are held at 25%. The sweep's machines are left out: their runs of few tokens
+# are paced by the host, which a preset cannot know (test_a_preset_cannot_see_a_host_that_paces_few_tokens).
 PRESETS = {"h100": "h100-80gb", "h200": "h200", "h200-offload": "h200",
            **{f"h200-depth{layers}": "h200" for layers in (4, 8, 16)}, "h100-1127": "h100-80gb", "h200-lora": "h200"}
 PRESET_TOLERANCE = {"h200-depth4": 0.25, "h200-depth8": 0.25, "h200-depth16": 0.25}
@@ -135,8 +137,8 @@ PRESET_TOLERANCE = {"h200-depth4": 0.25, "h200-depth8": 0.25, "h200-depth16": 0.
 @pytest.mark.parametrize("gpu,name", [(gpu, name) for gpu, name in RUNS if gpu in PRESETS])
 def test_the_presets_alone_plan_every_run_within_20_percent(gpu, name):
     """No probe: the step time `zerokit plan --gpu h100-80gb/h200` predicts for each run of the first three machines
-    (21 runs, worst +13.7%; the H100's too: its times are real, only its profile's ZeRO-3 reference was mis-shaped),
-    the second H100 (9 runs, worst +14.7%) and the H200's LoRA runs (4, worst -17.3%: LoRA ZeRO-2 was 31% fast at
+    (21 runs, worst +16.3%; the H100's too: its times are real, only its profile's ZeRO-3 reference was mis-shaped),
+    the second H100 (9 runs, worst +16.6%) and the H200's LoRA runs (4, worst -17.2%: LoRA ZeRO-2 was 31% fast at
     the 1x engine factor). The presets'
     pageable copy rates and ZeRO-3 hook cost are what these hosts' probes and runs measured (zerokit/perf/machine.py,
     DEFAULT_NOTES); with the earlier defaults (pageable at 40% of PCIe, 0.1 ms a hook) ZeRO-3 ran 36-44% and ZeRO-3
