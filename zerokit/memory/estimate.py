@@ -634,6 +634,7 @@ def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
     """The elements of each trainable tensor in `model.parameters()` order (None: not a family zerokit splits)."""
     from zerokit.errors import BadInput
     from zerokit.models.params import model_parts
+    from zerokit.models.params import part_tensors as tensors
 
     try:
         parts = model_parts(dict(config_key))
@@ -641,15 +642,6 @@ def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
         return None
     if not parts or layers < 1:
         return None
-
-    def tensors(p) -> list[int]:
-        if p.stacked:  # transformers 5's fused expert stacks (and the router) are tensors of their own
-            stacked = [experts * a * b for _, experts, a, b in p.stacked]
-            return stacked + ([p.params - sum(stacked)] if p.params > sum(stacked) else [])
-        if p.linear is not None and p.bias:
-            weight = p.linear[0] * p.linear[1]
-            return [weight, p.params - weight]
-        return [p.params]
 
     per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
     first = parts[:parts.index(per_layer[0])] if per_layer else parts

@@ -45,6 +45,18 @@ class Part(NamedTuple):
     MoE expert stacks, and the router weight as a 2-D one (experts = 1)."""
 
 
+def part_tensors(p: Part) -> list[int]:
+    """The elements of each parameter tensor of a `Part`: a linear's weight and bias apart, transformers 5's fused
+    expert stacks (and the router) apart."""
+    if p.stacked:
+        stacked = [experts * a * b for _, experts, a, b in p.stacked]
+        return stacked + ([p.params - sum(stacked)] if p.params > sum(stacked) else [])
+    if p.linear is not None and p.bias:
+        weight = p.linear[0] * p.linear[1]
+        return [weight, p.params - weight]
+    return [p.params]
+
+
 class Layout(NamedTuple):
     """What one decoder layer keeps for backward, as `zerokit.memory.activations` models it.
 

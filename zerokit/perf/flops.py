@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
-from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts
+from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts, part_tensors
 
 
 class Matmul(NamedTuple):
@@ -345,24 +345,13 @@ def backward_order(parts: list, layers: int) -> tuple[int, ...]:
     use = before + attention + after + [p for p in rest if p not in attention]
     out: list[int] = []
     for p in reversed(last):
-        out += reversed(_tensors(p))
+        out += reversed(part_tensors(p))
     for layer in reversed(range(layers)):
         for p in reversed(use):  # copies spread over the layers (a multiple of them for experts of their own)
-            out += list(reversed(_tensors(p))) * ((p.copies * (layer + 1)) // layers - (p.copies * layer) // layers)
+            out += list(reversed(part_tensors(p))) * ((p.copies * (layer + 1)) // layers - (p.copies * layer) // layers)
     for p in reversed(first):
-        out += reversed(_tensors(p))
+        out += reversed(part_tensors(p))
     return tuple(n for n in out if n > 0)
-
-
-def _tensors(p: Any) -> list[int]:
-    """The elements of each parameter tensor of a `Part`: its weight and bias apart, an MoE's fused stacks apart."""
-    if p.stacked:
-        stacked = [experts * a * b for _, experts, a, b in p.stacked]
-        return stacked + ([p.params - sum(stacked)] if p.params > sum(stacked) else [])
-    if p.linear is not None and p.bias:
-        weight = p.linear[0] * p.linear[1]
-        return [weight, p.params - weight]
-    return [p.params]
 
 
 _META_CACHE = IdentityMemo(64)
