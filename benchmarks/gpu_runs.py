@@ -222,16 +222,12 @@ def rederive(path: Path) -> dict:
     measurements hold a figure its zerokit did not derive yet (tests/data/gpu/2026-11-28-h200-host: the host's
     timings, taken by the probe before it made figures of them)."""
     from zerokit.perf import profile_to_json
-    from zerokit.perf.probe import _machine_from_measurements, engine_figures
+    from zerokit.perf.probe import _machine_from_measurements, engine_figures_again
 
     raw = json.loads(path.read_text())["measurements"]
-    engine = raw.get("engine_step")
-    if engine:
-        partial = _machine_from_measurements({**raw, "engine_step": None})
-        steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
-                 "zero3_plan": engine["zero3_step_s"]}
-        engine.update(engine_figures(partial, engine["model"], steps, engine["linears"], raw["ranks"],
-                                     engine["seq_len"], engine["micro_batch"], engine.get("host")))
+    figures = engine_figures_again(raw)
+    if figures:
+        raw["engine_step"].update(figures)
     return profile_to_json(_machine_from_measurements(raw), raw)
 
 

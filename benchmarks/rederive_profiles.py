@@ -25,20 +25,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zerokit.fileio import write_atomic
-from zerokit.perf.probe import _machine_from_measurements, engine_figures
+from zerokit.perf.probe import engine_figures_again
 
 TOP = ("bucket_flush_s", "zero3_module_overhead_s", "host_flush_s")
 
 
 def refigure(m: dict) -> bool:
-    """`m`'s engine_step figures derived again in place; False where it has no reference steps to derive from."""
-    e = m.get("engine_step")
-    if not (e and "plan_buckets_step_s" in e and "linears" in e):
+    """`m`'s engine_step figures derived again in place (those it holds); False where it has no reference steps to
+    derive from."""
+    figures = engine_figures_again(m)
+    if figures is None:
         return False
-    partial = _machine_from_measurements({**m, "engine_step": None})
-    steps = {"zero2": e["step_s"], "zero2_plan": e["plan_buckets_step_s"], "zero3_plan": e["zero3_step_s"]}
-    figures = engine_figures(partial, e["model"], steps, e["linears"], m["ranks"], e["seq_len"], e["micro_batch"],
-                             e.get("host"))
+    e = m["engine_step"]
     e.update({k: v for k, v in figures.items() if k in e and k not in ("model", "linears")})
     return True
 

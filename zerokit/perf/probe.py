@@ -425,6 +425,20 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
             "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
 
 
+def engine_figures_again(measurements: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`engine_figures` of a probe's stored `measurements` (its `engine_step` steps and timed linears, the kernel
+    figures beside them) under today's time model: what that probe would write now. None where it kept no reference
+    steps to derive from (a probe from before the plan-bucket engine or the timed linears)."""
+    engine = measurements.get("engine_step")
+    if not (engine and "plan_buckets_step_s" in engine and "linears" in engine):
+        return None
+    partial = _machine_from_measurements({**measurements, "engine_step": None})
+    steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
+             "zero3_plan": engine["zero3_step_s"]}
+    return engine_figures(partial, engine["model"], steps, engine["linears"], measurements["ranks"],
+                          engine["seq_len"], engine["micro_batch"], engine.get("host"))
+
+
 def host_figures(config: dict[str, Any], host: Mapping[str, Any], plan_engine: float,
                  extra_flushes: int) -> dict[str, float]:
     """The GPU host's figures (`MachinePerf.host_op_s`, `host_adapter_s`, `host_flush_s`, `host_optimizer_s`) from
