@@ -344,46 +344,66 @@ def test_the_published_table_prices_every_row_and_the_sweep_keeps_its_order(caps
 
 
 # All twelve cases on an AMD EPYC with AVX-512 BF16 (bf16 in hardware), 2026-11-28, three rounds, each a probe and
-# then every case once: every case within 20% (worst 11.4%). Of the 46 pairs the runs tell apart, 45 are ranked as
-# measured; the other sets LoRA at ZeRO-3 (planned 11.9% fast) against ZeRO-2 with checkpointing (planned 8.7% slow).
-# Before the adapters' ZeRO-3 gathers were priced (the kept ones after every step, the others in each pass:
-# `zerokit.perf.model.adapter_persistence`) LoRA and QLoRA at ZeRO-3 were 18.7% and 13.6% fast and 7 pairs flipped;
-# before the bucket flushes were counted as DeepSpeed flushes (`zerokit.perf.model.flushes`) full training was planned
-# up to 15.8% slow and 2 flipped. The one is held as it is, so that none joins it unseen.
-AMD_ALL = Measurement(DATA / "2026-11-28-amd-all", 45)
-AMD_ALL_FLIPS = {("lora_zero3", "zero2_ckpt")}
-
-
+# then every case once: every case within 20% (worst 8.7%), and all 46 pairs the runs tell apart ranked as measured.
+# Until fp32 adapters' casts were priced (`zerokit.perf.model._adapter_pass_bytes`) LoRA at ZeRO-3 was planned 11.4%
+# fast and ranked against ZeRO-2 with checkpointing the wrong way; before the adapters' ZeRO-3 gathers were priced
+# (the kept ones after every step, the others in each pass: `zerokit.perf.model.adapter_persistence`) LoRA and QLoRA
+# at ZeRO-3 were 18.7% and 13.6% fast and 7 pairs flipped; before the bucket flushes were counted as DeepSpeed
+# flushes (`zerokit.perf.model.flushes`) full training was planned up to 15.8% slow and 2 flipped.
+AMD_ALL = Measurement(DATA / "2026-11-28-amd-all", 46)
 
 
 # The same twelve cases on the same AMD EPYC 75 minutes later (2026-11-28, three rounds, a probe in each): every case
-# within 20% (worst zero2_ckpt, +16.0%); 41 of the 43 pairs told apart ranked as measured, the 2 others LoRA at ZeRO-3
-# (planned 10.6% fast) against a full-training setup planned 9-16% slow. Until the bucket flushes were counted as
-# DeepSpeed flushes (`zerokit.perf.model.flushes`: 36 a backward for this model, where ceil(parameters / bucket) said
-# 61, and 52 for the probe's reference, against 71), full training was planned 9-24% slow here (zero1 +23.4%,
-# zero2_ckpt +23.5%: not met) and 3 pairs flipped. Held at 20%, with the 2 flips as they are.
-AMD_ALL2 = Measurement(DATA / "2026-11-28-amd-all2", 41)
-AMD_ALL2_FLIPS = {("lora_zero3", "zero3"), ("lora_zero3", "zero2_ckpt")}
-AMD_ALL2_TOLERANCE = TOLERANCE
+# within 20% (worst zero2_ckpt, +16.0%), and all 43 pairs told apart ranked as measured.
+# Until fp32 adapters' casts were priced LoRA at ZeRO-3 was planned 10.0% fast, and ranked against ZeRO-3 and ZeRO-2
+# with checkpointing the wrong way. Until the bucket flushes were counted as DeepSpeed flushes (36 a backward for this
+# model, where ceil(parameters / bucket) said 61, and 52 for the probe's reference, against 71), full training was
+# planned 9-24% slow here (zero1 +23.4%, zero2_ckpt +23.5%: not met) and 3 pairs flipped.
+AMD_ALL2 = Measurement(DATA / "2026-11-28-amd-all2", 43)
 
 
-# the two AMD EPYC measurements: (measurement, its tolerance, the pairs held as flipped)
-AMD = {"first": (AMD_ALL, TOLERANCE, AMD_ALL_FLIPS), "second": (AMD_ALL2, AMD_ALL2_TOLERANCE, AMD_ALL2_FLIPS)}
+# the two AMD EPYC measurements
+AMD = {"first": AMD_ALL, "second": AMD_ALL2}
 
 
 @pytest.mark.parametrize("name", ALL_CASES + ("lora_save_zero2",))
 @pytest.mark.parametrize("which", AMD)
 def test_every_case_within_its_tolerance_on_the_amd_epyc_with_avx512_bf16(which, name):
-    m, tolerance, _ = AMD[which]
+    m = AMD[which]
     assert set(m.measured["cases"]) == set(ALL_CASES) | {"lora_save_zero2"}
     case = m.measured["cases"][name]
-    assert predicted(m, case) == pytest.approx(case["median_s"], rel=tolerance)
+    assert predicted(m, case) == pytest.approx(case["median_s"], rel=TOLERANCE)
 
 
 @pytest.mark.parametrize("which", AMD)
-def test_the_amd_epycs_pairs_are_ranked_as_measured_but_the_known_flips(which):
-    m, _, known = AMD[which]
-    pairs = told_apart(m)
-    flipped = {tuple(sorted((a, b))) for a, b, same in pairs if not same}
-    assert sum(same for _, _, same in pairs) >= m.pairs
-    assert flipped <= {tuple(sorted(p)) for p in known}, flipped
+def test_the_amd_epycs_pairs_are_ranked_as_measured(which):
+    test_ranking_matches_where_the_runs_tell_setups_apart(AMD[which])
+
+
+# fp32 LoRA adapters against bf16 ones on one rank of the same AMD EPYC (benchmarks/lora_widths.py, 2026-11-28):
+# PEFT casts each adapted linear's input to fp32 and the sum back, and the scaling and the add move 4-byte elements.
+LORA_WIDTHS = DATA / "2026-11-28-amd-lora-widths.json"
+
+
+def test_fp32_adapters_cost_what_one_rank_measured_over_bf16_ones():
+    """The time model's fp32-over-bf16 difference for the benchmark's adapters (rank 8 on every linear of the
+    256 x 4-layer llama, 512 tokens) within 20% of the 23 ms measured; before the casts were priced it gave 3.5 ms,
+    which left LoRA at ZeRO-3 10-11% fast on the AMD EPYC's step-time measurements."""
+    data = json.loads(LORA_WIDTHS.read_text())
+    assert data["lora_config"]["r"] == 8 and data["threads"] == 1 and data["rounds"] >= 3
+    measured = sum(data[k]["fp32"] - data[k]["bf16"] for k in ("forward_s", "backward_s"))
+    model = benchmark("lora_widths", register=False).modelled(data)
+    assert measured > 0.015
+    assert model["fp32"] - model["bf16"] == pytest.approx(measured, rel=TOLERANCE)
+
+
+def test_adapter_pass_bytes_by_hand():
+    """bf16 base, fp32 adapters, per output element forward: the scaling reads and writes 2 bytes more, the add
+    reads the adapter's output and writes the sum 2 bytes wider (4 x 2), and the sum's cast back reads 4 and writes
+    2 (6): 14; per input element the input's cast, 6. Backward per output: the scaling's gradient 2 x 2 wider, the
+    sum's gradient cast to fp32 and the frozen output's cast back (6 each): 16; per input the gradient's cast, 6.
+    Matching widths add nothing beyond their kernels."""
+    from zerokit.perf.model import _adapter_pass_bytes
+
+    assert _adapter_pass_bytes(2, 4) == (14, 6, 16, 6)
+    assert _adapter_pass_bytes(2, 2) == _adapter_pass_bytes(4, 4) == (0, 0, 0, 0)
