@@ -523,6 +523,40 @@ def test_the_hosts_figures_by_hand():
     assert bare["host_adapter_s"] == 0.0 and bare["host_flush_s"] == 0.0  # paced plan step bounds no flush
 
 
+def test_the_lora_engine_counts_the_linears_peft_adapted():
+    """The probe's LoRA host timing divides by the linears PEFT adapted, counted on the model: 7 a layer on a 2-layer
+    llama with all-linear adapters (q, k, v, o, gate, up, down; the head is left out), 2 a layer with q and v only."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from zerokit.perf.probe import adapted_linears
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=128)
+    for targets, per_layer in (("all-linear", 7), (["q_proj", "v_proj"], 2)):
+        torch.manual_seed(0)
+        model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                               LoraConfig(r=4, target_modules=targets, task_type="CAUSAL_LM"))
+        assert adapted_linears(model) == per_layer * 2
+
+
+def test_the_hosts_figures_stay_within_what_a_profile_accepts():
+    """A slow host's optimizer step of 5 s is kept (a profile takes up to a minute for it), a forward and backward of
+    2,000 s is cut to the second a kernel may take; every figure written loads back as a profile."""
+    from zerokit.perf.machine import PROFILE_RANGES
+    from zerokit.perf.probe import host_figures
+
+    config = json.loads((PROFILES / "gpu/2026-11-28-h200-host/profile.json").read_text())["measurements"][
+        "engine_step"]["model"]
+    slow = host_figures(config, {"forward_backward_s": 0.0336, "step_s": 5.0}, 0.0820, 120)
+    assert slow["host_optimizer_s"] == 5.0
+    huge = host_figures(config, {"forward_backward_s": 2000.0, "step_s": 100.0, "lora_forward_backward_s": 1e6,
+                                 "adapted_linears": 1}, 0.0, 1)
+    assert huge == {"host_op_s": 1.0, "host_adapter_s": 1.0, "host_flush_s": 0.0, "host_optimizer_s": 60.0}
+    assert all(PROFILE_RANGES[k][0] <= v <= PROFILE_RANGES[k][1] for k, v in {**slow, **huge}.items())
+
+
 def test_a_gpu_profile_with_the_hosts_figures_shows_them():
     from zerokit.commands.probe import _host_rows
     from zerokit.perf import load_profile

@@ -459,14 +459,15 @@ _NUMBER_FIELDS = ("op_overhead_s", "intra_node_bandwidth", "inter_node_bandwidth
                   "host_op_s", "host_adapter_s", "host_flush_s", "host_optimizer_s")
 _REQUIRED = ("name", "device", "matmul", "elementwise", "intra_node_bandwidth", "h2d_pinned", "d2h_pinned",
              "cpu_adam_params_per_s", "device_adam_params_per_s")
-# Plausible ranges: a figure outside is a broken or hand-edited profile, not a machine.
-_RANGES = {
+PROFILE_RANGES = {
     "op_overhead_s": (0.0, 1.0), "collective_efficiency": (0.01, 1.0), "collective_latency_s": (0.0, 10.0),
     "zero3_module_overhead_s": (0.0, 1.0), "bucket_flush_s": (0.0, 1.0), "step_overhead_s": (0.0, 3600.0),
     "quantized_linear_overhead_s": (0.0, 1.0),
     "compute_scale": COMPUTE_SCALE_BOUNDS,
     "host_op_s": (0.0, 1.0), "host_adapter_s": (0.0, 1.0), "host_flush_s": (0.0, 1.0), "host_optimizer_s": (0.0, 60.0),
 }
+"""Plausible ranges of a profile's figures: one outside is a broken or hand-edited profile, not a machine (the probe
+writes none beyond them: `zerokit.perf.probe.host_figures`)."""
 
 
 def profile_to_json(perf: MachinePerf, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -577,8 +578,8 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
             raise BadInput(f"{where}: {key} must be a finite number >= 0, got {value!r}")
         # a rate (bytes or parameters per second) is 0 (not measured; refused below where the model needs it) or
         # at least MIN_RATE: a denormal one made the time model divide by zero
-        low, high = _RANGES.get(key, (MIN_RATE, MAX_BANDWIDTH))
-        if not (low <= value <= high or (value == 0 and key not in _RANGES)):
+        low, high = PROFILE_RANGES.get(key, (MIN_RATE, MAX_BANDWIDTH))
+        if not (low <= value <= high or (value == 0 and key not in PROFILE_RANGES)):
             raise BadInput(f"{where}: {key} = {value!r} is outside {low:g}..{high:g}; re-run `zerokit probe`")
         values[key] = float(value)
     # The probe always writes these; a profile without one (written by hand, or cut) takes what the probe would

@@ -37,6 +37,7 @@ from zerokit.perf.machine import (
     DEFAULT_ZERO3_MODULE_OVERHEAD_S,
     MAX_BANDWIDTH,
     MIN_RATE,
+    PROFILE_RANGES,
     MachinePerf,
     throughput_at,
     unmeasured_intra_node,
@@ -451,7 +452,10 @@ def host_figures(config: dict[str, Any], host: Mapping[str, Any], plan_engine: f
       tokens (`plan_engine`: its step less the rest of the model's and the optimizer's host wait): that, less
       the default buckets' host time, over the extra flushes (a micro-batch takes at least the host's time; one
       the device paced makes the figure less);
-    - the optimizer step: the ZeRO-2 reference's, timed to the device's end."""
+    - the optimizer step: the ZeRO-2 reference's, timed to the device's end.
+    Each is kept within the range a profile accepts for it (`PROFILE_RANGES`: a second for the per-kernel, per-linear
+    and per-flush figures, a minute for the optimizer step), so that what the probe writes, `zerokit plan --hardware`
+    reads."""
     from zerokit.perf.flops import model_flops
     from zerokit.perf.model import host_kernels
 
@@ -463,7 +467,15 @@ def host_figures(config: dict[str, Any], host: Mapping[str, Any], plan_engine: f
     extra = max(extra_flushes, 1)
     plan = host.get("plan_buckets_forward_backward_s")
     out["host_flush_s"] = max(0.0, ((plan_engine if plan is None else plan) - fb) / extra)
-    return {k: min(v, 1.0) for k, v in out.items()}
+    return {k: min(v, PROFILE_RANGES[k][1]) for k, v in out.items()}
+
+
+def adapted_linears(module: Any) -> int:
+    """The linears PEFT's LoRA adapted in `module` (its `LoraLayer`s): what `host_figures` shares the LoRA engine's
+    extra host time over (7 a decoder layer of the probe's llama reference, counted rather than assumed)."""
+    from peft.tuners.lora import LoraLayer
+
+    return sum(isinstance(m, LoraLayer) for m in module.modules())
 
 
 def ascending_curve(points: Sequence[Sequence[float]]) -> list[list[float]]:
@@ -1128,7 +1140,7 @@ class _Worker:
         _, engine = self._training_step(config, 2, HOST_TOKENS, 1, torch_adam, None, lora=True)
         forward_backward, step = self._host_phases(engine, config["vocab_size"])
         return {"lora_forward_backward_s": forward_backward, "lora_step_s": step,
-                "adapted_linears": 7 * config["num_hidden_layers"]}
+                "adapted_linears": adapted_linears(engine.module)}
 
     def _host_phases(self, engine: Any, vocab: int) -> tuple[float, float]:
         """(forward and backward, optimizer step) host seconds of `engine` at HOST_TOKENS tokens: medians of
