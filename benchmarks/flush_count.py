@@ -13,7 +13,8 @@ epilogue's included; "filled" leaves out the one that flushes an empty bucket). 
 sizes against the bucket only, and a plan's bucket is hidden^2: a 256-wide llama with the same ratios (MLP,
 vocabulary and key-value width over hidden) flushes as often as its 2048-wide original, which stands in for the
 GPU runs' 0.9B llama and the GPU probe's reference here. 2026-11-28: DeepSpeed 36, 52, 132 and 68, zerokit the
-same, the former count 61, 71, 209 and 122.
+same, the former count 61, 71, 209 and 122; and a one-layer model with a tied head, whose modules all have one copy
+(the stack told apart by `zerokit.models.params.Part.layer`), 10 and 10 (20 buckets).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ MODELS = {
     # the GPU probe's reference (2048 wide, MLP 5632, 8 layers, 32,000), at 1/8 width
     "gpu probe reference, 1/8 wide": {"hidden_size": 256, "intermediate_size": 704, "num_hidden_layers": 8,
                                       "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 4000},
+    # one layer and a tied head: every module has one copy, and the head's gradient is the embedding's
+    "one layer, tied head (1 x 256)": {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 1,
+                                       "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 2048,
+                                       "tie_word_embeddings": True},
 }
 
 
@@ -63,7 +68,7 @@ def main() -> int:
           f"{'(filled)':>8}")
     for name, config in MODELS.items():
         torch.manual_seed(0)
-        full = {"model_type": "llama", **config, "tie_word_embeddings": False, "max_position_embeddings": 64}
+        full = {"model_type": "llama", "tie_word_embeddings": False, **config, "max_position_embeddings": 64}
         model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in full.items() if k != "model_type"}))
         bucket = config["hidden_size"] ** 2
         ds_config = {"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},

@@ -633,7 +633,7 @@ def _sub_groups(sizes: tuple[int, ...], n: int, sub_group_size: int, tn: int) ->
 def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
     """The elements of each trainable tensor in `model.parameters()` order (None: not a family zerokit splits)."""
     from zerokit.errors import BadInput
-    from zerokit.models.params import model_parts
+    from zerokit.models.params import model_parts, stack_split
     from zerokit.models.params import part_tensors as tensors
 
     try:
@@ -643,9 +643,7 @@ def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
     if not parts or layers < 1:
         return None
 
-    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
-    first = parts[:parts.index(per_layer[0])] if per_layer else parts
-    last = [p for p in parts[len(first):] if p not in per_layer]
+    first, per_layer, last = stack_split(parts)
     out: list[int] = []
     for p in first:
         out += tensors(p)
@@ -779,20 +777,11 @@ def _trace_of(parts: list, layers: int, threshold: int) -> tuple[tuple[int, ...]
     """(parameters per module in forward order, parameters below the persistence threshold, the front: what comes
     before the first layer, less a tied embedding the head uses again, and the first layer's input projections,
     above the threshold) of `parts`."""
+    from zerokit.models.params import stack_split
+
     modules: list[int] = []
     persistent = 0
-    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers and layers == 1)]
-    head = [p for p in parts if p not in per_layer]
-    first, last = [], []
-    seen_layer = False
-    for p in parts:
-        if p in per_layer:
-            seen_layer = True
-        elif seen_layer:
-            last.append(p)
-        else:
-            first.append(p)
-    del head
+    first, per_layer, last = stack_split(parts)
     for p in first:
         modules.append(p.params)
         persistent += p.params if p.params < threshold else 0

@@ -43,6 +43,9 @@ class Part(NamedTuple):
     stacked: tuple[tuple[str, int, int, int], ...] = ()
     """Parameters PEFT wraps directly (`lora.ParamWrapper`), as (name, experts, dim 1, dim 2): transformers 5's fused
     MoE expert stacks, and the router weight as a 2-D one (experts = 1)."""
+    layer: bool = False
+    """One of the decoder layers' modules (`copies` of them over the stack), not one before or after it: a
+    one-layer model's, or a MoE block in one layer of several, has one copy too."""
 
 
 def part_tensors(p: Part) -> list[int]:
@@ -156,7 +159,18 @@ def _experts(h: int, inter: int, n: int) -> list[Part]:
 
 
 def _times(parts: list[Part], copies: int) -> list[Part]:
-    return [p._replace(copies=p.copies * copies) for p in parts if copies > 0]
+    """A decoder layer's modules over `copies` layers."""
+    return [p._replace(copies=p.copies * copies, layer=True) for p in parts if copies > 0]
+
+
+def stack_split(parts: list[Part]) -> tuple[list[Part], list[Part], list[Part]]:
+    """(the modules registered before the decoder stack, the layers' modules, those registered after it) of
+    `model_parts`: the embedding (and OPT's final norm, registered before its layers), the layers, the final norm and
+    the head. By `Part.layer`, so a one-layer model splits as a deep one does."""
+    stack = [i for i, p in enumerate(parts) if p.layer]
+    if not stack:
+        return list(parts), [], []
+    return list(parts[:stack[0]]), [p for p in parts if p.layer], list(parts[stack[-1] + 1:])
 
 
 def _embed_and_head(c: dict, layers: list[Part], final_norm: int) -> list[Part]:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
-from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts, part_tensors
+from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts, part_tensors, stack_split
 
 
 class Matmul(NamedTuple):
@@ -333,11 +333,10 @@ def backward_order(parts: list, layers: int) -> tuple[int, ...]:
     first and the post-attention norm between the two: so reversed, the MLP's modules come first, then the
     post-attention norm, the attention's, the input norm. benchmarks/flush_count.py counted DeepSpeed's flushes in
     real backwards of four llamas, and this order replays them exactly. A tied head is the embedding's weight."""
-    per_layer = [p for p in parts if p.copies > 1 or (p.copies == layers == 1 and p.name not in ("norm", "lm_head"))]
+    first, per_layer, after = stack_split(parts)
     if not per_layer:
         return ()
-    first = parts[:parts.index(per_layer[0])]
-    last = [p for p in parts[len(first):] if p not in per_layer and not p.tied]
+    last = [p for p in after if not p.tied]
     before = [p for p in per_layer if p.name.endswith(_BEFORE_ATTENTION)]
     after = [p for p in per_layer if p.name.endswith(_AFTER_ATTENTION)]
     rest = [p for p in per_layer if p not in before and p not in after]
