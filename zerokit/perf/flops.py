@@ -333,10 +333,10 @@ def backward_order(parts: list, layers: int) -> tuple[int, ...]:
     first and the post-attention norm between the two: so reversed, the MLP's modules come first, then the
     post-attention norm, the attention's, the input norm. benchmarks/flush_count.py counted DeepSpeed's flushes in
     real backwards of four llamas, and this order replays them exactly. A tied head is the embedding's weight."""
-    first, per_layer, after = stack_split(parts)
+    first, per_layer, behind = stack_split(parts)
     if not per_layer:
         return ()
-    last = [p for p in after if not p.tied]
+    last = [p for p in behind if not p.tied]
     before = [p for p in per_layer if p.name.endswith(_BEFORE_ATTENTION)]
     after = [p for p in per_layer if p.name.endswith(_AFTER_ATTENTION)]
     rest = [p for p in per_layer if p not in before and p not in after]

@@ -169,8 +169,9 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     machine reaches for their shapes (far below the peak: r is 8-64), plus a dozen kernels and the dropout's
     element passes; A and B each own a weight, which ZeRO-3 hooks like any module's. `fp32`: LoRA's adapters at
     ZeRO-3 stay fp32 (`PeftPlan.activation_setup`: the engine casts nothing on a model zero.Init built; QLoRA's base
-    loads without zero.Init, so the engine casts its adapters), so their products run at the fp32 rate. Adapter
-    parameters outside `lora`'s linears (MoE experts and routers) run at the peak."""
+    loads without zero.Init, so the engine casts its adapters), so their products run at the fp32 rate and PEFT
+    casts around them (`_adapter_pass_bytes`). Adapter parameters outside `lora`'s linears (MoE experts and
+    routers) run at the peak."""
     rank, dropout, linears = lora[:3] if lora is not None else (0, 0.0, ())
     base = _BYTES.get(dtype, 2)  # the frozen linear's output and the layer's activations
     dtype = "fp32" if fp32 and "fp32" in perf.matmul else dtype
