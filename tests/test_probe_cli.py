@@ -382,6 +382,12 @@ def test_the_table_says_how_the_reference_workloads_ran():
     # a profile from before the probe recorded them: no such rows
     old = _measurements({"compute_scale": 0.96})
     assert "from reference training" not in render_table(_machine_from_measurements(old), old)
+    # with each round's ZeRO-2 step (the mean over the ranks), the table says how far apart the rounds ran: a shared
+    # VM's speed can shift while the probe runs, and every figure is a median over them
+    steady = _measurements({"compute_scale": 0.96, "rounds": 4, "micro_batch": 1, "seq_len": 64,
+                            "round_steps_s": {"zero2": [0.36, 0.40, 0.56, 0.38], "zero3_plan": [0.5] * 4}})
+    assert render_table(_machine_from_measurements(steady), steady).count(
+        "4 alternated rounds, 1 x 64 tokens a step; ZeRO-2 steps 0.36-0.56 s over the rounds (+56%)") == 1
 
 
 def test_the_table_gives_zero3s_blocking_copy_as_the_probe_measured_it():

@@ -115,6 +115,10 @@ def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:
     if not ref or "rounds" not in ref:
         return []
     steps = f"{ref['rounds']} alternated rounds, {ref['micro_batch']} x {ref['seq_len']} tokens a step"
+    zero2 = (ref.get("round_steps_s") or {}).get("zero2")
+    if zero2:  # how steady the machine was: a shared VM's speed can shift between rounds
+        low, high = min(zero2), max(zero2)
+        steps += f"; ZeRO-2 steps {low:.3g}-{high:.3g} s over the rounds (+{high / low - 1:.0%})"
     return [("  from reference training steps", steps, "probe")]
 
 

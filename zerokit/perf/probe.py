@@ -1088,6 +1088,8 @@ class _Worker:
         finally:
             functional.linear = plain
         measured = {name: self.mean(statistics.median(t)) for name, t in times.items()}
+        # every round's step, the mean over the ranks: how steady the machine was while the probe ran
+        rounds_s = {name: [self.mean(x) for x in t] for name, t in times.items()}
         host = None
         try:  # the engine figures stand whatever befalls the host's timing (on every rank alike)
             if self.gpu:
@@ -1100,7 +1102,7 @@ class _Worker:
         steps = built = None
         figures = engine_figures(partial, config, measured, self.linears(model_flops(config), seq * micro_batch),
                                  self.ranks, seq, micro_batch, host)
-        return {**figures, "rounds": rounds, **({"host": host} if host else {})}
+        return {**figures, "rounds": rounds, "round_steps_s": rounds_s, **({"host": host} if host else {})}
 
     def host_floor(self, config: dict[str, Any], engine: Any, plan_engine: Any) -> dict[str, Any]:
         """A GPU's host time of a training step of the reference, at HOST_TOKENS tokens, where the device has next to
