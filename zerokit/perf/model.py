@@ -179,7 +179,7 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
     modules = 0
     rest = trainable
     e, top = _BYTES.get(dtype, 2), perf.peak_flops(dtype)
-    out_forward, in_forward, out_backward, in_backward = _adapter_pass_bytes(base, 4 if fp32 else e)
+    out_forward, in_forward, out_backward, in_backward = _adapter_pass_bytes(base, 4 if fp32 else base)
     for n_in, n_out, copies in linears:
         for k, n in ((n_in, rank), (rank, n_out)):
             f = 6.0 * tokens * k * n * copies
@@ -209,12 +209,12 @@ def _lora_parts(perf: MachinePerf, lora: tuple | None, trainable: float, tokens:
                 seconds += copies * moved / perf.elementwise_at(moved)
                 moved = _DROPOUT_FORWARD_BYTES * elements
                 forward += copies * moved / perf.elementwise_at(moved)
-        # the elementwise passes around the products (`_adapter_pass_bytes`), at the rate of their size
-        moved = tokens * (n_out * out_forward + n_in * in_forward)
-        t = copies * moved / perf.elementwise_at(moved)
-        forward += t
-        moved_back = tokens * (n_out * out_backward + n_in * in_backward)
-        seconds += t + copies * moved_back / perf.elementwise_at(moved_back)
+        if out_forward:  # fp32 adapters' passes around the products (`_adapter_pass_bytes`), at their size's rate
+            moved = tokens * (n_out * out_forward + n_in * in_forward)
+            t = copies * moved / perf.elementwise_at(moved)
+            forward += t
+            moved_back = tokens * (n_out * out_backward + n_in * in_backward)
+            seconds += t + copies * moved_back / perf.elementwise_at(moved_back)
         seconds += copies * kernels * perf.op_overhead_s
         forward += copies * forward_kernels * perf.op_overhead_s
         rest -= rank * (n_in + n_out) * copies
