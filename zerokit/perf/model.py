@@ -444,6 +444,13 @@ def host_kernels(mf: ModelFlops) -> float:
     return 3.0 * (_OPS_PER_LAYER * mf.num_layers + 10)
 
 
+def adapted_linears(lora: tuple | None) -> int:
+    """The LoRA-adapted linears of `lora` ((rank, dropout, (in, out, copies) of each adapted linear, ...), as
+    `PeftPlan.lora_work` gives it; None: full training), what `host_adapter_s` is per: the step time's host figure
+    and the plan's reason that the host paces a micro-batch both count them here."""
+    return 0 if lora is None else sum(copies for *_, copies in lora[2])
+
+
 def host_micro_batch_s(perf: MachinePerf, mf: ModelFlops, adapted: int, checkpointing: bool) -> float:
     """The GPU host's own time of one micro-batch's forward and backward, its bucket flushes left out: `host_op_s`
     a kernel of `host_kernels`, `host_adapter_s` each of the `adapted` LoRA linears, a third more to recompute under
@@ -717,7 +724,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
 
     if perf.host_op_s:
         overhead += host_excess(perf, mf, zero_stage, ga, micro_compute, reduce_calls if zero_stage else 0,
-                                adapter_modules // 2, gradient_checkpointing, optimizer, offload_optimizer != "none")
+                                adapted_linears(lora) if share < 1.0 else 0, gradient_checkpointing, optimizer, offload_optimizer != "none")
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world

@@ -776,13 +776,13 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
 def _host_paced(ctx: Context) -> str:
     """Where the probe timed this GPU's host and it outlasts the chosen micro-batch's kernels (`host_excess`), a
     clause saying so: more tokens a micro-batch then cost the step little, which the search weighed."""
-    from zerokit.perf.model import host_micro_batch_s
+    from zerokit.perf.model import adapted_linears, host_micro_batch_s
 
     c, perf = ctx.chosen.candidate, ctx.machine
     t = c.performance
     if t is None or not perf.host_op_s or perf.device != "gpu" or c.setup.zero_stage == 3:
         return ""
-    adapted = 0 if ctx.peft is None or ctx.peft.lora_work is None else sum(n for *_, n in ctx.peft.lora_work[2])
+    adapted = 0 if ctx.peft is None else adapted_linears(ctx.peft.lora_work)
     host = host_micro_batch_s(perf, ctx.flops, adapted, c.setup.gradient_checkpointing)
     device = t.compute_s / c.setup.gradient_accumulation_steps
     if host <= device:
