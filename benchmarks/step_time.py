@@ -69,6 +69,11 @@ CASES = {
     "zero2_accum4": {"stage": 2, "accumulation": 4},
     "zero2_offload_optimizer": {"stage": 2, "offload_optimizer": "cpu"},
     "zero3_offload_param": {"stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"},
+    # optimizer offload with accumulation (tests/data/step_time/2026-11-29-amd-offload-accum): DeepSpeed 0.19 keeps
+    # the accumulating gradients on the host between micro-batches, ZeRO-2 whole tensors in bf16 (copied down, and up
+    # again to add the next micro-batch's: `async_accumulate_grad_in_cpu_via_gpu`), ZeRO-3 its bf16 partition
+    "zero2_offload_accum4": {"stage": 2, "offload_optimizer": "cpu", "accumulation": 4},
+    "zero3_offload_accum4": {"stage": 3, "offload_optimizer": "cpu", "accumulation": 4},
     # LoRA (tests/data/step_time/2026-11-26-lora): the frozen base skips its weight gradients, only the adapters
     # are reduced and stepped
     "lora_zero2": {"stage": 2, "lora_rank": 8},
