@@ -41,9 +41,11 @@ pins:
 #   libaio-dev      DeepSpeed JIT-builds async_io with it (NVMe offload tests)
 #   openssh-server  sshd in each network namespace of the multi-node tests (pdsh over ssh)
 #   pdsh            DeepSpeed's default multi-node launcher
+#   numactl         DeepSpeed's --bind_cores_to_rank runs each rank under it (zerokit launch --bind-cores-to-rank)
 system-deps:
 	@missing=""; \
 	[ -e /usr/include/libaio.h ] || missing="$$missing libaio-dev"; \
+	command -v numactl >/dev/null || missing="$$missing numactl"; \
 	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
 	command -v pdsh >/dev/null || missing="$$missing pdsh"; \
 	if [ -z "$$missing" ]; then :; \

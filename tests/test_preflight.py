@@ -390,8 +390,8 @@ def test_the_threads_line_reads_as_written():
     assert preflight.threads_verdict(2, 2, 2, asked=False) == Check(
         "cpu threads", True, "2 ranks x 2 OpenMP threads (torch's default) on 2 cores: more threads than cores: small "
         "ops stall, steps slow down, and a `zerokit probe` profile holds for its own thread count only",
-        "export OMP_NUM_THREADS=1, or give zerokit launch --env OMP_NUM_THREADS=1 (what `deepspeed "
-        "--bind_cores_to_rank` sets); probe with the same")
+        "export OMP_NUM_THREADS=1, or give zerokit launch --env OMP_NUM_THREADS=1, or --bind-cores-to-rank (which "
+        "sets it and pins each rank to its cores); probe with the same threads")
     assert preflight.threads_verdict(1, 1, 1, asked=True).detail == "1 rank x 1 OpenMP thread (OMP_NUM_THREADS) on 1 core"
     text = format_text([preflight.threads_verdict(2, 2, 2, asked=False), Check("x", False, "bad", "do y")])
     assert "\n     advice: export OMP_NUM_THREADS=1, " in text and "\n     fix: do y" in text

@@ -80,6 +80,13 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
                    "interrupted [default: master port + 1; 0: no watch].")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Variable for every rank (repeatable); on many nodes it travels through .deepspeed_env.")
+@click.option("--bind-cores-to-rank", is_flag=True,
+              help="DeepSpeed's --bind_cores_to_rank: each rank runs on its own share of the node's physical cores "
+                   "(numactl), with OMP_NUM_THREADS that share; DeepSpeed advises it where CPU Adam steps an offloaded "
+                   "optimizer. One node, --no-ssh, --emit-sbatch or --launcher impi (the other backends drop it).")
+@click.option("--bind-core-list", metavar="LIST",
+              help="With --bind-cores-to-rank: the cores to share out instead of all physical ones (DeepSpeed's "
+                   "--bind_core_list), e.g. 0-31,64-95.")
 @click.option("--files-dir", default=".zerokit", show_default=True,
               help="Where the written hostfile and .deepspeed_env go.")
 @click.option("--emit-sbatch", type=click.Path(dir_okay=False),
@@ -95,8 +102,8 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
-            master_addr, no_ssh, node_rank, watch_port, env, files_dir, emit_sbatch, emit_script, force, time_limit,
-            dry_run, no_preflight, grace, script, script_args) -> int:
+            master_addr, no_ssh, node_rank, watch_port, env, bind_cores_to_rank, bind_core_list, files_dir, emit_sbatch,
+            emit_script, force, time_limit, dry_run, no_preflight, grace, script, script_args) -> int:
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name that file (another
@@ -144,6 +151,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
         # an emitted script runs later, under the variable it finds then (it checks that one itself)
         visible_devices=None if emits else runner.visible_devices(os.environ, runner.gpus_present()),
+        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
     )
     if time_limit is not None and emit_sbatch is None:
         raise BadInput("--time is the SLURM time limit of --emit-sbatch; give --emit-sbatch FILE too, or drop --time")
@@ -198,7 +206,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                        no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr,
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
-                                       exclude=spec.exclude, document=document)  # the runner's hosts and ranks
+                                       exclude=spec.exclude, document=document,  # the runner's hosts and ranks
+                                       bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
         checks = preflight.run_checks(target)
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

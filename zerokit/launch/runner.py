@@ -41,6 +41,10 @@ EQUAL_SLOTS_LAUNCHERS = ("mvapich", "mpich", "impi", "slurm")
 DISCOVERY_LAUNCHERS = ("openmpi", "mvapich", "slurm")
 """Backends whose command never passes MASTER_ADDR/MASTER_PORT: the ranks find rank 0 through DeepSpeed's
 mpi_discovery (mpi4py; rank 0's `hostname -I`, port 29500; deepspeed/comm/comm.py)."""
+BINDING_LAUNCHERS = ("impi",)
+"""Multi-node backends whose command binds the ranks to cores under --bind_cores_to_rank (numactl before each rank,
+OMP_NUM_THREADS its share); pdsh's, openmpi's, mpich's, mvapich's and slurm's drop the flag without a word
+(deepspeed/launcher/multinode_runner.py). One node, and each node of a --no_ssh job, binds in DeepSpeed's launch.py."""
 GRACE_SECONDS = 10.0
 """After forwarding SIGINT/SIGTERM, how long the ranks get to exit before the process group is SIGKILLed."""
 
@@ -98,6 +102,11 @@ class LaunchSpec:
     visible_devices: str | None = None
     """CUDA_VISIBLE_DEVICES as the launch found it on a machine with GPUs (`visible_devices`), None where unset: the
     GPUs a one-node job's ranks may use, which the command keeps (`build_command`)."""
+    bind_cores_to_rank: bool = False
+    """DeepSpeed's --bind_cores_to_rank: each local rank runs under numactl on its own share of the node's cores, with
+    OMP_NUM_THREADS that share (DeepSpeed's ZeRO-Offload tutorial advises it where CPU Adam steps the optimizer)."""
+    bind_core_list: str | None = None
+    """DeepSpeed's --bind_core_list (`0-31,64-95`): the cores shared out instead of all the node's physical ones."""
 
     @property
     def multi_node(self) -> bool:
@@ -315,6 +324,7 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
         if listed and spec.nodes > listed:
             raise BadInput(f"--nodes {spec.nodes} is more than the {listed} host{'s' if listed > 1 else ''} given; "
                            f"list them all, or use --nodes {listed}")
+    check_binding(spec, launcher_limits)
     if spec.node_rank is not None and not spec.no_ssh:
         raise BadInput("--node-rank goes with --no-ssh (each node starts its own ranks); without --no-ssh the runner "
                        "reaches every node itself")
@@ -346,6 +356,47 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
             if not _SHELL_SAFE.fullmatch(word):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
                                "through one); rename it or use --launcher openmpi")
+
+
+def parse_core_list(text: str, option: str = "--bind-core-list") -> list[int]:
+    """The cores of DeepSpeed's core list grammar (`parse_range_list`, deepspeed/utils/numa.py): comma-separated
+    numbers and inclusive ranges, ascending and not overlapping, no spaces (`0-31,64-95` is 64 cores)."""
+    how = "write it like 0-31 or 0-15,32-47: numbers and ranges, ascending, no spaces"
+    cores: list[int] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"([0-9]{1,6})(?:-([0-9]{1,6}))?", part)
+        if m is None:
+            raise BadInput(f"{option} {text!r}: {part!r} is not a core number or range; {how}")
+        start, end = int(m.group(1)), int(m.group(2) or m.group(1))
+        if end < start:
+            raise BadInput(f"{option} {text!r}: the range {part} runs backwards; {how}")
+        if cores and start <= cores[-1]:
+            raise BadInput(f"{option} {text!r}: {part} overlaps or comes before the cores listed ahead of it "
+                           f"(DeepSpeed refuses that); {how}")
+        cores.extend(range(start, end + 1))
+    return cores
+
+
+def check_binding(spec: LaunchSpec, launcher_limits: bool = True) -> None:
+    """--bind-cores-to-rank and --bind-core-list where DeepSpeed would drop them silently or fail on them: the list
+    without the flag (launch.py reads it only with the flag), a list that gives a local rank no core (its assert),
+    and (`launcher_limits`; an sbatch starts one --no_ssh runner a node, which binds) a multi-node backend whose
+    command does not bind (`BINDING_LAUNCHERS`)."""
+    if spec.bind_core_list is not None:
+        if not spec.bind_cores_to_rank:
+            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank (DeepSpeed ignores it alone); "
+                           "add --bind-cores-to-rank, or drop --bind-core-list")
+        cores = parse_core_list(spec.bind_core_list)
+        ranks = max(spec.known_hosts.values(), default=0) if spec.gpus_per_node is None else spec.gpus_per_node
+        if ranks > len(cores):
+            raise BadInput(f"--bind-core-list {spec.bind_core_list} gives {len(cores)} core"
+                           f"{'s' * (len(cores) != 1)} to {ranks} ranks a node, and DeepSpeed gives each rank a "
+                           "whole core at least; list more cores, or drop --bind-core-list (all physical cores)")
+    if launcher_limits and spec.bind_cores_to_rank and spec.remote_shell and spec.launcher not in BINDING_LAUNCHERS:
+        raise BadInput(f"--bind-cores-to-rank with --launcher {spec.launcher}: DeepSpeed's {spec.launcher} backend "
+                       "does not pass it to the nodes (their ranks would run unbound, without a word); use --no-ssh "
+                       "or --emit-sbatch (each node's runner binds its own ranks), --launcher impi, or "
+                       "--env OMP_NUM_THREADS=N (N: a node's cores over its ranks) instead")
 
 
 def _check_env_keys(env: tuple[tuple[str, str], ...]) -> None:
@@ -520,10 +571,17 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
         argv += ["--include", _localhost_filter(spec.include) if spec.local_only else spec.include]
     if spec.exclude is not None:
         argv += ["--exclude", _localhost_filter(spec.exclude) if spec.local_only else spec.exclude]
-    argv += ["--master_port", str(spec.master_port), *spec.extra_runner_args]
+    argv += ["--master_port", str(spec.master_port), *binding_args(spec), *spec.extra_runner_args]
     argv += script_argv(spec)
     env.update(dict(spec.env))
     return argv, env
+
+
+def binding_args(spec: LaunchSpec) -> list[str]:
+    """The runner's core-binding options of the job (`check_binding` has refused those it would drop)."""
+    if not spec.bind_cores_to_rank:
+        return []
+    return ["--bind_cores_to_rank", *([f"--bind_core_list={spec.bind_core_list}"] if spec.bind_core_list else [])]
 
 
 def _localhost_filter(text: str) -> str:
@@ -647,7 +705,7 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     words: list[object] = [spec.runner, "--hostfile", _Var("HOSTFILE"), "--no_ssh", "--node_rank",
                            _Var("SLURM_NODEID"), "--num_nodes", str(nodes), "--num_gpus", str(gpus),
                            "--master_addr", _Var("MASTER_ADDR"), "--master_port", _Var("MASTER_PORT"),
-                           *spec.extra_runner_args, *script_argv(spec)]
+                           *binding_args(spec), *spec.extra_runner_args, *script_argv(spec)]
     node_command = "exec " + " ".join(str(w) if isinstance(w, _Var) else shlex.quote(w) for w in words)
     env = {"PYTHONUNBUFFERED": "1", **dict(spec.env)}
     return render("slurm.sbatch.j2", job_name=job_name, nodes=nodes, nodelist=",".join(nodelist), gpus_per_node=gpus,
