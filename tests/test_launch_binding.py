@@ -7,6 +7,7 @@ and a real 2-rank launch on this machine runs each rank under numactl (where num
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -166,3 +167,15 @@ def test_a_bound_launch_runs_each_rank_under_numactl_on_its_own_cores(tmp_path):
     for rank in (0, 1):
         assert f"rank {rank} omp {share} cpus {share}" in out.stdout
     assert "spawned with command: ['numactl'" in out.stdout + out.stderr  # DeepSpeed's launch.py says what it ran
+
+
+def test_preflight_checks_the_binding_as_launch_would_start_it(capsys):
+    from zerokit.cli import main
+
+    assert main(["preflight", "--bind-core-list", "0-1", "--gpus-per-node", "1"]) == 2
+    assert "read only with --bind-cores-to-rank" in capsys.readouterr().err
+    assert main(["preflight", "--bind-cores-to-rank", "--bind-core-list", "1-0", "--gpus-per-node", "1"]) == 2
+    assert "runs backwards" in capsys.readouterr().err
+    code = main(["preflight", "--bind-cores-to-rank", "--gpus-per-node", "1", "--format", "json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["core binding"]["ok"] == (shutil.which("numactl") is not None) and code in (0, 3)

@@ -45,9 +45,12 @@ def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | N
 @click.option("--nodes", type=click.IntRange(min=1), help="As launch --nodes: check the first N hosts only.")
 @click.option("--include", help="As launch --include: check only the hosts and ranks of DeepSpeed's filter.")
 @click.option("--exclude", help="As DeepSpeed's --exclude: leave these hosts or slots out of the checks.")
+@click.option("--bind-cores-to-rank", is_flag=True,
+              help="As launch --bind-cores-to-rank: check what DeepSpeed's core binding needs (numactl, the cores).")
+@click.option("--bind-core-list", metavar="LIST", help="As launch --bind-core-list: the cores to share out.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
-            fmt) -> int:
+            bind_cores_to_rank, bind_core_list, fmt) -> int:
     """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
 
     Exit 0: every check passed; 3: a check failed; 2: bad input.
@@ -57,10 +60,17 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
       zerokit preflight --config ds_config.json --hostfile hostfile --format json
     """
     from zerokit.launch import preflight
+    from zerokit.launch.runner import parse_core_list
 
+    if bind_core_list is not None:
+        if not bind_cores_to_rank:
+            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank (DeepSpeed ignores it alone); "
+                           "add --bind-cores-to-rank, or drop --bind-core-list")
+        parse_core_list(bind_core_list)
     target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node, hostfile),
                                    hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
-                                   master_port=master_port, nodes=nodes, include=include, exclude=exclude)
+                                   master_port=master_port, nodes=nodes, include=include, exclude=exclude,
+                                   bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
     checks = preflight.run_checks(target)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))
