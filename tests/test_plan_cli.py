@@ -762,3 +762,22 @@ def test_markdown_shows_the_hf_trainer_code_only_for_the_trainer(capsys, target)
     assert ("## Candidates (in search order; the chosen one trains the most tokens/s that fits, or within 2% of it "
             "the earliest, one at most 95% full first)") in stdout
 
+
+
+def test_an_offload_plan_for_several_gpus_a_node_says_their_cpu_adam_shares_the_host(capsys):
+    """Where the chosen setup offloads the optimizer for several GPUs of a node, their ranks step CPU Adam on its host
+    at once: the plan says which rate it priced (the preset's one-rank figure), and how to bind the ranks' cores and
+    probe the node's own rate. One GPU, or no offload, or DeepSpeed's CPU accelerator: nothing to say."""
+    args = ("plan", "--model", "llama-2-7b", "--gpu", "a100-80gb", "--seq-len", "4096", "--zero-stage", "3")
+    code, plan = run_json(capsys, *args, "--gpus-per-node", "8", "--offload-optimizer", "cpu")
+    notes = [w for w in plan["warnings"] if w.startswith("the optimizer steps on the host")]
+    assert code == 0 and len(notes) == 1
+    assert "the 8 ranks of a node run CPU Adam at once, priced at the preset's 4e9 parameters/s" in notes[0]
+    assert "zerokit launch --bind-cores-to-rank" in notes[0] and "OMP_NUM_THREADS" in notes[0]
+    for extra in (("--gpus-per-node", "1", "--offload-optimizer", "cpu"), ("--gpus-per-node", "8",
+                                                                          "--offload-optimizer", "none")):
+        code, plan = run_json(capsys, *args, *extra)
+        assert code == 0 and not [w for w in plan["warnings"] if w.startswith("the optimizer steps on the host")]
+    code, plan = run_json(capsys, "plan", "--model", TINY, "--gpus-per-node", "2", "--seq-len", "128",
+                          "--micro-batch", "4", "--zero-stage", "2", "--offload-optimizer", "cpu", "--hardware", PROFILE)
+    assert code == 0 and not [w for w in plan["warnings"] if w.startswith("the optimizer steps on the host")]

@@ -693,6 +693,26 @@ def stand_in_cpu_adam(perf: MachinePerf, offload_optimizer: str) -> list[str]:
     return [note]
 
 
+def shared_cpu_adam(perf: MachinePerf, offload_optimizer: str, gpus_per_node: int) -> list[str]:
+    """A note when a plan steps an offloaded optimizer's CPU Adam for several GPUs of a node at once: the node's
+    ranks share its cores, each with torch's default threads on all of them unless they are bound (DeepSpeed's
+    ZeRO-Offload tutorial advises `--bind_cores_to_rank`), and the step time takes the node's CPU-Adam rate (the
+    preset's, or what the probe measured with its own threads) shared out."""
+    if offload_optimizer == "none" or gpus_per_node < 2 or perf.device != "gpu":
+        return []
+    rate = f"{perf.cpu_adam_params_per_s / 1e9:.2g}e9 parameters/s for the node"
+    if perf.sources.get("cpu_adam_params_per_s", "").startswith("probe"):
+        priced = f"priced at the profile's {rate}, which holds for the threads the probe ran"
+    else:
+        priced = (f"priced at the preset's {rate}, one rank's rate on the lent 16-core hosts (a published 8-GPU "
+                  "sweep's offload steps ran 2.2x as long as without it, where this model gives 1.3x)")
+    note = (f"the optimizer steps on the host: the {gpus_per_node} ranks of a node run CPU Adam at once, {priced}; "
+            "launch with `zerokit launch --bind-cores-to-rank` (each rank on its own cores, as DeepSpeed's "
+            "ZeRO-Offload tutorial advises), and `zerokit probe` the node with OMP_NUM_THREADS at a rank's share of "
+            "its cores for its own rate")
+    return [note]
+
+
 def _read_profile(path: str) -> Any:
     if not isinstance(path, str) or not path.strip():
         raise BadInput("--hardware is empty; give the profile JSON `zerokit probe -o profile.json` wrote")

@@ -22,6 +22,7 @@ from zerokit.perf.machine import (
     MachinePerf,
     machine_from_preset,
     other_gpu,
+    shared_cpu_adam,
     stand_in_cpu_adam,
     unmeasured_links,
     unmeasured_nvme,
@@ -94,6 +95,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         activations_source = "generic" if generic else "modelled"
     extra_warnings += unmeasured_nvme(machine, setup.offload_optimizer, setup.offload_param, hardware.nvme_path)
     extra_warnings += stand_in_cpu_adam(machine, setup.offload_optimizer)
+    extra_warnings += shared_cpu_adam(machine, setup.offload_optimizer, hardware.gpus_per_node)
     host = ctx.chosen.host
     performance = chosen.performance
     time_to_train = None
