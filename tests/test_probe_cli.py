@@ -572,3 +572,38 @@ def test_a_gpu_profile_with_the_hosts_figures_shows_them():
     rows = _host_rows(perf)
     assert rows[0][1] == "33.9 us, 547 us per LoRA-adapted linear" and rows[1][1] == "734 us, 24.1 ms"
     assert _host_rows(load_profile(str(PROFILES / "gpu/2026-11-26-h200/profile.json"))) == []
+
+
+@pytest.mark.parametrize("steps, noted", [
+    ([0.175, 0.177, 0.173, 0.188, 0.179, 0.187, 0.182, 0.177, 0.181, 0.188], False),  # 2026-11-29, quiet: +9%
+    ([0.257, 0.313, 0.285, 0.239, 0.233, 0.194, 0.208, 0.229], True),  # the same day, minutes before: +61%
+    ([0.20, 0.2799], False),  # under 40%
+    ([0.20, 0.2801], True),
+    ([0.0, 0.3], False),  # not a step time: nothing to compare
+    ([], False),
+])
+def test_an_unsteady_machine_gets_a_note_under_the_table(steps, noted):
+    """The reference's ZeRO-2 steps over the probe's rounds (committed probes of 2026-11-29 among them): more than
+    40% apart, the machine's speed shifted while it was measured, and the table says to probe again."""
+    from zerokit.commands.probe import render_table, steadiness_note
+    from zerokit.perf.probe import _machine_from_measurements
+
+    ref = {"compute_scale": 0.96, "rounds": len(steps), "micro_batch": 1, "seq_len": 64,
+           "round_steps_s": {"zero2": steps}}
+    note = steadiness_note(ref)
+    assert (note is not None) == noted
+    if noted:
+        assert note.startswith(f"note: the reference's ZeRO-2 steps ran {min(steps):.3g}-{max(steps):.3g} s")
+        assert note.endswith("Probe again when nothing else runs on it.")
+        raw = _measurements(ref)
+        assert render_table(_machine_from_measurements(raw), raw).count(note) == 1
+    assert steadiness_note(None) is None and steadiness_note({"rounds": 4}) is None
+
+
+def test_the_committed_probes_rounds_are_the_notes_evidence():
+    """UNSTEADY_SPREAD's two data points are the rounds of tests/data/step_time/2026-11-29-amd-offload-accum."""
+    from zerokit.commands.probe import steadiness_note
+
+    profile = json.loads((PROFILES / "step_time" / "2026-11-29-amd-offload-accum" / "profile.json").read_text())
+    busy, quiet = (r["engine_step"] for r in profile["measurements"]["rounds"])
+    assert steadiness_note(busy) is not None and steadiness_note(quiet) is None

@@ -78,9 +78,9 @@ def render_table(perf, raw: dict) -> str:
         lines.append(f"  {name:{width}}  {value}")
         if source and source != "probe":
             lines.append(f"  {'':{width}}  ({source})")
-    note = thread_note(raw)
-    if note:
-        lines += ["", note]
+    for note in (thread_note(raw), steadiness_note(raw.get("engine_step"))):
+        if note:
+            lines += ["", note]
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +120,27 @@ def _reference_steps(ref: dict | None) -> list[tuple[str, str, str]]:
         low, high = min(zero2), max(zero2)
         steps += f"; ZeRO-2 steps {low:.3g}-{high:.3g} s over the rounds (+{high / low - 1:.0%})"
     return [("  from reference training steps", steps, "probe")]
+
+
+UNSTEADY_SPREAD = 0.40
+"""How far apart the reference's ZeRO-2 steps may run over the probe's rounds before the probe says the machine was
+not steady. Quiet, the AMD EPYC here ran them within 9-24% (2026-11-28/29); under the load the sessions' own jobs
+left behind, within 61%, and that probe's ZeRO-3 hook figure came out at 734 us a module, 276 on the quiet one."""
+
+
+def steadiness_note(ref: dict | None) -> str | None:
+    """A note when the reference's ZeRO-2 steps ran more than UNSTEADY_SPREAD apart over the rounds: the machine's
+    speed shifted while it was measured (a shared VM, another job), so the figures, the engine factor and the hook
+    figure among them, mix a busy moment's with a quiet one's."""
+    zero2 = ((ref or {}).get("round_steps_s") or {}).get("zero2")
+    if not zero2 or min(zero2) <= 0:
+        return None
+    low, high = min(zero2), max(zero2)
+    if high / low - 1 <= UNSTEADY_SPREAD:
+        return None
+    return (f"note: the reference's ZeRO-2 steps ran {low:.3g}-{high:.3g} s over the rounds (+{high / low - 1:.0%}, "
+            f"more than {UNSTEADY_SPREAD:.0%}): the machine's speed shifted while it was measured, so these figures "
+            "mix a busy moment's with a quiet one's. Probe again when nothing else runs on it.")
 
 
 def thread_note(raw: dict) -> str | None:
