@@ -773,7 +773,7 @@ def test_an_offload_plan_for_several_gpus_a_node_says_their_cpu_adam_shares_the_
     notes = [w for w in plan["warnings"] if w.startswith("the optimizer steps on the host")]
     assert code == 0 and len(notes) == 1
     assert "the 8 ranks of a node run CPU Adam at once, priced at the preset's 4e9 parameters/s" in notes[0]
-    assert "zerokit launch --bind-cores-to-rank" in notes[0] and "OMP_NUM_THREADS" in notes[0]
+    assert "zerokit launch --bind-cores-to-rank" in notes[0] and "zerokit probe --bind-cores-to-rank" in notes[0]
     for extra in (("--gpus-per-node", "1", "--offload-optimizer", "cpu"), ("--gpus-per-node", "8",
                                                                           "--offload-optimizer", "none")):
         code, plan = run_json(capsys, *args, *extra)

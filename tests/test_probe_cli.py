@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -607,3 +609,49 @@ def test_the_committed_probes_rounds_are_the_notes_evidence():
     profile = json.loads((PROFILES / "step_time" / "2026-11-29-amd-offload-accum" / "profile.json").read_text())
     busy, quiet = (r["engine_step"] for r in profile["measurements"]["rounds"])
     assert steadiness_note(busy) is not None and steadiness_note(quiet) is None
+
+
+@pytest.mark.heavy
+def test_a_bound_probe_starts_its_ranks_as_a_bound_launch_does(tmp_path, capsys, monkeypatch):
+    """`zerokit probe --bind-cores-to-rank`: each rank under the numactl command DeepSpeed's own get_numactl_cmd gives
+    it, OMP_NUM_THREADS its share of the physical cores, as `zerokit launch --bind-cores-to-rank` starts a job's; the
+    profile records it, the table says so, and no oversubscription note follows (each rank has its own cores)."""
+    pytest.importorskip("torch")
+    if shutil.which("numactl") is None:
+        pytest.skip("numactl is not installed here (make system-deps installs it)")
+    from zerokit.launch.preflight import physical_cores
+
+    share = (physical_cores() or 0) // 2
+    if share < 1:
+        pytest.skip("one physical core: nothing to share out between 2 ranks")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    out = tmp_path / "profile.json"
+    assert main(["probe", "--quick", "--ranks", "2", "--bind-cores-to-rank", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    measured = json.loads(out.read_text())["measurements"]
+    assert measured["core_binding"]["threads_per_rank"] == share and measured["core_binding"]["rank0_command"][0] == \
+        "numactl"
+    assert (measured["threads_per_rank"], measured["cores"], measured["omp_num_threads"]) == (share, share, str(share))
+    assert "ranks bound to cores" in captured.out and f"{share} cores and OpenMP threads a rank (numactl " in \
+        captured.out
+    assert "OpenMP's threads outnumber the cores" not in captured.out
+    assert "[WARNING]" not in captured.out  # DeepSpeed's import, for its numactl command, logs nothing to stdout
+
+
+def test_a_bound_probe_refuses_what_deepspeed_would_stop_at(capsys, monkeypatch):
+    from zerokit.launch.preflight import physical_cores
+
+    assert main(["probe", "--quick", "--bind-core-list", "0-1"]) == 2
+    assert "read only with --bind-cores-to-rank" in capsys.readouterr().err
+    assert main(["probe", "--quick", "--bind-cores-to-rank", "--bind-core-list", "0", "--ranks", "2"]) == 2
+    err = capsys.readouterr().err
+    assert ("gives 1 core for 2 ranks" in err or "numactl, which is not installed" in err) and err.count("\n") == 1
+    cores = physical_cores()
+    if cores is not None and shutil.which("numactl"):
+        assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", str(cores + 1)]) == 2
+        assert f"this machine has {cores} core" in capsys.readouterr().err
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # this Python's directory: no numactl there
+    if shutil.which("numactl") is None:
+        assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", "1"]) == 2
+        assert "numactl, which is not installed here" in capsys.readouterr().err

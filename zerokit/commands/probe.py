@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from zerokit.errors import EXIT_OK
+from zerokit.errors import EXIT_OK, BadInput
 from zerokit.fileio import check_target, write_atomic
 
 
@@ -27,6 +27,11 @@ def render_table(perf, raw: dict) -> str:
     at_once = "one rank" if ranks == 1 else f"{ranks} ranks at once"
     lines = [f"zerokit probe: {perf.name} ({at_once}, torch {raw.get('torch')})", ""]
     rows = [("device memory", format_bytes(raw.get("device_memory_bytes", 0)), "probe")]
+    bound = raw.get("core_binding")
+    if bound:  # --bind-cores-to-rank: as `deepspeed --bind_cores_to_rank` starts them
+        command = " ".join(bound["rank0_command"])
+        value = f"{bound['threads_per_rank']} cores and OpenMP threads a rank ({command} for rank 0)"
+        rows.append(("ranks bound to cores", value, "probe"))
     for dtype, curve in perf.matmul.items():
         pts = ", ".join(f"{int(s)}: {f / 1e9:.1f}" for s, f in curve)
         rows.append((f"matmul {dtype} GFLOP/s by size", pts, perf.sources.get("matmul", "probe")))
@@ -149,8 +154,8 @@ def thread_note(raw: dict) -> str | None:
     from zerokit.perf.machine import oversubscribed
 
     ranks, threads, cores = raw.get("ranks"), raw.get("threads_per_rank"), raw.get("cores")
-    if raw.get("device") != "cpu" or not (ranks and threads and cores):
-        return None
+    if raw.get("device") != "cpu" or not (ranks and threads and cores) or raw.get("core_binding"):
+        return None  # (bound: each rank's threads are its own cores' share)
     per_rank = oversubscribed(ranks, threads, cores)
     if per_rank is None:
         return None
@@ -166,8 +171,13 @@ def thread_note(raw: dict) -> str | None:
 @click.option("--nvme-path", metavar="PATH", help="Measure NVMe read/write bandwidth with a temporary file here.")
 @click.option("--ranks", metavar="N", help="Local ranks to measure at once (default: one per GPU; 2 on DeepSpeed's "
               "CPU accelerator). Use the --num_gpus your `deepspeed` runs start.")
+@click.option("--bind-cores-to-rank", is_flag=True, help="Start each rank as `deepspeed --bind_cores_to_rank` "
+              "(and `zerokit launch --bind-cores-to-rank`) does: numactl on its share of the cores, OMP_NUM_THREADS "
+              "that share. Probe so when the job will run so.")
+@click.option("--bind-core-list", metavar="LIST", help="With --bind-cores-to-rank: the cores to share out, e.g. 0-31.")
 @click.option("--quick", is_flag=True, help="A rough probe in seconds: tiny sizes, few repeats (for tests).")
-def command(output: str | None, force: bool, nvme_path: str | None, ranks: str | None, quick: bool) -> int:
+def command(output: str | None, force: bool, nvme_path: str | None, ranks: str | None, bind_cores_to_rank: bool,
+            bind_core_list: str | None, quick: bool) -> int:
     """Measure this machine for the step-time model: matmul, memory, copies, collectives, CPU Adam, NVMe.
 
     \b
@@ -187,8 +197,16 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
 
     n_ranks = parse_positive_int(ranks, "--ranks", maximum=MAX_RANKS) if ranks is not None else None
 
+    if bind_core_list is not None:
+        from zerokit.launch.runner import parse_core_list
+
+        if not bind_cores_to_rank:
+            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank; add --bind-cores-to-rank, or "
+                           "drop --bind-core-list")
+        parse_core_list(bind_core_list)
     perf, raw = run_probe(ranks=n_ranks, nvme_path=nvme_path, quick=quick,
-                          progress=lambda line: click.echo(line, err=True))
+                          progress=lambda line: click.echo(line, err=True), bind_cores_to_rank=bind_cores_to_rank,
+                          bind_core_list=bind_core_list)
     sys.stdout.write(render_table(perf, raw))
     if output is not None:
         write_atomic(output, json.dumps(profile_to_json(perf, raw), indent=1) + "\n", "-o", force=force)

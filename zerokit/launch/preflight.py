@@ -623,8 +623,8 @@ def physical_cores() -> int | None:
 
 BIND_ADVICE = ("launch with --bind-cores-to-rank (each rank on its own cores, OMP_NUM_THREADS its share: DeepSpeed's "
                "ZeRO-Offload tutorial advises it, Qwen2.5-3B on 2 A100s stepped in 2.38 s instead of 3.08, "
-               "deepspeedai/DeepSpeed#7474), and probe with OMP_NUM_THREADS set to that share, so that the profile's "
-               "CPU Adam is the job's")
+               "deepspeedai/DeepSpeed#7474), and probe with `zerokit probe --bind-cores-to-rank`, so that the "
+               "profile's CPU Adam is the job's")
 
 
 def unbound_offload(ranks: int, accelerator: str) -> Check | None:
@@ -1182,10 +1182,18 @@ def _quiet_deepspeed_import() -> Iterator[None]:
         logger.removeFilter(notice)
 
 
+@contextlib.contextmanager
+def deepspeed_quietly() -> Iterator[None]:
+    """Around code that imports DeepSpeed or runs its helpers: what they write to fd 1 goes to stderr (stdout is
+    zerokit's report, or its JSON), and DeepSpeed's CPU-accelerator notice is dropped."""
+    with _stdout_to_stderr(), _quiet_deepspeed_import():
+        yield
+
+
 def run_checks(target: Target) -> list[Check]:
     """Every applicable check, in table order. Checks that need torch/deepspeed are skipped when they are missing."""
     results: list[Check] = []
-    with _stdout_to_stderr(), _quiet_deepspeed_import():
+    with deepspeed_quietly():
         for check in CHECKS:
             if check in NEEDS_DEEPSPEED and results and results[0].name == "imports" and not results[0].ok:
                 continue

@@ -708,8 +708,8 @@ def shared_cpu_adam(perf: MachinePerf, offload_optimizer: str, gpus_per_node: in
                   "sweep's offload steps ran 2.2x as long as without it, where this model gives 1.3x)")
     note = (f"the optimizer steps on the host: the {gpus_per_node} ranks of a node run CPU Adam at once, {priced}; "
             "launch with `zerokit launch --bind-cores-to-rank` (each rank on its own cores, as DeepSpeed's "
-            "ZeRO-Offload tutorial advises), and `zerokit probe` the node with OMP_NUM_THREADS at a rank's share of "
-            "its cores for its own rate")
+            "ZeRO-Offload tutorial advises), and probe the node so (`zerokit probe --bind-cores-to-rank`) for its "
+            "own rate")
     return [note]
 
 

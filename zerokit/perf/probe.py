@@ -107,8 +107,12 @@ def safe_path(env: dict[str, str]) -> dict[str, str]:
 
 
 def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: bool = False,
-              progress: Callable[[str], None] | None = None) -> tuple[MachinePerf, dict[str, Any]]:
-    """Measure this machine; returns the MachinePerf and the raw measurements (for the table and the profile)."""
+              progress: Callable[[str], None] | None = None, bind_cores_to_rank: bool = False,
+              bind_core_list: str | None = None) -> tuple[MachinePerf, dict[str, Any]]:
+    """Measure this machine; returns the MachinePerf and the raw measurements (for the table and the profile).
+
+    `bind_cores_to_rank`: start each rank as `deepspeed --bind_cores_to_rank` starts it (`core_binding`), so the
+    figures, CPU Adam's above all, are those of a job launched so."""
     if nvme_path is not None:
         if not nvme_path.strip():
             raise BadInput("--nvme-path is empty; give the NVMe mount, e.g. /local_nvme, or leave it out")
@@ -127,11 +131,12 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= MAX_RANKS:
         raise BadInput(f"--ranks must be 1..{MAX_RANKS}, got {ranks}")
+    binding = core_binding(ranks, bind_core_list) if bind_cores_to_rank else None
     sweep_stale_probes()
     port = free_port()
     previous = _raise_on_sigterm()
     try:
-        return _run_ranks(ranks, port, nvme_path, quick, progress)
+        return _run_ranks(ranks, port, nvme_path, quick, progress, binding)
     finally:
         if previous is not None:
             import signal
@@ -198,8 +203,37 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def core_binding(ranks: int, bind_core_list: str | None) -> list[tuple[int, list[str]]]:
+    """(OMP_NUM_THREADS, command prefix) of each local rank under `deepspeed --bind_cores_to_rank`, from DeepSpeed's
+    own `get_numactl_cmd` (deepspeed/utils/numa.py, which launch.py calls): numactl on the rank's share of the
+    physical cores, or of `bind_core_list`'s. What it would stop at is bad input here, said first."""
+    import shutil
+
+    from zerokit.launch.preflight import physical_cores
+    from zerokit.launch.runner import parse_core_list
+
+    if shutil.which("numactl") is None:
+        raise BadInput("--bind-cores-to-rank starts each rank under numactl, which is not installed here; install it "
+                       "(apt-get install numactl), or probe without --bind-cores-to-rank")
+    if "KMP_AFFINITY" in os.environ:
+        raise BadInput("KMP_AFFINITY is set, and DeepSpeed refuses it beside numactl's binding; unset it, or probe "
+                       "without --bind-cores-to-rank")
+    cores = len(parse_core_list(bind_core_list)) if bind_core_list is not None else physical_cores()
+    if cores is not None and cores < ranks:
+        where = f"--bind-core-list {bind_core_list} gives" if bind_core_list is not None else "this machine has"
+        raise BadInput(f"{where} {cores} core{'s' * (cores != 1)} for {ranks} ranks, and DeepSpeed gives each rank a "
+                       "whole core at least; probe fewer --ranks, or list more cores")
+    from zerokit.launch.preflight import deepspeed_quietly
+
+    with deepspeed_quietly():  # its import logs, and its package-manager check prints where dpkg has no numactl
+        from deepspeed.utils.numa import get_numactl_cmd
+
+        return [(n, list(cmd)) for n, cmd in (get_numactl_cmd(bind_core_list, ranks, r) for r in range(ranks))]
+
+
 def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
-               progress: Callable[[str], None] | None) -> tuple[MachinePerf, dict[str, Any]]:
+               progress: Callable[[str], None] | None,
+               binding: list[tuple[int, list[str]]] | None = None) -> tuple[MachinePerf, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-{port}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         args = json.dumps({"nvme_path": nvme_path, "quick": quick, "result": result_file, "tmp": tmp})
@@ -207,8 +241,11 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
         for rank in range(ranks):
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")  # noqa: SIM115 (closed below, after the ranks)
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-u", "-m", "zerokit.perf.probe", args],
-                                          env=runner_env(rank, ranks, port),
+            env, prefix = runner_env(rank, ranks, port), []
+            if binding is not None:  # as deepspeed/launcher/launch.py starts a bound rank
+                threads, prefix = binding[rank]
+                env["OMP_NUM_THREADS"] = str(threads)
+            procs.append(subprocess.Popen([*prefix, sys.executable, "-u", "-m", "zerokit.perf.probe", args], env=env,
                                           stdout=subprocess.PIPE if rank == 0 else log, stderr=log, text=True))
         try:
             for line in procs[0].stdout:  # rank 0 prints one progress line per measurement
@@ -237,6 +274,8 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
             log.close()
         with open(result_file, encoding="utf-8") as f:
             data = json.load(f)
+    if binding is not None:
+        data["core_binding"] = {"threads_per_rank": binding[0][0], "rank0_command": binding[0][1]}
     return _machine_from_measurements(data), data
 
 
