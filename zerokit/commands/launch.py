@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from zerokit.commands.preflight import parsed_hosts, target_options
+from zerokit.commands.preflight import binding_options, parsed_hosts, target_options
 from zerokit.errors import EXIT_PREFLIGHT, BadInput
 from zerokit.units import parse_finite
 
@@ -80,13 +80,9 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
                    "interrupted [default: master port + 1; 0: no watch].")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Variable for every rank (repeatable); on many nodes it travels through .deepspeed_env.")
-@click.option("--bind-cores-to-rank", is_flag=True,
-              help="DeepSpeed's --bind_cores_to_rank: each rank runs on its own share of the node's physical cores "
-                   "(numactl), with OMP_NUM_THREADS that share; DeepSpeed advises it where CPU Adam steps an offloaded "
-                   "optimizer. One node, --no-ssh, --emit-sbatch or --launcher impi (the other backends drop it).")
-@click.option("--bind-core-list", metavar="LIST",
-              help="With --bind-cores-to-rank: the cores to share out instead of all physical ones (DeepSpeed's "
-                   "--bind_core_list), e.g. 0-31,64-95.")
+@binding_options("DeepSpeed's --bind_cores_to_rank: each rank runs on its own share of the node's physical cores "
+                 "(numactl), with OMP_NUM_THREADS that share; DeepSpeed advises it where CPU Adam steps an offloaded "
+                 "optimizer. One node, --no-ssh, --emit-sbatch or --launcher impi (the other backends drop it).")
 @click.option("--files-dir", default=".zerokit", show_default=True,
               help="Where the written hostfile and .deepspeed_env go.")
 @click.option("--emit-sbatch", type=click.Path(dir_okay=False),

@@ -32,6 +32,17 @@ def target_options(f):
     return f
 
 
+def binding_options(what: str):
+    """--bind-cores-to-rank and --bind-core-list, shared by launch, preflight and probe; `what` says what the flag
+    does in that command (launch: binds the job's ranks; preflight: checks what that needs; probe: binds its own)."""
+    def decorate(f):
+        f = click.option("--bind-core-list", metavar="LIST",
+                         help="With --bind-cores-to-rank: the cores to share out instead of all physical ones "
+                              "(DeepSpeed's --bind_core_list), e.g. 0-31,64-95.")(f)
+        return click.option("--bind-cores-to-rank", is_flag=True, help=what)(f)
+    return decorate
+
+
 def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | None = None) -> dict[str, int]:
     """--hosts as a map (parse_hosts refuses an empty one); an empty --hostfile (a variable that expanded to
     nothing) is refused too, rather than read as one node."""
@@ -45,9 +56,8 @@ def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | N
 @click.option("--nodes", type=click.IntRange(min=1), help="As launch --nodes: check the first N hosts only.")
 @click.option("--include", help="As launch --include: check only the hosts and ranks of DeepSpeed's filter.")
 @click.option("--exclude", help="As DeepSpeed's --exclude: leave these hosts or slots out of the checks.")
-@click.option("--bind-cores-to-rank", is_flag=True,
-              help="As launch --bind-cores-to-rank: check what DeepSpeed's core binding needs (numactl, the cores).")
-@click.option("--bind-core-list", metavar="LIST", help="As launch --bind-core-list: the cores to share out.")
+@binding_options("As launch --bind-cores-to-rank: check what DeepSpeed's core binding needs (numactl, a core for "
+                 "each rank).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
             bind_cores_to_rank, bind_core_list, fmt) -> int:
@@ -60,13 +70,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
       zerokit preflight --config ds_config.json --hostfile hostfile --format json
     """
     from zerokit.launch import preflight
-    from zerokit.launch.runner import parse_core_list
+    from zerokit.launch.runner import check_core_list
 
-    if bind_core_list is not None:
-        if not bind_cores_to_rank:
-            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank (DeepSpeed ignores it alone); "
-                           "add --bind-cores-to-rank, or drop --bind-core-list")
-        parse_core_list(bind_core_list)
+    check_core_list(bind_cores_to_rank, bind_core_list)
     target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node, hostfile),
                                    hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
                                    master_port=master_port, nodes=nodes, include=include, exclude=exclude,

@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from zerokit.errors import EXIT_OK, BadInput
+from zerokit.commands.preflight import binding_options
+from zerokit.errors import EXIT_OK
 from zerokit.fileio import check_target, write_atomic
 
 
@@ -171,10 +172,9 @@ def thread_note(raw: dict) -> str | None:
 @click.option("--nvme-path", metavar="PATH", help="Measure NVMe read/write bandwidth with a temporary file here.")
 @click.option("--ranks", metavar="N", help="Local ranks to measure at once (default: one per GPU; 2 on DeepSpeed's "
               "CPU accelerator). Use the --num_gpus your `deepspeed` runs start.")
-@click.option("--bind-cores-to-rank", is_flag=True, help="Start each rank as `deepspeed --bind_cores_to_rank` "
-              "(and `zerokit launch --bind-cores-to-rank`) does: numactl on its share of the cores, OMP_NUM_THREADS "
-              "that share. Probe so when the job will run so.")
-@click.option("--bind-core-list", metavar="LIST", help="With --bind-cores-to-rank: the cores to share out, e.g. 0-31.")
+@binding_options("Start each rank as `deepspeed --bind_cores_to_rank` (and `zerokit launch --bind-cores-to-rank`) "
+                 "does: numactl on its share of the cores, OMP_NUM_THREADS that share. Probe so when the job will "
+                 "run so.")
 @click.option("--quick", is_flag=True, help="A rough probe in seconds: tiny sizes, few repeats (for tests).")
 def command(output: str | None, force: bool, nvme_path: str | None, ranks: str | None, bind_cores_to_rank: bool,
             bind_core_list: str | None, quick: bool) -> int:
@@ -197,13 +197,9 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
 
     n_ranks = parse_positive_int(ranks, "--ranks", maximum=MAX_RANKS) if ranks is not None else None
 
-    if bind_core_list is not None:
-        from zerokit.launch.runner import parse_core_list
+    from zerokit.launch.runner import check_core_list
 
-        if not bind_cores_to_rank:
-            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank; add --bind-cores-to-rank, or "
-                           "drop --bind-core-list")
-        parse_core_list(bind_core_list)
+    check_core_list(bind_cores_to_rank, bind_core_list)
     perf, raw = run_probe(ranks=n_ranks, nvme_path=nvme_path, quick=quick,
                           progress=lambda line: click.echo(line, err=True), bind_cores_to_rank=bind_cores_to_rank,
                           bind_core_list=bind_core_list)

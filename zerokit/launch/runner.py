@@ -377,16 +377,24 @@ def parse_core_list(text: str, option: str = "--bind-core-list") -> list[int]:
     return cores
 
 
+def check_core_list(bind_cores_to_rank: bool, bind_core_list: str | None) -> list[int] | None:
+    """--bind-core-list's cores (None without it), refused without --bind-cores-to-rank: DeepSpeed's launch.py reads
+    the list only with the flag, and would drop it without a word. Launch, preflight and probe share it."""
+    if bind_core_list is None:
+        return None
+    if not bind_cores_to_rank:
+        raise BadInput("--bind-core-list is read only with --bind-cores-to-rank (DeepSpeed ignores it alone); "
+                       "add --bind-cores-to-rank, or drop --bind-core-list")
+    return parse_core_list(bind_core_list)
+
+
 def check_binding(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     """--bind-cores-to-rank and --bind-core-list where DeepSpeed would drop them silently or fail on them: the list
     without the flag (launch.py reads it only with the flag), a list that gives a local rank no core (its assert),
     and (`launcher_limits`; an sbatch starts one --no_ssh runner a node, which binds) a multi-node backend whose
     command does not bind (`BINDING_LAUNCHERS`)."""
-    if spec.bind_core_list is not None:
-        if not spec.bind_cores_to_rank:
-            raise BadInput("--bind-core-list is read only with --bind-cores-to-rank (DeepSpeed ignores it alone); "
-                           "add --bind-cores-to-rank, or drop --bind-core-list")
-        cores = parse_core_list(spec.bind_core_list)
+    cores = check_core_list(spec.bind_cores_to_rank, spec.bind_core_list)
+    if cores is not None:
         ranks = max(spec.known_hosts.values(), default=0) if spec.gpus_per_node is None else spec.gpus_per_node
         if ranks > len(cores):
             raise BadInput(f"--bind-core-list {spec.bind_core_list} gives {len(cores)} core"
