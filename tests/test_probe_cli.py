@@ -647,6 +647,10 @@ def test_a_bound_probe_refuses_what_deepspeed_would_stop_at(capsys, monkeypatch)
     assert main(["probe", "--quick", "--bind-cores-to-rank", "--bind-core-list", "0", "--ranks", "2"]) == 2
     err = capsys.readouterr().err
     assert ("gives 1 core for 2 ranks" in err or "numactl, which is not installed" in err) and err.count("\n") == 1
+    if shutil.which("numactl"):
+        beyond = os.cpu_count()
+        assert main(["probe", "--quick", "--bind-cores-to-rank", "--bind-core-list", f"0,{beyond}", "--ranks", "2"]) == 2
+        assert f"names core {beyond}" in capsys.readouterr().err
     cores = physical_cores()
     if cores is not None and shutil.which("numactl"):
         assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", str(cores + 1)]) == 2

@@ -218,7 +218,12 @@ def core_binding(ranks: int, bind_core_list: str | None) -> list[tuple[int, list
     if "KMP_AFFINITY" in os.environ:
         raise BadInput("KMP_AFFINITY is set, and DeepSpeed refuses it beside numactl's binding; unset it, or probe "
                        "without --bind-cores-to-rank")
-    cores = len(parse_core_list(bind_core_list)) if bind_core_list is not None else physical_cores()
+    listed = parse_core_list(bind_core_list) if bind_core_list is not None else None
+    here = os.cpu_count() or 0
+    if listed and here and listed[-1] >= here:
+        raise BadInput(f"--bind-core-list {bind_core_list} names core {listed[-1]}, and this machine's cores are 0 to "
+                       f"{here - 1}; list cores it has (lscpu shows them)")
+    cores = len(listed) if listed is not None else physical_cores()
     if cores is not None and cores < ranks:
         where = f"--bind-core-list {bind_core_list} gives" if bind_core_list is not None else "this machine has"
         raise BadInput(f"{where} {cores} core{'s' * (cores != 1)} for {ranks} ranks, and DeepSpeed gives each rank a "
@@ -228,7 +233,11 @@ def core_binding(ranks: int, bind_core_list: str | None) -> list[tuple[int, list
     with deepspeed_quietly():  # its import logs, and its package-manager check prints where dpkg has no numactl
         from deepspeed.utils.numa import get_numactl_cmd
 
-        return [(n, list(cmd)) for n, cmd in (get_numactl_cmd(bind_core_list, ranks, r) for r in range(ranks))]
+        try:
+            return [(n, list(cmd)) for n, cmd in (get_numactl_cmd(bind_core_list, ranks, r) for r in range(ranks))]
+        except (AssertionError, ValueError, OSError) as e:  # its own refusals (a NUMA layout it cannot bind, say)
+            raise BadInput(f"DeepSpeed's core binding refuses this machine ({type(e).__name__}: {e}); probe without "
+                           "--bind-cores-to-rank, and launch without it too") from None
 
 
 def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
