@@ -116,11 +116,14 @@ def test_binding_counts_the_cores_deepspeed_shares_out():
     assert ok.ok and ok.detail == (f"numactl installed; {physical} cores to share out (physical cores): {physical} "
                                    f"a rank for 1 rank a node (OMP_NUM_THREADS={physical})")
     many = preflight.check_core_binding(Target(gpus_per_node=physical + 1, bind_cores_to_rank=True))
-    assert not many.ok and f"{physical + 1} ranks a node and {physical} physical core" in many.detail
+    assert not many.ok and f"this node has {physical} physical core{'s' * (physical != 1)} for {physical + 1} ranks " \
+        "a node" in many.detail
     beyond = os.cpu_count()
     listed = preflight.check_core_binding(Target(gpus_per_node=1, bind_cores_to_rank=True,
                                                  bind_core_list=f"0,{beyond}"))
     assert not listed.ok and f"names core {beyond}" in listed.detail
+    short = preflight.check_core_binding(Target(gpus_per_node=2, bind_cores_to_rank=True, bind_core_list="0"))
+    assert not short.ok and short.detail.startswith("--bind-core-list 0 gives 1 core for 2 ranks a node")
 
 
 def test_the_threads_check_counts_the_binding_as_the_ranks_threads():

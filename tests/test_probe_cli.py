@@ -649,12 +649,13 @@ def test_a_bound_probe_refuses_what_deepspeed_would_stop_at(capsys, monkeypatch)
     assert ("gives 1 core for 2 ranks" in err or "numactl, which is not installed" in err) and err.count("\n") == 1
     if shutil.which("numactl"):
         beyond = os.cpu_count()
-        assert main(["probe", "--quick", "--bind-cores-to-rank", "--bind-core-list", f"0,{beyond}", "--ranks", "2"]) == 2
+        args = ["probe", "--quick", "--bind-cores-to-rank", "--bind-core-list", f"0,{beyond}", "--ranks", "2"]
+        assert main(args) == 2
         assert f"names core {beyond}" in capsys.readouterr().err
     cores = physical_cores()
     if cores is not None and shutil.which("numactl"):
         assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", str(cores + 1)]) == 2
-        assert f"this machine has {cores} core" in capsys.readouterr().err
+        assert f"this node has {cores} physical core" in capsys.readouterr().err
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # this Python's directory: no numactl there
     if shutil.which("numactl") is None:
         assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", "1"]) == 2

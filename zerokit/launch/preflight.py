@@ -19,7 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, field
 from pathlib import Path
@@ -586,12 +586,7 @@ def bound_share(t: Target, ranks: int) -> int | None:
     """The cores (and OpenMP threads) DeepSpeed gives each of `ranks` local ranks under --bind-cores-to-rank: the
     listed cores' or the physical cores' share, as deepspeed/utils/numa.py counts it; None where that is unknown or
     none (the core-binding check says why)."""
-    if t.bind_core_list is not None:
-        from zerokit.launch.runner import parse_core_list
-
-        total = len(parse_core_list(t.bind_core_list))
-    else:
-        total = physical_cores() or 0
+    total = bound_cores(t.bind_core_list) or 0
     return total // ranks if total >= ranks else None
 
 
@@ -621,6 +616,47 @@ def physical_cores() -> int | None:
     return psutil.cpu_count(logical=False)
 
 
+def bound_cores(bind_core_list: str | None) -> int | None:
+    """The cores DeepSpeed shares out under --bind_cores_to_rank: the listed ones, else the physical ones (None
+    where psutil cannot count them)."""
+    if bind_core_list is not None:
+        from zerokit.launch.runner import parse_core_list  # here, as parse_resource_filter is: the runner module
+
+        return len(parse_core_list(bind_core_list))
+    return physical_cores()
+
+
+def binding_problem(ranks: int | None, bind_core_list: str | None, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(what is wrong, the fix) where DeepSpeed could not start `ranks` local ranks bound to cores on this machine
+    under `env`: no numactl (its launcher spawns each rank under it), KMP_AFFINITY set (it refuses it beside
+    numactl), a listed core this node lacks, fewer cores than ranks (it gives each rank one at least, and stops at
+    its assert); None where it could. The preflight's core-binding check and `zerokit probe --bind-cores-to-rank`
+    both ask it."""
+    if shutil.which("numactl") is None:
+        what = ("--bind-cores-to-rank starts each rank under numactl, which is not installed here: DeepSpeed's "
+                "launcher would fail to start the ranks")
+        return what, "install numactl (apt-get install numactl, or dnf install numactl), or drop --bind-cores-to-rank"
+    if "KMP_AFFINITY" in env:
+        return ("KMP_AFFINITY is set, and DeepSpeed refuses it beside numactl's binding (deepspeed/utils/numa.py)",
+                "unset KMP_AFFINITY (and drop any --env KMP_AFFINITY=...), or drop --bind-cores-to-rank")
+    if bind_core_list is not None:
+        from zerokit.launch.runner import parse_core_list
+
+        last, here = parse_core_list(bind_core_list)[-1], os.cpu_count() or 0
+        if here and last >= here:
+            return (f"--bind-core-list {bind_core_list} names core {last}, and this node's cores are 0 to {here - 1}",
+                    "list cores this node has (lscpu shows them)")
+    total = bound_cores(bind_core_list)
+    if total is None or not ranks or ranks <= total:
+        return None
+    plural = "s" * (total != 1)
+    where = (f"--bind-core-list {bind_core_list} gives {total} core{plural}" if bind_core_list is not None
+             else f"this node has {total} physical core{plural}")
+    what = f"{where} for {ranks} ranks a node: DeepSpeed gives each rank a whole core at least (and stops at its " \
+        "assert)"
+    return what, "run fewer ranks a node, list more cores, or drop --bind-cores-to-rank"
+
+
 BIND_ADVICE = ("launch with --bind-cores-to-rank (each rank on its own cores, OMP_NUM_THREADS its share: DeepSpeed's "
                "ZeRO-Offload tutorial advises it, Qwen2.5-3B on 2 A100s stepped in 2.38 s instead of 3.08, "
                "deepspeedai/DeepSpeed#7474), and probe with `zerokit probe --bind-cores-to-rank`, so that the "
@@ -648,38 +684,17 @@ def check_core_binding(t: Target) -> Check | None:
         if not t.needs.cpu_adam or (ranks or 0) < 2 or "OMP_NUM_THREADS" in env:
             return None
         return unbound_offload(ranks, probe_accelerator())
-    if shutil.which("numactl") is None:
-        return Check("core binding", False, "--bind-cores-to-rank starts each rank under numactl, which is not "
-                                            "installed here: DeepSpeed's launcher would fail to start the ranks",
-                     "install numactl (apt-get install numactl, or dnf install numactl), or drop --bind-cores-to-rank")
-    if "KMP_AFFINITY" in env:
-        return Check("core binding", False, "KMP_AFFINITY is set, and DeepSpeed refuses it beside numactl's binding "
-                                            "(deepspeed/utils/numa.py)",
-                     "unset KMP_AFFINITY (and drop any --env KMP_AFFINITY=...), or drop --bind-cores-to-rank")
-    if t.bind_core_list is not None:
-        from zerokit.launch.runner import parse_core_list  # here, as parse_resource_filter is: the runner module
-
-        cores = parse_core_list(t.bind_core_list)
-        here = os.cpu_count() or 0
-        if here and cores[-1] >= here:
-            return Check("core binding", False, f"--bind-core-list {t.bind_core_list} names core {cores[-1]}, and "
-                                                f"this node's cores are 0 to {here - 1}",
-                         "list cores this node has (lscpu shows them)")
-        source = f"--bind-core-list {t.bind_core_list}"
-    else:
-        physical = physical_cores()
-        if physical is None:
-            return Check("core binding", True, "numactl installed; psutil cannot count the physical cores, which "
-                                               "DeepSpeed shares out")
-        if ranks and ranks > physical:
-            return Check("core binding", False, f"{ranks} ranks a node and {physical} physical core"
-                                                f"{'s' * (physical != 1)}: DeepSpeed gives each rank a whole core at "
-                                                "least (and stops at its assert)",
-                         "run fewer ranks a node, or drop --bind-cores-to-rank")
-        cores, source = list(range(physical)), "physical cores"
-    detail = f"numactl installed; {len(cores)} cores to share out ({source})"
+    problem = binding_problem(ranks, t.bind_core_list, env)
+    if problem is not None:
+        return Check("core binding", False, *problem)
+    total = bound_cores(t.bind_core_list)
+    if total is None:
+        return Check("core binding", True, "numactl installed; psutil cannot count the physical cores, which "
+                                           "DeepSpeed shares out")
+    source = "physical cores" if t.bind_core_list is None else f"--bind-core-list {t.bind_core_list}"
+    detail = f"numactl installed; {total} cores to share out ({source})"
     if ranks:
-        share = len(cores) // ranks
+        share = total // ranks
         detail += f": {share} a rank for {ranks} rank{'s' * (ranks != 1)} a node (OMP_NUM_THREADS={share})"
     return Check("core binding", True, detail)
 

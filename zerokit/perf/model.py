@@ -723,8 +723,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                                        micro_compute, world, perf.device)
 
     if perf.host_op_s:
-        overhead += host_excess(perf, mf, zero_stage, ga, micro_compute, reduce_calls if zero_stage else 0,
-                                adapted_linears(lora) if share < 1.0 else 0, gradient_checkpointing, optimizer, offload_optimizer != "none")
+        adapted = adapted_linears(lora) if share < 1.0 else 0
+        overhead += host_excess(perf, mf, zero_stage, ga, micro_compute, reduce_calls if zero_stage else 0, adapted,
+                                gradient_checkpointing, optimizer, offload_optimizer != "none")
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world

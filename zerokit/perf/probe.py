@@ -207,29 +207,11 @@ def core_binding(ranks: int, bind_core_list: str | None) -> list[tuple[int, list
     """(OMP_NUM_THREADS, command prefix) of each local rank under `deepspeed --bind_cores_to_rank`, from DeepSpeed's
     own `get_numactl_cmd` (deepspeed/utils/numa.py, which launch.py calls): numactl on the rank's share of the
     physical cores, or of `bind_core_list`'s. What it would stop at is bad input here, said first."""
-    import shutil
+    from zerokit.launch.preflight import binding_problem, deepspeed_quietly
 
-    from zerokit.launch.preflight import physical_cores
-    from zerokit.launch.runner import parse_core_list
-
-    if shutil.which("numactl") is None:
-        raise BadInput("--bind-cores-to-rank starts each rank under numactl, which is not installed here; install it "
-                       "(apt-get install numactl), or probe without --bind-cores-to-rank")
-    if "KMP_AFFINITY" in os.environ:
-        raise BadInput("KMP_AFFINITY is set, and DeepSpeed refuses it beside numactl's binding; unset it, or probe "
-                       "without --bind-cores-to-rank")
-    listed = parse_core_list(bind_core_list) if bind_core_list is not None else None
-    here = os.cpu_count() or 0
-    if listed and here and listed[-1] >= here:
-        raise BadInput(f"--bind-core-list {bind_core_list} names core {listed[-1]}, and this machine's cores are 0 to "
-                       f"{here - 1}; list cores it has (lscpu shows them)")
-    cores = len(listed) if listed is not None else physical_cores()
-    if cores is not None and cores < ranks:
-        where = f"--bind-core-list {bind_core_list} gives" if bind_core_list is not None else "this machine has"
-        raise BadInput(f"{where} {cores} core{'s' * (cores != 1)} for {ranks} ranks, and DeepSpeed gives each rank a "
-                       "whole core at least; probe fewer --ranks, or list more cores")
-    from zerokit.launch.preflight import deepspeed_quietly
-
+    problem = binding_problem(ranks, bind_core_list, os.environ)
+    if problem is not None:
+        raise BadInput(f"{problem[0]}; {problem[1]}")
     with deepspeed_quietly():  # its import logs, and its package-manager check prints where dpkg has no numactl
         from deepspeed.utils.numa import get_numactl_cmd
 
