@@ -25,19 +25,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from zerokit.fileio import write_atomic
-from zerokit.perf.probe import engine_figures_again
+from zerokit.perf.probe import LINEAR_FREE_FIGURES, engine_figures_again
 
 TOP = ("bucket_flush_s", "zero3_module_overhead_s", "host_flush_s")
 
 
 def refigure(m: dict) -> bool:
     """`m`'s engine_step figures derived again in place (those it holds); False where it has no reference steps to
-    derive from."""
+    derive from. A probe from before the timed linears (2026-11-23's) gets its `LINEAR_FREE_FIGURES` again, its
+    compute scale kept."""
     figures = engine_figures_again(m)
+    keys: tuple[str, ...] | None = None
+    if figures is None:
+        figures, keys = engine_figures_again(m, linears=False), LINEAR_FREE_FIGURES
     if figures is None:
         return False
     e = m["engine_step"]
-    e.update({k: v for k, v in figures.items() if k in e and k not in ("model", "linears")})
+    e.update({k: v for k, v in figures.items() if k in e and k not in ("model", "linears")
+              and (keys is None or k in keys)})
     return True
 
 

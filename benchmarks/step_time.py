@@ -146,6 +146,8 @@ def ds_config(case: dict) -> dict:
             zero[kind] = {"device": case[kind], "pin_memory": True}
     if case["stage"] == 3 and case.get("lora_rank"):
         zero["memory_efficient_linear"] = False  # as a LoRA/QLoRA plan writes it at ZeRO-3 (zerokit.dsconfig)
+    if "reuse_distance" in case:  # a case that sets ZeRO-3's reuse window itself (benchmarks/step_time_nodes.py)
+        zero["stage3_max_reuse_distance"] = case["reuse_distance"]
     return {"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": case.get("accumulation", 1),
             "train_batch_size": MICRO_BATCH * case.get("accumulation", 1) * RANKS,
             "bf16": {"enabled": True}, "gradient_clipping": 1.0, "steps_per_print": 10**9,
@@ -153,7 +155,8 @@ def ds_config(case: dict) -> dict:
             "zero_optimization": zero}
 
 
-def predict(case: dict, perf) -> object:
+def predict(case: dict, perf, nodes: int = 1) -> object:
+    """The model's step time of a case: its RANKS on one node, or one rank on each of `nodes`."""
     total, _ = count_parameters(MODEL)
     b = buffers(case)
     trainable, lora, saved = lora_work(case)
@@ -161,7 +164,8 @@ def predict(case: dict, perf) -> object:
                      overlap_comm=b.overlap_comm, reduce_bucket_size=b.reduce_bucket_size,
                      allgather_bucket_size=b.allgather_bucket_size, prefetch_bucket_size=b.prefetch_bucket_size,
                      persistence_threshold=b.param_persistence_threshold,
-                     grad_accum=case.get("accumulation", 1), gpus_per_node=RANKS, zero_stage=case["stage"],
+                     reuse_distance=case.get("reuse_distance", b.max_live_parameters), nodes=nodes,
+                     grad_accum=case.get("accumulation", 1), gpus_per_node=RANKS // nodes, zero_stage=case["stage"],
                      offload_optimizer=case.get("offload_optimizer", "none"),
                      offload_param=case.get("offload_param", "none"),
                      gradient_checkpointing=case.get("checkpointing", False), precision="bf16", attention="sdpa",
@@ -295,6 +299,25 @@ def write_measurement(profiles: list[dict], runs: dict[str, list[dict]], warmup:
         "repeats": len(profiles), "cpu_count": os.cpu_count(), "cases": results})
 
 
+def ranking_summary(rows: list[tuple[str, float, float, list[float]]], worst: float) -> list[str]:
+    """Print the worst error and how the setups rank, of rows (case, measured s, predicted s, each run's s); return
+    the pairs that differ by > 15% and are ranked the other way round. A pair counts as told apart by the runs where
+    it differs by > 15% and by more than the spread of either case's runs (slowest / fastest)."""
+    flips, apart = [], []
+    for i, (a, ma, pa, ra) in enumerate(rows):
+        for b, mb, pb, rb in rows[i + 1:]:
+            if max(ma, mb) / min(ma, mb) > 1.15 and (ma < mb) != (pa < pb):
+                flips.append(f"{a} vs {b}")
+            ratio, spread = max(ma, mb) / min(ma, mb), max(max(ra) / min(ra), max(rb) / min(rb))
+            if ratio > 1.15 and ratio > spread:
+                apart.append((a, b, (ma < mb) == (pa < pb)))
+    print(f"worst error {worst:.1%} (target 20%: {'met' if worst <= 0.20 else 'NOT met'}); ranking of setups that "
+          "differ by > 15%: " + ("same as measured" if not flips else "differs for " + ", ".join(flips)))
+    print(f"pairs that differ by > 15% and by more than their runs' spread: {len(apart)}, ranked as measured: "
+          f"{sum(ok for _, _, ok in apart)}")
+    return flips
+
+
 def report() -> int:
     perf = load_profile(str(PROFILE))
     measured = json.loads(MEASURED.read_text())
@@ -319,18 +342,7 @@ def report() -> int:
               f"{t.exposed_communication_s:6.3f}s {t.offload_s:7.3f}s {t.optimizer_s:6.3f}s {t.overhead_s:7.3f}s  "
               f"{run_times:12} {'/'.join(loads)}")
         ok &= abs(err) <= 0.20
-    flips, apart = [], []
-    for i, (a, ma, pa, ra) in enumerate(rows):
-        for b, mb, pb, rb in rows[i + 1:]:
-            if max(ma, mb) / min(ma, mb) > 1.15 and (ma < mb) != (pa < pb):
-                flips.append(f"{a} vs {b}")
-            ratio, spread = max(ma, mb) / min(ma, mb), max(max(ra) / min(ra), max(rb) / min(rb))
-            if ratio > 1.15 and ratio > spread:
-                apart.append((a, b, (ma < mb) == (pa < pb)))
-    print(f"worst error {worst:.1%} (target 20%: {'met' if worst <= 0.20 else 'NOT met'}); ranking of setups that "
-          "differ by > 15%: " + ("same as measured" if not flips else "differs for " + ", ".join(flips)))
-    print(f"pairs that differ by > 15% and by more than their runs' spread: {len(apart)}, ranked as measured: "
-          f"{sum(ok for _, _, ok in apart)}")
+    flips = ranking_summary(rows, worst)
     published_table()
     return 0 if ok and not flips else 1
 

@@ -486,17 +486,64 @@ def test_zero_communication_by_hand():
     assert z2.communication_s == pytest.approx(3 * P * per + P * per)  # reduce-scatter in every backward
     assert z2.exposed_communication_s == z2.communication_s  # this machine cannot overlap
     assert z2.optimizer_s == pytest.approx(P / 2 / 1e9)
-    z3 = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
+    # with no reuse window (stage3_max_reuse_distance 0) backward gathers every parameter again
+    z3 = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0, reuse_distance=0)
     assert z3.communication_s == pytest.approx(2 * P * per + P * per)  # gathers in forward and backward + reduce
     # DeepSpeed's default stage3_param_persistence_threshold (1e5) keeps every tensor of this tiny model whole
     assert _t(gpus_per_node=2, zero_stage=3).communication_s == pytest.approx(P * per)
     mf = model_flops(TINY_LLAMA)
     assert mf.gathered(30000) == (2, 2 * 32768)  # only the embedding and the LM head are above 30,000
     assert mf.gathered(0) == (2 + 2 * 9 + 1, P)
-    two_nodes = _t(gpus_per_node=1, nodes=2, zero_stage=3, persistence_threshold=0)
+    two_nodes = _t(gpus_per_node=1, nodes=2, zero_stage=3, persistence_threshold=0, reuse_distance=0)
     assert two_nodes.communication_s == pytest.approx(z3.communication_s)  # 1 GB/s node NIC, one GPU per node
-    four = _t(gpus_per_node=2, nodes=2, zero_stage=3, persistence_threshold=0)  # NIC shared: 0.5 GB/s each
-    assert four.communication_s == pytest.approx(3 * P * 0.75 * 2 / 0.5e9)
+    four = _t(gpus_per_node=2, nodes=2, zero_stage=3, persistence_threshold=0, reuse_distance=0)  # NIC shared
+    assert four.communication_s == pytest.approx(3 * P * 0.75 * 2 / 0.5e9)  # 0.5 GB/s each
+
+
+def test_zero3_reuse_window_by_hand():
+    """ZeRO-3 keeps a module gathered from forward into backward when fewer than `stage3_max_reuse_distance`
+    parameters are fetched between its two uses: twice what follows it in forward. TINY_LLAMA's forward ends
+    ... gate 11,008, up 11,008, down 11,008, norm 64, head 32,768: at 100,000 the head (0 after it), the norm
+    (2 x 32,768 = 65,536), down (65,664) and up (87,680) stay, gate (109,696) is released and gathered again, as is
+    everything before it; at DeepSpeed's default 1e9 the whole model stays."""
+    per = 0.5 * 2 / 1e9
+    mf = model_flops(TINY_LLAMA)
+    assert mf.forward_trace[-5:] == (11008, 11008, 11008, 64, 32768) and sum(mf.forward_trace) == P
+    kept = 32768 + 64 + 11008 + 11008
+    assert mf.regathered(0, 100_000) == (21 - 4, P - kept)
+    assert mf.regathered(0, 1e9) == (0, 0) and mf.regathered(0, 0) == mf.gathered(0)
+    # above the persistence threshold the norm is kept whole anyway: not among the gathers, in either pass
+    assert mf.regathered(100, 100_000) == (mf.gathered(100)[0] - 3, mf.gathered(100)[1] - kept + 64)
+    window = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0, reuse_distance=100_000)
+    assert window.communication_s == pytest.approx((P + P - kept) * per + P * per)
+    whole = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)  # DeepSpeed's default, 1e9
+    assert whole.communication_s == pytest.approx(P * per + P * per)  # forward's gathers and the reduce
+
+
+def test_zero3_gathers_travel_beside_the_cpu_ranks_compute_and_hooks():
+    """DeepSpeed's CPU accelerator has no streams, but ZeRO-3's all-gathers are issued async and gloo runs them on its
+    own threads: a prefetched gather hides behind the rank's compute and hooks of its pass; the first module's
+    gather and the reduce-scatter (which waits) do not. FLAT at 1 GB/s: each pass gathers P elements, 2 bytes, half
+    of them from the other rank."""
+    per, hook = 0.5 * 2 / 1e9, 1e-6
+    cpu = replace(FLAT, device="cpu", zero3_module_overhead_s=hook)
+    t = step_time(TINY_LLAMA, cpu, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
+                  persistence_threshold=0, reuse_distance=0)
+    fwd, gathers = FWD / 1e12, 21  # FLAT's flat rate: backward twice forward
+    assert t.compute_s == pytest.approx(3 * fwd)
+    hooks = gathers * hook  # a pass's: every module that owns parameters
+    gather = P * per
+    assert t.communication_s == pytest.approx(3 * gather)
+    assert t.exposed_communication_s == pytest.approx((gather - fwd - hooks) + gather / gathers
+                                                      + (gather - 2 * fwd - hooks) + gather)
+    assert t.overhead_s == pytest.approx(2 * hooks)  # the hooks themselves still run on the rank
+    # a GPU profile that cannot overlap (FLAT) waits for every gather; without prefetch the CPU waits too
+    gpu = step_time(TINY_LLAMA, replace(FLAT, zero3_module_overhead_s=hook), parameters=P, seq_len=32, micro_batch=2,
+                    gpus_per_node=2, zero_stage=3, persistence_threshold=0, reuse_distance=0)
+    assert gpu.exposed_communication_s == pytest.approx(3 * gather)
+    no_prefetch = step_time(TINY_LLAMA, cpu, parameters=P, seq_len=32, micro_batch=2, gpus_per_node=2, zero_stage=3,
+                            persistence_threshold=0, reuse_distance=0, prefetch_bucket_size=0)
+    assert no_prefetch.exposed_communication_s == pytest.approx(3 * gather)
 
 
 def test_overlap_hides_what_compute_covers():
@@ -533,11 +580,15 @@ def test_offload_by_hand():
     measured = step_time(TINY_LLAMA, replace(FLAT, host_cast_params_per_s=1e9), parameters=P, seq_len=32,
                          micro_batch=2, grad_accum=2, gpus_per_node=2, zero_stage=2, offload_optimizer="cpu")
     assert measured.offload_s == pytest.approx(2 * shard * 4 / 5e8 + shard * 2 / 1e9 + shard * 2 / 1e9)
-    z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0)
+    z3 = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0,
+            reuse_distance=0)
     # the bf16 partition stays on the host: the cast alone; params up in forward and backward
     assert z3.offload_s == pytest.approx(shard * 4 / 5e8 + cast + 2 * shard * 2 / 1e9)
+    # what the reuse window keeps gathered into backward is not fetched again (DeepSpeed's default: all of it here)
+    kept = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", persistence_threshold=0)
+    assert kept.offload_s == pytest.approx(shard * 4 / 5e8 + cast + shard * 2 / 1e9)
     pageable = _t(gpus_per_node=2, zero_stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
-                  persistence_threshold=0)
+                  persistence_threshold=0, reuse_distance=0)
     assert pageable.offload_s == pytest.approx(shard * 4 / 2.5e8 + cast + 2 * shard * 2 / 2.5e8)
     # ZeRO-3 without parameter offload: one blocking copy_ into the device's partition, cast on the host into a
     # pageable temporary (pageable rate although pin_memory is on); measured, it is one figure
@@ -565,7 +616,7 @@ def test_offload_by_hand():
 
 def test_lora_trains_few_parameters_but_gathers_all():
     full = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)
-    lora = _t(gpus_per_node=2, zero_stage=3, trainable_parameters=1000, persistence_threshold=0)
+    lora = _t(gpus_per_node=2, zero_stage=3, trainable_parameters=1000, persistence_threshold=0, reuse_distance=0)
     per = 0.5 * 2 / 1e9
     assert lora.communication_s == pytest.approx(2 * P * per + 1000 * per)  # frozen weights are still gathered
     assert lora.optimizer_s == pytest.approx(500 / 1e9)
@@ -665,7 +716,8 @@ def test_qlora_gathers_its_4bit_weights_in_their_bf16_storage_at_zero3():
     """At ZeRO-3 QLoRA's 4-bit weights are partitioned and all-gathered as bf16 elements holding four weights each:
     a quarter of the 16-bit bytes for those weights, the rest of the model as LoRA's."""
     linears, elements = ((64, 64, 2), (64, 172, 2)), 50_000
-    kw = {"gpus_per_node": 2, "zero_stage": 3, "trainable_parameters": 1000, "persistence_threshold": 0}
+    kw = {"gpus_per_node": 2, "zero_stage": 3, "trainable_parameters": 1000, "persistence_threshold": 0,
+          "reuse_distance": 0}
     lora = _t(lora=(4, 0.0, linears), **kw)
     qlora = _t(lora=(4, 0.0, linears, elements, 8), **kw)
     per = 0.5 * 2 / 1e9

@@ -78,6 +78,10 @@ class ModelFlops:
     score_softcap: bool = False
     """Attention logits are soft-capped (gemma2's `attn_logit_softcapping`): eager runs three more passes over the
     score matrix (divide, tanh, multiply)."""
+    forward_trace: tuple[int, ...] = ()
+    """Parameters of each parameter-owning module in the order a forward fetches them (ZeRO-3's trace; a tied head
+    again, the embedding's weight), which sets what ZeRO-3's reuse window keeps gathered into backward
+    (`regathered`); empty: backward gathers everything again."""
     gradient_order: tuple[int, ...] = ()
     """Elements of each parameter tensor in the order a backward hands DeepSpeed their gradients
     (`backward_order`), which sets how often ZeRO-1/2/3 flush a gradient bucket (`zerokit.perf.model.flushes`);
@@ -114,6 +118,30 @@ class ModelFlops:
         if hit is None:
             big = [(n, c) for n, c in self.module_sizes if n > persistence_threshold]
             hit = (sum(c for _, c in big), sum(n * c for n, c in big))
+            self._cache[key] = hit
+        return hit
+
+    def regathered(self, persistence_threshold: float, reuse_distance: float) -> tuple[int, int]:
+        """(modules, parameters) of `gathered` that ZeRO-3 gathers again in backward. After a module's forward
+        DeepSpeed releases its parameters unless they are used again within `stage3_max_reuse_distance` parameters
+        fetched (`partitioned_param_coordinator.__params_to_release`, once the trace is complete): a module with
+        A parameters after it in forward is used again 2A parameters later (the rest of forward, then backward
+        back to it), so the last modules stay gathered into backward, all of them where the model is below half the
+        distance (DeepSpeed's default 1e9: every model below 0.5B). The memory side keeps the same window
+        (`zerokit.memory.estimate._reuse_kept`)."""
+        key = ("regathered", persistence_threshold, reuse_distance)
+        hit = self._cache.get(key)
+        if hit is None:
+            gathers, gathered = self.gathered(persistence_threshold)
+            kept_modules = kept = after = 0
+            for n in reversed(self.forward_trace):
+                if 2 * after >= reuse_distance:
+                    break
+                if n > persistence_threshold:
+                    kept_modules += 1
+                    kept += n
+                after += n
+            hit = (max(0, gathers - kept_modules), max(0, gathered - kept))
             self._cache[key] = hit
         return hit
 
@@ -316,6 +344,7 @@ def model_flops(config: Mapping[str, Any] | ModelFlops) -> ModelFlops:
         module_sizes=tuple((p.params, p.copies) for p in parts),
         elementwise_per_token=elementwise_passes(c, width, gated=build is _decoder),
         score_softcap=bool(c.get("attn_logit_softcapping")),
+        forward_trace=forward_trace(parts, c["num_hidden_layers"]),
         gradient_order=backward_order(parts, c["num_hidden_layers"]))
     return _CACHE.put(id(config), config, result)
 
@@ -337,20 +366,47 @@ def backward_order(parts: list, layers: int) -> tuple[int, ...]:
     if not per_layer:
         return ()
     last = [p for p in behind if not p.tied]
-    before = [p for p in per_layer if p.name.endswith(_BEFORE_ATTENTION)]
-    after = [p for p in per_layer if p.name.endswith(_AFTER_ATTENTION)]
-    rest = [p for p in per_layer if p not in before and p not in after]
-    attention = [p for p in rest if "attn" in p.name or "attention" in p.name]
-    use = before + attention + after + [p for p in rest if p not in attention]
+    use = _use_order(per_layer)
     out: list[int] = []
     for p in reversed(last):
         out += reversed(part_tensors(p))
     for layer in reversed(range(layers)):
-        for p in reversed(use):  # copies spread over the layers (a multiple of them for experts of their own)
-            out += list(reversed(part_tensors(p))) * ((p.copies * (layer + 1)) // layers - (p.copies * layer) // layers)
+        for p in reversed(use):
+            out += list(reversed(part_tensors(p))) * _in_layer(p, layer, layers)
     for p in reversed(first):
         out += reversed(part_tensors(p))
     return tuple(n for n in out if n > 0)
+
+
+def forward_trace(parts: list, layers: int) -> tuple[int, ...]:
+    """Parameters of each module of `parts` in the order a forward uses them (`backward_order`'s order, reversed,
+    module by module): the modules before the stack, each layer's in use order, those after it, a tied head as the
+    embedding's weight again (DeepSpeed fetches it for each module that uses it)."""
+    first, per_layer, behind = stack_split(parts)
+    if not per_layer:
+        return ()
+    use = _use_order(per_layer)
+    out = [p.params for p in first for _ in range(p.copies)]
+    for layer in range(layers):
+        for p in use:
+            out += [p.params] * _in_layer(p, layer, layers)
+    out += [p.params for p in behind for _ in range(p.copies)]
+    return tuple(n for n in out if n > 0)
+
+
+def _use_order(per_layer: list) -> list:
+    """A layer's modules in the order its forward uses them. A layer registers its norms after its attention and MLP
+    (transformers' llama and most decoders), but uses the input norm first and the post-attention norm between."""
+    before = [p for p in per_layer if p.name.endswith(_BEFORE_ATTENTION)]
+    after = [p for p in per_layer if p.name.endswith(_AFTER_ATTENTION)]
+    rest = [p for p in per_layer if p not in before and p not in after]
+    attention = [p for p in rest if "attn" in p.name or "attention" in p.name]
+    return before + attention + after + [p for p in rest if p not in attention]
+
+
+def _in_layer(p: Any, layer: int, layers: int) -> int:
+    """Copies of a per-layer part in `layer`: spread over the layers (a multiple of them for experts of their own)."""
+    return (p.copies * (layer + 1)) // layers - (p.copies * layer) // layers
 
 
 _META_CACHE = IdentityMemo(64)
@@ -384,5 +440,6 @@ def meta_model_flops(spec: Any) -> ModelFlops:
             sizes[n] = sizes.get(n, 0) + 1
         # a memo of its own: `gathered` keys on the threshold alone, so the llama's answers must not carry over
         mf = replace(mf, parameter_modules=len(spec.module_trace), module_sizes=tuple(sorted(sizes.items())),
-                     _cache={})
+                     # in registration order, where a layer's norms follow its projections: a norm off
+                     forward_trace=tuple(n for _, n in spec.module_trace), _cache={})
     return _META_CACHE.put(id(spec.config), spec.config, mf)

@@ -399,7 +399,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
               reduce_bucket_size: float = 5e8, allgather_bucket_size: float = 5e8,
               prefetch_bucket_size: float = 5e7, persistence_threshold: float = 1e5, pin_memory: bool = True,
               trainable_parameters: int | None = None,
-              lora: tuple | None = None, saved: tuple[int, int] = (0, 0)) -> StepTime:
+              lora: tuple | None = None, saved: tuple[int, int] = (0, 0), reuse_distance: float = 1e9) -> StepTime:
     """The time of one optimizer step of this setup on `perf`'s machine.
 
     `model`: a transformers config dict or its ModelFlops (`model_flops(config)`, cached per dict).
@@ -408,7 +408,9 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     Bucket sizes are DeepSpeed's, in elements (`reduce_bucket_size`, `allgather_bucket_size`,
     `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
     `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
-    keeps smaller parameters whole and gathers only the rest. `pin_memory` is the offload config's: pinned host
+    keeps smaller parameters whole and gathers only the rest. `reuse_distance` is `stage3_max_reuse_distance`
+    (DeepSpeed's default 1e9; a zerokit plan writes its `stage3_max_live_parameters`): the modules that close forward
+    stay gathered into backward, which gathers only the rest again (`ModelFlops.regathered`). `pin_memory` is the offload config's: pinned host
     buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear[, 4-bit
     weights, 4-bit linears]), as `PeftPlan.lora_work` gives it: the adapters priced by their shapes
     (`_lora_parts`), and for QLoRA the dequantization of the 4-bit base in every pass (`dequantization_s`); without
@@ -421,7 +423,7 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     return memoised_step_time(mf, perf, parameters, seq_len, micro_batch, grad_accum, gpus_per_node, nodes,
                               zero_stage, offload_optimizer, offload_param, gradient_checkpointing, precision,
                               attention, overlap_comm, reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size,
-                              persistence_threshold, pin_memory, trainable_parameters, lora, saved)
+                              persistence_threshold, pin_memory, trainable_parameters, lora, saved, reuse_distance)
 
 
 def memoised_step_time(mf: ModelFlops, perf: MachinePerf, *inputs: Any) -> StepTime:
@@ -575,7 +577,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                gradient_checkpointing: bool, precision: str, attention: str, overlap_comm: bool,
                reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
                persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
-               lora: tuple | None = None, saved: tuple[int, int] = (0, 0)) -> StepTime:
+               lora: tuple | None = None, saved: tuple[int, int] = (0, 0), reuse_distance: float = 1e9) -> StepTime:
     """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
     entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
     nbytes = _BYTES.get(precision)
@@ -641,6 +643,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             boundary_comm = boundary_exposed = 2.0 * trainable * per_element + reduce_calls * lat
         elif zero_stage == 3:
             gathers, gathered = mf.gathered(persistence_threshold)
+            regathers, regathered = mf.regathered(persistence_threshold, reuse_distance)
+            # backward's share of forward's gathers (of the adapters' too: they go with their base modules)
+            again, again_calls = regathered / max(gathered, 1), regathers / max(gathers, 1)
             if quantized:
                 gathered -= 0.75 * quantized  # QLoRA: 4-bit weights travel in their bf16 storage, four an element
             if lora is not None and share < 1.0:
@@ -654,12 +659,21 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                 persistent = kept * lat + kept_elements * width * per_element
                 boundary_comm += persistent
                 boundary_exposed += persistent
-            ag = 2.0 * gathered * per_element + 2.0 * gathers * lat
-            micro_comm = ag + reduce
+            forward_ag = gathered * per_element + gathers * lat
+            backward_ag = again * gathered * per_element + again_calls * gathers * lat
+            micro_comm = forward_ag + backward_ag + reduce
             if overlap and prefetch_bucket_size > 0:
-                half = ag / 2.0
-                micro_exposed = min(micro_comm, max(0.0, half - fwd) + half / max(gathers, 1)
-                                    + max(0.0, half + reduce - bwd - rec))
+                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd) + forward_ag / max(gathers, 1)
+                                    + max(0.0, backward_ag + reduce - bwd - rec))
+            elif prefetch_bucket_size > 0 and perf.device == "cpu":
+                # DeepSpeed's CPU accelerator has no streams, but ZeRO-3 issues its all-gathers async_op=True
+                # (`_dist_allgather_fn`) and gloo runs them on its own threads: a prefetched gather travels while
+                # the rank computes and runs the hooks of the modules before it. The reduce-scatter waits
+                # (`reduce_scatter_coalesced`). Over a link slower than the compute (benchmarks/step_time_nodes.py)
+                # the rank's hooks hide in the gathers' wait.
+                hooks = (mf.parameter_modules + adapter_modules) * perf.zero3_module_overhead_s  # a pass's
+                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd - hooks) + forward_ag / max(gathers, 1)
+                                    + max(0.0, backward_ag - bwd - rec - hooks) + reduce)
             else:
                 micro_exposed = micro_comm
         else:
@@ -700,9 +714,11 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                 boundary_off += shard_t * OPTIMIZER_STATE_BYTES * gpn * (1.0 / perf.nvme_read + 1.0 / perf.nvme_write)
         if offload_param != "none":
             shard_p = mf.gathered(persistence_threshold)[1] / world  # persistent parameters stay on the device
-            micro_off += 2.0 * shard_p * nbytes / h2d  # the rank's partition, to the device in forward and backward
+            # the rank's partition, to the device in forward and for what backward gathers again
+            fetched = shard_p + mf.regathered(persistence_threshold, reuse_distance)[1] / world
+            micro_off += fetched * nbytes / h2d
             if offload_param == "nvme":
-                micro_off += 2.0 * shard_p * nbytes * gpn / perf.nvme_read
+                micro_off += fetched * nbytes * gpn / perf.nvme_read
     offload = ga * micro_off + boundary_off
 
     if offload_optimizer != "none":

@@ -418,7 +418,8 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
             "overlap_comm": buffers.overlap_comm, "reduce_bucket_size": buffers.reduce_bucket_size,
             "allgather_bucket_size": buffers.allgather_bucket_size,
             "prefetch_bucket_size": buffers.prefetch_bucket_size,
-            "persistence_threshold": buffers.param_persistence_threshold}
+            "persistence_threshold": buffers.param_persistence_threshold,
+            "reuse_distance": buffers.max_live_parameters}
         return step_time(config, partial, parameters=parameters, seq_len=seq, micro_batch=micro_batch,
                          gpus_per_node=ranks, zero_stage=stage, **sizes)
 
@@ -456,17 +457,25 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
             "parameter_modules": modules, "model": config, "seq_len": seq, "micro_batch": micro_batch}
 
 
-def engine_figures_again(measurements: Mapping[str, Any]) -> dict[str, Any] | None:
+LINEAR_FREE_FIGURES = ("bucket_flush_s", "zero3_module_overhead_s", "predicted_rest_s",
+                       "predicted_plan_buckets_rest_s", "predicted_zero3_rest_s", "extra_flushes")
+"""`engine_figures` that do not rest on the timed linears: the flush and hook figures are differences of two engines'
+steps less the model's rest of each, neither of which counts compute (`engine_figures_again`'s `linears`)."""
+
+
+def engine_figures_again(measurements: Mapping[str, Any], linears: bool = True) -> dict[str, Any] | None:
     """`engine_figures` of a probe's stored `measurements` (its `engine_step` steps and timed linears, the kernel
     figures beside them) under today's time model: what that probe would write now. None where it kept no reference
-    steps to derive from (a probe from before the plan-bucket engine or the timed linears)."""
+    steps to derive from (a probe from before the plan-bucket engine or the timed linears). `linears` False: a probe
+    from before the timed linears (2026-11-27) too, priced without them, of whose figures only `LINEAR_FREE_FIGURES`
+    are what it would write now."""
     engine = measurements.get("engine_step")
-    if not (engine and "plan_buckets_step_s" in engine and "linears" in engine):
+    if not (engine and "plan_buckets_step_s" in engine and ("linears" in engine or not linears)):
         return None
     partial = _machine_from_measurements({**measurements, "engine_step": None})
     steps = {"zero2": engine["step_s"], "zero2_plan": engine["plan_buckets_step_s"],
              "zero3_plan": engine["zero3_step_s"]}
-    return engine_figures(partial, engine["model"], steps, engine["linears"], measurements["ranks"],
+    return engine_figures(partial, engine["model"], steps, engine.get("linears", ()), measurements["ranks"],
                           engine["seq_len"], engine["micro_batch"], engine.get("host"))
 
 

@@ -228,7 +228,8 @@ class Context:
                 b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
                 self.model.parameters if self.peft is None else self.peft.trainable,
                 None if self.peft is None else self.peft.lora_work,
-                (0, 0) if self.peft is None else self.peft.saved_work)
+                (0, 0) if self.peft is None else self.peft.saved_work,
+                b.max_live_parameters)  # the ds_config's stage3_max_reuse_distance (`zero_buffer_keys`)
         return hit
 
     @functools.cached_property
