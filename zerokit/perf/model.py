@@ -9,7 +9,9 @@ zero/stage_1_and_2.py, zero/stage3.py):
   reduce-scatter for 1): accumulation amortises them. ZeRO-2/3 reduce-scatter in *every* backward, overlapped with
   it when `overlap_comm` is on and the device runs collectives beside compute.
 - ZeRO-1/2 all-gather the updated parameters after the optimizer step. ZeRO-3 all-gathers every parameter-owning
-  module in the forward and again in the backward (frozen ones too), prefetching the next while one computes.
+  module in the forward (frozen ones too), prefetching the next while one computes, and in the backward again those
+  its reuse window released (`ModelFlops.regathered`: at the default distance a model below 0.5B stays gathered).
+  On DeepSpeed's CPU accelerator only those prefetched gathers overlap anything: gloo runs them on its own threads.
 - Ring collectives move (W-1)/W of the data per rank for a reduce-scatter or an all-gather, twice that for an
   all-reduce; a multi-node ring runs at the slower of the NVLink share and the node's network share per GPU.
 - Optimizer offload copies each micro-batch's reduced gradient partition to the host in fp32 (cast on the device
@@ -18,7 +20,7 @@ zero/stage_1_and_2.py, zero/stage3.py):
   back: ZeRO-1/2 through a (pinned with `pin_memory`) bit16 buffer; ZeRO-3 with one blocking `copy_`, which torch
   casts on the host into a pageable temporary, so that copy runs at the pageable rate whatever `pin_memory` says
   (with parameter offload the half-precision partition stays on the host: the cast alone). Parameter offload (ZeRO-3)
-  copies the rank's partition to the device in every forward and backward. NVMe offload adds reading and writing
+  copies the rank's partition to the device in every forward, and for what backward gathers again. NVMe offload adds reading and writing
   the optimizer states (12 bytes per parameter) or the parameters from the drive.
 - Only the trainable parameters have gradients, optimizer states and gradient reduces (LoRA); frozen ones still cost
   FLOPs and ZeRO-3 all-gathers.
