@@ -5,6 +5,7 @@
     python benchmarks/realrun_memory.py --run CASE ...   # re-measure cases live (real 2-rank DeepSpeed runs)
     python benchmarks/realrun_memory.py --run all --update-golden   # regenerate tests/data/realrun/memory.json
     python benchmarks/realrun_memory.py --run subgroups --update-golden   # regenerate .../realrun/subgroups.json
+    python benchmarks/realrun_memory.py --run live --update-golden        # regenerate .../realrun/live.json
 
 Each case is planned by zerokit (`plan()` with the case's forced options, `--target deepspeed`, no overhead
 reserve), and its ds_config trains a miniature model for a few optimizer steps through the real `deepspeed`
@@ -44,6 +45,7 @@ from zerokit.launch.runner import free_port, remove_shm_buffers
 
 GOLDEN = ROOT / "tests" / "data" / "realrun" / "memory.json"
 SUBGROUP_GOLDEN = ROOT / "tests" / "data" / "realrun" / "subgroups.json"
+LIVE_GOLDEN = ROOT / "tests" / "data" / "realrun" / "live.json"
 MODELS = ROOT / "tests" / "data" / "realrun" / "models"
 WORKER = ROOT / "benchmarks" / "_realrun_worker.py"
 PHASES = ("forward", "backward", "optimizer_step")
@@ -55,7 +57,8 @@ WORLD = 2
 def _case(name: str, model: str, stage: int, *, opt: str = "none", param: str = "none", ckpt: bool = False,
           ga: int = 1, precision: str = "bf16", seq: int = 128, mb: int = 2, attention: str = "sdpa",
           steps: int = 3, peft: str = "none", lora_rank: int = 16, lora_targets: str = "all-linear",
-          lora_dropout: float = 0.05, sub_group_size: int | None = None, modules_to_save: str = "") -> dict:
+          lora_dropout: float = 0.05, sub_group_size: int | None = None, modules_to_save: str = "",
+          max_live: int | None = None) -> dict:
     case = {"name": name, "model": model, "zero_stage": stage, "offload_optimizer": opt, "offload_param": param,
             "gradient_checkpointing": ckpt, "gradient_accumulation": ga, "precision": precision, "seq_len": seq,
             "micro_batch": mb, "attention": attention, "steps": steps}
@@ -65,6 +68,8 @@ def _case(name: str, model: str, stage: int, *, opt: str = "none", param: str = 
             case["lora_modules_to_save"] = modules_to_save
     if sub_group_size is not None:  # written into the ds_config, and the estimate uses it
         case["sub_group_size"] = sub_group_size
+    if max_live is not None:  # stage3_max_live_parameters and stage3_max_reuse_distance, as a plan writes them
+        case["max_live_parameters"] = max_live
     return case
 
 
@@ -118,11 +123,20 @@ SUBGROUP_CASES = [
     _case("llama-z3-subgroups", "llama", 3, sub_group_size=750_000),
     _case("llama-z3-subgroups-small", "llama", 3, sub_group_size=100_000),
 ]
-BY_NAME = {c["name"]: c for c in CASES + SUBGROUP_CASES}
+# ZeRO-3 with a live limit (and so a reuse distance: a plan writes both the same) below the model, as a frugal rung's
+# 1e8 is below a 7B model's parameters: what stays gathered from forward into backward (golden file
+# tests/data/realrun/live.json; at 2M DeepSpeed keeps more than the reuse window: README "Known limits")
+LIVE_CASES = [
+    _case("llama-z3-live2m", "llama", 3, max_live=2_000_000),
+    _case("llama-z3-live1m", "llama", 3, max_live=1_000_000),
+]
+BY_NAME = {c["name"]: c for c in CASES + SUBGROUP_CASES + LIVE_CASES}
 
 
 def golden_file(name: str) -> Path:
     """The golden file that holds a case's measurement."""
+    if any(c["name"] == name for c in LIVE_CASES):
+        return LIVE_GOLDEN
     return SUBGROUP_GOLDEN if any(c["name"] == name for c in SUBGROUP_CASES) else GOLDEN
 
 
@@ -156,15 +170,16 @@ def plan_case(case: dict, nvme_path: str | None = None):
 
 def predicted_phases(result, case: dict | None = None) -> dict:
     """The plan's phase totals; for a case that sets `sub_group_size`, the estimate of the plan's setup with it."""
-    if case is not None and "sub_group_size" in case:
-        return {p: m.total for p, m in estimate_case(result, case["sub_group_size"]).phases.items()}
+    if case is not None and ("sub_group_size" in case or "max_live_parameters" in case):
+        return {p: m.total for p, m in estimate_case(result, case.get("sub_group_size"),
+                                                     case.get("max_live_parameters")).phases.items()}
     return {p: m.total for p, m in result.phases.items()}
 
 
-def estimate_case(result, sub_group_size: int):
+def estimate_case(result, sub_group_size: int | None, max_live: int | None = None):
     """`zerokit.memory.estimate.estimate()` of the plan's own setup and buffers with another ZeRO-3
-    `sub_group_size` (the value the case's ds_config gets)."""
-    from zerokit.memory.buffers import BufferSettings
+    `sub_group_size` or live limit (the values the case's ds_config gets; None: the plan's)."""
+    from zerokit.memory.buffers import DEFAULT_SUB_GROUP_SIZE, BufferSettings
     from zerokit.memory.estimate import estimate
     from zerokit.planner.types import Setup
 
@@ -172,7 +187,8 @@ def estimate_case(result, sub_group_size: int):
     setup = Setup(d.zero_stage, d.offload_optimizer, d.offload_param, d.micro_batch_size, d.gradient_checkpointing,
                   d.gradient_accumulation_steps)
     buffers = BufferSettings(d.overlap_comm, d.reduce_bucket_size, d.allgather_bucket_size, d.prefetch_bucket_size,
-                             d.param_persistence_threshold, d.max_live_parameters, False, sub_group_size)
+                             d.param_persistence_threshold, max_live or d.max_live_parameters, False,
+                             sub_group_size or DEFAULT_SUB_GROUP_SIZE)
     return estimate(result.model, result.hardware, result.training, setup, buffers=buffers)
 
 
@@ -236,6 +252,10 @@ def run_case(case: dict, workdir: Path, diagnose: bool = False) -> dict:
     if "sub_group_size" in case:
         ds_config = dict(ds_config, zero_optimization=dict(ds_config["zero_optimization"],
                                                            sub_group_size=case["sub_group_size"]))
+    if "max_live_parameters" in case:
+        ds_config = dict(ds_config, zero_optimization=dict(ds_config["zero_optimization"],
+                                                           stage3_max_live_parameters=case["max_live_parameters"],
+                                                           stage3_max_reuse_distance=case["max_live_parameters"]))
     spec = {"ds_config": ds_config, "model_config": model_config(case), "seq_len": case["seq_len"],
             "steps": case["steps"], "attention": case["attention"],
             "gradient_checkpointing": case["gradient_checkpointing"], "diagnose": diagnose,
@@ -357,11 +377,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, help="with --diagnose: train this many steps (the last one is listed)")
     a = ap.parse_args()
     if a.list:
-        for c in CASES + SUBGROUP_CASES:
+        for c in CASES + SUBGROUP_CASES + LIVE_CASES:
             print(c["name"])
         return 0
     goldens = {path: json.loads(path.read_text()) if path.exists() else {"cases": {}}
-               for path in (GOLDEN, SUBGROUP_GOLDEN)}
+               for path in (GOLDEN, SUBGROUP_GOLDEN, LIVE_GOLDEN)}
     if a.diagnose:
         with tempfile.TemporaryDirectory(prefix="zk-realrun-diag-") as d:
             case = dict(BY_NAME[a.diagnose], steps=a.steps or BY_NAME[a.diagnose]["steps"])
@@ -373,8 +393,9 @@ def main() -> int:
                     print(f"  {size / 1e6:9.3f} MB {count:4d}x  {site[:220]}")
         return 0
     if a.run is not None:
+        groups = {"subgroups": SUBGROUP_CASES, "live": LIVE_CASES}
         names = ([c["name"] for c in CASES + SUBGROUP_CASES] if a.run in ([], ["all"]) else
-                 [c["name"] for c in SUBGROUP_CASES] if a.run == ["subgroups"] else a.run)
+                 [c["name"] for c in groups[a.run[0]]] if len(a.run) == 1 and a.run[0] in groups else a.run)
         unknown = [n for n in names if n not in BY_NAME]
         if unknown:
             print(f"unknown case(s): {', '.join(unknown)}; --list shows them", file=sys.stderr)
@@ -389,13 +410,15 @@ def main() -> int:
                 golden.setdefault("cases", {})[n] = live[n]
                 golden["versions"] = versions()
                 golden["command"] = ("python benchmarks/realrun_memory.py --run " +
-                                     ("subgroups" if path == SUBGROUP_GOLDEN else "all") + " --update-golden")
+                                     {SUBGROUP_GOLDEN: "subgroups", LIVE_GOLDEN: "live"}.get(path, "all")
+                                     + " --update-golden")
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(golden, indent=1) + "\n")
                 os.replace(tmp, path)
         measurements = list(live.values())
     else:
-        measurements = [goldens[golden_file(c["name"])]["cases"][c["name"]] for c in CASES + SUBGROUP_CASES
+        measurements = [goldens[golden_file(c["name"])]["cases"][c["name"]]
+                        for c in CASES + SUBGROUP_CASES + LIVE_CASES
                         if c["name"] in goldens[golden_file(c["name"])].get("cases", {})]
     rows = [row for m in measurements for row in compare(m)]
     print_table(rows)

@@ -2,10 +2,12 @@
 
     python benchmarks/zero3_gathers.py                  # print the committed counts beside the model's
     python benchmarks/zero3_gathers.py --measure        # count them again (2 ranks on this CPU, ~1 min a distance)
+    python benchmarks/zero3_gathers.py --trace 2000000  # one step's fetches, gathers and releases at a distance
 
 Each count is one optimizer step after two (DeepSpeed's trace is complete from the second), of benchmarks/
 step_time.py's llama at a plan's ZeRO-3 buffers, with `stage3_max_reuse_distance` set to each distance: the calls to
-`deepspeed.comm.allgather_fn` and the elements they gather (the whole parameters). The time model gathers
+`deepspeed.comm.allgather_fn` and the elements they gather (the whole parameters), with `stage3_max_live_parameters`
+the same (a plan writes both). The time model gathers
 `ModelFlops.gathered` in forward and `ModelFlops.regathered` again in backward: the modules DeepSpeed's reuse window
 released (`__params_to_release`). The counts are in tests/data/step_time/2026-11-29-zero3-gathers.json, which
 tests/test_perf_golden.py holds the model to.
@@ -30,8 +32,9 @@ from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.perf.flops import model_flops
 
 DATA = ROOT / "tests" / "data" / "step_time" / "2026-11-29-zero3-gathers.json"
-DISTANCES = (1_000_000_000, 2_000_000, 0)
-"""DeepSpeed's default (a plan's "auto"), one that keeps the head and part of the last layer, and none."""
+DISTANCES = (1_000_000_000, 2_000_000, 1_000_000)
+"""DeepSpeed's default (a plan's "auto"), and two below the model's 3.9M parameters, as a frugal rung's 1e8 is below
+a 7B's; each the live limit too (`stage3_max_live_parameters`), as a plan writes them."""
 
 WORKER = """
 import json, sys
@@ -45,7 +48,30 @@ config = LlamaConfig(**{k: v for k, v in spec["model"].items() if k != "model_ty
 with deepspeed.zero.Init(config_dict_or_path=spec["ds_config"]):
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
 engine, *_ = deepspeed.initialize(model=model, config=spec["ds_config"], model_parameters=model.parameters())
-counted, counting = [0, 0], [False]
+counted, counting, trace = [0, 0], [False], []
+if spec["trace"]:  # every module fetch, every gather of a parameter not yet gathered, every release, in order
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator as C
+    names = {id(p): n for n, p in model.named_parameters()} | {id(m): n for n, m in model.named_modules()}
+    step_of = lambda self: self._PartitionedParameterCoordinator__step_id
+    fetch, gather = C.fetch_sub_module, C._PartitionedParameterCoordinator__all_gather_params
+    release = C._PartitionedParameterCoordinator__release_param
+    def traced_fetch(self, module, forward):
+        if counting[0]:
+            trace.append(f"{step_of(self):4d} {'forward ' if forward else 'backward'} fetch   {names.get(id(module))}")
+        return fetch(self, module, forward)
+    def traced_gather(self, params, forward):
+        if counting[0]:
+            trace.extend(f"{step_of(self):4d}          gather  {names.get(id(p))}" for p in params
+                         if p.ds_status == ZeroParamStatus.NOT_AVAILABLE)
+        return gather(self, params, forward)
+    def traced_release(self, param, free_data=True):
+        if counting[0] and param.ds_status == ZeroParamStatus.AVAILABLE and not param.ds_active_sub_modules:
+            trace.append(f"{step_of(self):4d}          release {names.get(id(param))}")
+        return release(self, param, free_data)
+    C.fetch_sub_module = traced_fetch
+    C._PartitionedParameterCoordinator__all_gather_params = traced_gather
+    C._PartitionedParameterCoordinator__release_param = traced_release
 allgather = comm.allgather_fn
 def counting_allgather(output, input_, *args, **kwargs):
     if counting[0]:
@@ -60,21 +86,24 @@ for step in range(3):
     engine.backward(engine(input_ids=ids, labels=ids).loss)
     engine.step()
 if dist.get_rank() == 0:
-    json.dump({"calls": counted[0], "elements": counted[1]}, open(out_path, "w"))
+    json.dump({"calls": counted[0], "elements": counted[1], "trace": trace}, open(out_path, "w"))
 dist.barrier()
 dist.destroy_process_group()
 """
 
 
-def count(distance: int) -> dict:
+def count(distance: int, trace: bool = False) -> dict:
+    """One step's all-gathers with `distance` as the reuse distance and the live limit."""
     case = {"stage": 3, "reuse_distance": distance}
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(THREADS)
     with tempfile.TemporaryDirectory(prefix="zerokit-gathers-") as tmp:
         spec, out, worker = Path(tmp) / "case.json", Path(tmp) / "count.json", Path(tmp) / "worker.py"
+        config = ds_config(case)
+        config["zero_optimization"]["stage3_max_live_parameters"] = distance
         spec.write_text(json.dumps({"model": MODEL, "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH,
-                                    "ds_config": ds_config(case)}))
+                                    "ds_config": config, "trace": trace}))
         worker.write_text(WORKER)
         port = free_port()
         proc = subprocess.run(["deepspeed", "--num_gpus", "2", "--master_port", str(port), str(worker), str(spec),
@@ -98,7 +127,7 @@ def report() -> None:
     counts = json.loads(DATA.read_text())["counts"]
     print("ZeRO-3 all-gathers in one step (2 ranks, benchmarks/step_time.py's llama), counted in DeepSpeed against "
           "the time model")
-    print(f"{'stage3_max_reuse_distance':>26} {'counted calls':>14} {'elements':>10} {'model calls':>12} "
+    print(f"{'reuse distance, live limit':>26} {'counted calls':>14} {'elements':>10} {'model calls':>12} "
           f"{'elements':>10} {'error':>7}")
     for c in counts:
         calls, elements = modelled(c["reuse_distance"])
@@ -109,10 +138,16 @@ def report() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true", help="count them again in real trainings")
-    if ap.parse_args().measure:
+    ap.add_argument("--trace", type=int, metavar="DISTANCE",
+                    help="print one step's module fetches, parameter gathers and releases at this distance")
+    args = ap.parse_args()
+    if args.trace is not None:
+        print("\n".join(count(args.trace, trace=True)["trace"]))
+        return
+    if args.measure:
         counts = []
         for distance in DISTANCES:
-            counts.append({"reuse_distance": distance, **count(distance)})
+            counts.append({"reuse_distance": distance, **{k: v for k, v in count(distance).items() if k != "trace"}})
             print(f"reuse distance {distance:,}: {counts[-1]['calls']} all-gathers, {counts[-1]['elements']:,} "
                   "elements", flush=True)
         _write_json(DATA, {"command": "python benchmarks/zero3_gathers.py --measure", "model": MODEL,

@@ -364,10 +364,10 @@ def test_two_nodes_ranked_as_measured_and_zero3_ahead_of_zero2():
 
 def test_zero3_gathers_what_deepspeed_gathers_at_the_reuse_distance_a_plan_writes():
     """ZeRO-3's all-gathers in one step of real trainings (benchmarks/zero3_gathers.py, counted at
-    `deepspeed.comm.allgather_fn`): at DeepSpeed's default reuse distance, the one a plan writes (its
-    max_live_parameters, 1e9), backward gathers nothing again and the model's elements are DeepSpeed's exactly. At
-    2e6 and at 0 DeepSpeed kept more than the window (the same 5.39M elements at both: two of the four layers were
-    gathered again, not all four): the model gathers more than it did, never less."""
+    `deepspeed.comm.allgather_fn`), the reuse distance and the live limit set alike, as a plan writes them: at 1e9
+    (HF's "auto") backward gathers nothing again and the model's elements are DeepSpeed's exactly. At 2e6 and 1e6,
+    below the model's 3.9M, DeepSpeed kept more gathered into backward than the reuse window (its prefetcher marks
+    what it passes as needed again): the model gathers more than ran (+15.6%, +5.0%), never less."""
     from zerokit.memory.buffers import buffer_ladder
     from zerokit.perf.flops import model_flops
 
@@ -375,11 +375,12 @@ def test_zero3_gathers_what_deepspeed_gathers_at_the_reuse_distance_a_plan_write
     threshold = buffer_ladder(data["model"]["hidden_size"], 3)[0].param_persistence_threshold
     mf = model_flops(data["model"])
     counts = {c["reuse_distance"]: c for c in data["counts"]}
-    assert set(counts) == {1_000_000_000, 2_000_000, 0}
+    assert set(counts) == {1_000_000_000, 2_000_000, 1_000_000}
     forward = mf.gathered(threshold)[1]
     assert counts[1_000_000_000]["elements"] == forward and mf.regathered(threshold, 1e9) == (0, 0)
     for distance, c in counts.items():
-        assert forward + mf.regathered(threshold, distance)[1] >= c["elements"] >= forward, distance
+        modelled = forward + mf.regathered(threshold, distance)[1]
+        assert c["elements"] >= forward and 1.0 <= modelled / c["elements"] <= 1.16, distance
 
 
 def test_the_two_node_and_gather_benchmarks_print_the_committed_data(capsys):
@@ -393,7 +394,7 @@ def test_the_two_node_and_gather_benchmarks_print_the_committed_data(capsys):
     gathers = benchmark("zero3_gathers", register=False)
     gathers.report()
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
-    assert [row[0] for row in rows] == ["1,000,000,000", "2,000,000", "0"] and rows[0][-1] == "+0.0%"
+    assert [row[0] for row in rows] == ["1,000,000,000", "2,000,000", "1,000,000"] and rows[0][-1] == "+0.0%"
 
 
 def _step_time_benchmark():

@@ -92,3 +92,22 @@ def test_a_live_sample_reproduces_the_golden_figures(tmp_path):
         for row in harness.compare(live, base=harness.clean_start(GOLDEN_DATA["cases"][name])):
             if row["peak"]:
                 assert abs(row["error"]) <= harness.TOLERANCE, row
+
+
+LIVE = json.loads((ROOT / "tests" / "data" / "realrun" / "live.json").read_text())
+
+
+def test_zero3_with_a_live_limit_below_the_model():
+    """stage3_max_live_parameters (and the reuse distance a plan writes beside it) below the miniature llama's 5.0M
+    parameters, as a frugal rung's 1e8 is below a 7B's. At 1M the reuse window keeps the head (1.05M), as DeepSpeed
+    did (within 0.1%). At 2M DeepSpeed kept about 1.1M parameters more than the window's head gathered into backward
+    (its prefetcher, which runs a module ahead for every module it fetches, containers included, marks what it passes
+    as needed again): the plan is 3.2% under, a known limit (README), held here so that a change shows."""
+    assert set(LIVE["cases"]) == {c["name"] for c in harness.LIVE_CASES} == {"llama-z3-live2m", "llama-z3-live1m"}
+    peaks = {}
+    for name, m in LIVE["cases"].items():
+        zero = m["case"]
+        assert zero["zero_stage"] == 3 and zero["max_live_parameters"] in (1_000_000, 2_000_000)
+        peaks[name] = next(r for r in harness.compare(m) if r["peak"])
+    assert abs(peaks["llama-z3-live1m"]["error"]) <= harness.TOLERANCE
+    assert -0.04 <= peaks["llama-z3-live2m"]["error"] < -harness.TOLERANCE  # under: DeepSpeed kept more
