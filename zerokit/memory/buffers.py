@@ -1,21 +1,12 @@
-"""GPU memory beyond model states and activations: DeepSpeed's communication buffers, and the fixed overhead.
+"""DeepSpeed's communication buffer settings a plan writes (`buffer_ladder`, from HF's "auto" sizes to frugal ones)
+and the fixed overhead reserve.
 
-What DeepSpeed 0.19 allocates (read from `runtime/zero/stage_1_and_2.py`, `runtime/zero/stage3.py`,
-`runtime/engine.py`):
-
-* ZeRO-1/2: the gradient ("ipg") bucket of `reduce_bucket_size` elements, a second one when `overlap_comm` is on
-  (`setup_buckets`: "double buffers to avoid data access conflict"), plus the reduction temporaries and the
-  all-gather of updated parameters in chunks of `allgather_bucket_size`. DeepSpeed's documentation sums this up as
-  "overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size values" (5e8 each -> 9 GB in 16-bit);
-  we use that 4.5x with overlap and 2x (one bucket + one temporary) without.
-* ZeRO-3: one ipg bucket of `reduce_bucket_size` (same 4.5x / 2x rule for the reduce-scatter temporaries), and
-  gathered parameters beyond the largest layer (which `states.py` counts as the working set): up to
-  `stage3_max_live_parameters` elements stay gathered, and `stage3_prefetch_bucket_size` are fetched ahead.
-  Persistent small parameters (`stage3_param_persistence_threshold`, norms and biases) are ignored: a few MB.
-* Stage 0: the engine all-reduces gradients flattened into buffers of up to 5e8 elements
-  (`buffered_allreduce_fallback`).
-
-Element counts are multiplied by the training dtype's bytes (2 for bf16/fp16, 4 for fp32).
+The settings are ds_config keys (`zero_buffer_keys`): `reduce_bucket_size`, `allgather_bucket_size` and
+`overlap_comm` for ZeRO-1/2; `stage3_prefetch_bucket_size`, `stage3_param_persistence_threshold`,
+`stage3_max_live_parameters` (and the reuse distance, written the same) for ZeRO-3. What DeepSpeed 0.19 allocates
+for them, phase by phase, is the cost layer's (`zerokit.memory.estimate`, traced in real runs: one gradient bucket,
+two with `overlap_comm`). The transformers guide's rule of thumb, 4.5x the bucket sizes under `overlap_comm` (5e8
+each -> 9 GB in 16-bit), is what `zerokit lint` warns with (ZK307) for a hand-written ds_config.
 """
 
 from __future__ import annotations
@@ -23,9 +14,6 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-OVERLAP_FACTOR = 4.5
-NO_OVERLAP_FACTOR = 2.0
-STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
 DEFAULT_MAX_LIVE_PARAMETERS = 1_000_000_000  # DeepSpeed's default stage3_max_live_parameters
 DEFAULT_SUB_GROUP_SIZE = 1_000_000_000
 """DeepSpeed's default `zero_optimization.sub_group_size` (runtime/zero/config.py): ZeRO-3 steps its optimizer one
@@ -107,24 +95,6 @@ def zero_buffer_keys(settings: Any, zero_stage: int) -> dict[str, Any]:
         if sub_group != DEFAULT_SUB_GROUP_SIZE:  # the default is DeepSpeed's own: a plan's ds_config leaves it out
             keys["sub_group_size"] = sub_group
     return keys
-
-
-def comm_buffers(
-    settings: BufferSettings,
-    zero_stage: int,
-    parameters: int,
-    largest_layer_parameters: int,
-    dtype_bytes: int = 2,
-) -> int:
-    """Bytes of communication buffers and gathered parameters beyond the working set, per GPU."""
-    if zero_stage == 0:
-        return dtype_bytes * min(parameters, STAGE0_ALLREDUCE_ELEMENTS)
-    factor = OVERLAP_FACTOR if settings.overlap_comm else NO_OVERLAP_FACTOR
-    if zero_stage in (1, 2):
-        return int(factor * dtype_bytes * (settings.reduce_bucket_size + settings.allgather_bucket_size))
-    live = min(settings.max_live_parameters, parameters) - largest_layer_parameters
-    gathered = max(settings.prefetch_bucket_size, live, 0)
-    return int(factor * dtype_bytes * settings.reduce_bucket_size) + dtype_bytes * gathered
 
 
 def default_overhead(gpu_memory_bytes: int) -> int:
