@@ -76,9 +76,9 @@ def test_core_lists_deepspeed_refuses_are_bad_input(text, why):
 def test_a_core_list_alone_or_too_short_is_refused_before_anything_starts():
     with pytest.raises(BadInput, match="read only with --bind-cores-to-rank"):
         build_command(spec(gpus_per_node=2, bind_core_list="0-3"))
-    with pytest.raises(BadInput, match="gives 3 cores to 4 ranks a node"):
+    with pytest.raises(BadInput, match="gives 3 cores for 4 ranks a node"):
         build_command(spec(gpus_per_node=4, bind_cores_to_rank=True, bind_core_list="0-2"))
-    with pytest.raises(BadInput, match="gives 1 core to 2 ranks a node"):
+    with pytest.raises(BadInput, match="gives 1 core for 2 ranks a node"):
         build_command(spec(hosts=(("node1", 2), ("node2", 2)), no_ssh=True, node_rank=0, master_addr="10.0.0.1",
                            bind_cores_to_rank=True, bind_core_list="5"))
 

@@ -398,7 +398,7 @@ def check_binding(spec: LaunchSpec, launcher_limits: bool = True) -> None:
         ranks = max(spec.known_hosts.values(), default=0) if spec.gpus_per_node is None else spec.gpus_per_node
         if ranks > len(cores):
             raise BadInput(f"--bind-core-list {spec.bind_core_list} gives {len(cores)} core"
-                           f"{'s' * (len(cores) != 1)} to {ranks} ranks a node, and DeepSpeed gives each rank a "
+                           f"{'s' * (len(cores) != 1)} for {ranks} ranks a node, and DeepSpeed gives each rank a "
                            "whole core at least; list more cores, or drop --bind-core-list (all physical cores)")
     if launcher_limits and spec.bind_cores_to_rank and spec.remote_shell and spec.launcher not in BINDING_LAUNCHERS:
         raise BadInput(f"--bind-cores-to-rank with --launcher {spec.launcher}: DeepSpeed's {spec.launcher} backend "
