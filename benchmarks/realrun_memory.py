@@ -125,7 +125,8 @@ SUBGROUP_CASES = [
 ]
 # ZeRO-3 with a live limit (and so a reuse distance: a plan writes both the same) below the model, as a frugal rung's
 # 1e8 is below a 7B model's parameters: what stays gathered from forward into backward (golden file
-# tests/data/realrun/live.json; at 2M DeepSpeed keeps more than the reuse window: README "Known limits")
+# tests/data/realrun/live.json; at 2M DeepSpeed's prefetcher keeps more than the reuse window:
+# `zerokit.perf.flops.ModelFlops.regathered`)
 LIVE_CASES = [
     _case("llama-z3-live2m", "llama", 3, max_live=2_000_000),
     _case("llama-z3-live1m", "llama", 3, max_live=1_000_000),

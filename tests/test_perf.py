@@ -501,19 +501,28 @@ def test_zero_communication_by_hand():
 
 
 def test_zero3_reuse_window_by_hand():
-    """ZeRO-3 keeps a module gathered from forward into backward when fewer than `stage3_max_reuse_distance`
-    parameters are fetched between its two uses: twice what follows it in forward. TINY_LLAMA's forward ends
-    ... gate 11,008, up 11,008, down 11,008, norm 64, head 32,768: at 100,000 the head (0 after it), the norm
-    (2 x 32,768 = 65,536), down (65,664) and up (87,680) stay, gate (109,696) is released and gathered again, as is
-    everything before it; at DeepSpeed's default 1e9 the whole model stays."""
+    """ZeRO-3 keeps a module gathered from forward into backward by the reuse window (fewer than
+    `stage3_max_reuse_distance` parameters fetched between its two uses: twice what follows it in forward) or,
+    whichever keeps more, as DeepSpeed's prefetcher does: the last modules up to that many gathered parameters (the
+    live limit, which a plan writes alike). TINY_LLAMA's forward ends ... layer 0's up 11,008 and down 11,008, then
+    layer 1: its input norm 64, q 4,096, k 2,048, v 2,048, o 4,096, its post-attention norm 64, gate, up and down
+    11,008 each, then the final norm 64 and the head 32,768. At 100,000 the window keeps the head (0 after it), the
+    norm (2 x 32,768 = 65,536 < 100,000), down (65,664) and up (87,680), not gate (109,696); the prefetcher's rule
+    keeps on to layer 0's down, 89,280 parameters, as its up would bring them to 100,288."""
     per = 0.5 * 2 / 1e9
     mf = model_flops(TINY_LLAMA)
-    assert mf.forward_trace[-5:] == (11008, 11008, 11008, 64, 32768) and sum(mf.forward_trace) == P
-    kept = 32768 + 64 + 11008 + 11008
-    assert mf.regathered(0, 100_000) == (21 - 4, P - kept)
+    layer = (64, 4096, 2048, 2048, 4096, 64, 11008, 11008, 11008)  # norms, q, k, v, o, gate, up, down in use order
+    assert mf.forward_trace == (32768, *layer, *layer, 64, 32768) and sum(mf.forward_trace) == P
+    kept = 32768 + 64 + 3 * 11008 + 64 + 4096 + 2 * 2048 + 4096 + 64 + 11008
+    assert kept == 89280 and mf.regathered(0, 100_000) == (21 - 12, P - kept)
     assert mf.regathered(0, 1e9) == (0, 0) and mf.regathered(0, 0) == mf.gathered(0)
-    # above the persistence threshold the norm is kept whole anyway: not among the gathers, in either pass
-    assert mf.regathered(100, 100_000) == (mf.gathered(100)[0] - 3, mf.gathered(100)[1] - kept + 64)
+    # at 40,000 the window (head, norm) keeps more than the limit alone would (nothing: the head is 32,768 and the
+    # norm and down bring 43,840)
+    assert mf.regathered(0, 40_000) == (21 - 2, P - 32768 - 64)
+    # above the persistence threshold the norms are kept whole anyway: not among the gathers, nor the live limit's
+    gathers, gathered = mf.gathered(100)
+    assert (gathers, gathered) == (21 - 5, P - 5 * 64)
+    assert mf.regathered(100, 100_000) == (gathers - 9, gathered - (kept - 3 * 64))  # three norms among them
     window = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0, reuse_distance=100_000)
     assert window.communication_s == pytest.approx((P + P - kept) * per + P * per)
     whole = _t(gpus_per_node=2, zero_stage=3, persistence_threshold=0)  # DeepSpeed's default, 1e9

@@ -365,9 +365,9 @@ def test_two_nodes_ranked_as_measured_and_zero3_ahead_of_zero2():
 def test_zero3_gathers_what_deepspeed_gathers_at_the_reuse_distance_a_plan_writes():
     """ZeRO-3's all-gathers in one step of real trainings (benchmarks/zero3_gathers.py, counted at
     `deepspeed.comm.allgather_fn`), the reuse distance and the live limit set alike, as a plan writes them: at 1e9
-    (HF's "auto") backward gathers nothing again and the model's elements are DeepSpeed's exactly. At 2e6 and 1e6,
-    below the model's 3.9M, DeepSpeed kept more gathered into backward than the reuse window (its prefetcher marks
-    what it passes as needed again): the model gathers more than ran (+15.6%, +5.0%), never less."""
+    (HF's "auto") backward gathers nothing again; at 2e6 and 1e6, below the model's 3.9M, it gathers again what
+    neither the reuse window nor the prefetcher's live limit kept (`ModelFlops.regathered`). The model's elements
+    are DeepSpeed's exactly at all three (with the window alone it gathered 15.6% and 5.0% more at 2e6 and 1e6)."""
     from zerokit.memory.buffers import buffer_ladder
     from zerokit.perf.flops import model_flops
 
@@ -377,10 +377,11 @@ def test_zero3_gathers_what_deepspeed_gathers_at_the_reuse_distance_a_plan_write
     counts = {c["reuse_distance"]: c for c in data["counts"]}
     assert set(counts) == {1_000_000_000, 2_000_000, 1_000_000}
     forward = mf.gathered(threshold)[1]
-    assert counts[1_000_000_000]["elements"] == forward and mf.regathered(threshold, 1e9) == (0, 0)
+    assert mf.regathered(threshold, 1e9) == (0, 0)
     for distance, c in counts.items():
-        modelled = forward + mf.regathered(threshold, distance)[1]
-        assert c["elements"] >= forward and 1.0 <= modelled / c["elements"] <= 1.16, distance
+        assert forward + mf.regathered(threshold, distance)[1] == c["elements"], distance
+    # DeepSpeed coalesces some modules' gathers into one call: the model counts a call a module, never fewer
+    assert all(mf.gathered(threshold)[0] + mf.regathered(threshold, d)[0] >= c["calls"] for d, c in counts.items())
 
 
 def test_the_two_node_and_gather_benchmarks_print_the_committed_data(capsys):
@@ -394,7 +395,8 @@ def test_the_two_node_and_gather_benchmarks_print_the_committed_data(capsys):
     gathers = benchmark("zero3_gathers", register=False)
     gathers.report()
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
-    assert [row[0] for row in rows] == ["1,000,000,000", "2,000,000", "1,000,000"] and rows[0][-1] == "+0.0%"
+    assert [row[0] for row in rows] == ["1,000,000,000", "2,000,000", "1,000,000"]
+    assert [row[-1] for row in rows] == ["+0.0%"] * 3
 
 
 def _step_time_benchmark():

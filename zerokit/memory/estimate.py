@@ -292,10 +292,13 @@ def _div(n: int, shards: int) -> int:
 def _reuse_kept(modules: tuple[int, ...], reuse_distance: int) -> int:
     """Parameters still gathered at the end of forward under ZeRO-3: the last modules of the trace with less than
     `reuse_distance` parameters fetched between their forward use and their backward use (twice what follows
-    them in forward). Modules in forward order, sizes in parameters."""
+    them in forward), or, whichever is more, the last modules up to `reuse_distance` parameters, which DeepSpeed's
+    prefetcher marks as needed again as it runs into backward's trace and the live limit (a plan writes it as the
+    distance) lets it hold (`zerokit.perf.flops.ModelFlops.regathered` says how). Modules in forward order, sizes
+    in parameters."""
     kept, after = 0, 0
     for size in reversed(modules):
-        if 2 * after >= reuse_distance:
+        if 2 * after >= reuse_distance and kept + size > reuse_distance:
             break
         kept += size
         after += size
