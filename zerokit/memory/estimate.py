@@ -36,12 +36,14 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
 - ZeRO-3: the rank's partition of the 16-bit parameters eP/N, master 4P/N, moments 8P/N, the gradient
   partitions (`grad_partitions_flat_buffer`, eP/N) and one IPG bucket, all allocated at initialisation.
   Forward gathers each module's parameters and frees them after use unless they are used again within
-  `stage3_max_reuse_distance` parameters (`partitioned_param_coordinator.__params_to_release`): at the end of
-  forward the model's last modules stay gathered, those with less than half that distance after them, and
-  backward re-gathers the rest as it goes. Parameters below `stage3_param_persistence_threshold` elements stay
-  whole on every rank. One rank gathers nothing (each parameter is its whole partition), unless the parameters
-  are offloaded: then every fetched one stays on the GPU until backward, up to the live limit (measured on an
-  H100; the reuse window would free 40% of a 0.9B llama). The step works one sub-group at a time (below).
+  `stage3_max_reuse_distance` parameters (`partitioned_param_coordinator.__params_to_release`), or DeepSpeed's
+  prefetcher, which runs a module ahead at every module it enters and so into backward's trace half-way through
+  forward, has marked them as needed again (as many as `stage3_max_live_parameters` lets it hold): at the end of
+  forward the model's last modules stay gathered, by whichever rule keeps more (`_reuse_kept`; counted and traced,
+  benchmarks/zero3_gathers.py and realrun_memory.py's live cases), and backward re-gathers the rest. Parameters
+  below `stage3_param_persistence_threshold` elements stay whole on every rank. One rank gathers nothing (each
+  parameter is its whole partition), unless the parameters are offloaded: then what stays is fetched once (a
+  0.9B llama on one H100, below the live limit, held all of it). The step works one sub-group at a time (below).
 - ZeRO-3's optimizer step (runtime/zero/stage3.py of DeepSpeed 0.19.8; S = `zero_optimization.sub_group_size`,
   1e9 by default, config.py:182, handed over at engine.py:2775; zerokit's ds_configs leave it at that):
   - the rank's partition is cut into sub-groups at initialisation (`_create_fp16_sub_groups`, 1210-1233): the
@@ -403,13 +405,10 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     grad_partitions = e * tn if opt_on_gpu else 0
     if not modules:
         kept = largest_layer
-    elif n == 1 and not params_on_gpu:
-        # one rank fetching offloaded parameters keeps every one it fetched until backward, as far as the live
-        # limit allows: a 0.9B llama on one H100 held 16.29 GB at its forward peak, as much as ZeRO-2 with all its
-        # weights on the GPU (16.39 GB), where the reuse window frees the first 40% (15.51 GB). Measured, not yet
-        # traced to a line of DeepSpeed; counting it keeps "fits" true for one GPU with parameter offload.
-        kept = min(parameters, buffers.max_live_parameters)
     else:
+        # the reuse window, or the prefetcher's marks up to the live limit (`_reuse_kept`): a 0.9B llama on one
+        # H100 with its parameters offloaded held 16.29 GB at its forward peak, as much as ZeRO-2 with all its
+        # weights on the GPU (16.39 GB), where the window alone frees the first 40% (15.51 GB)
         kept = _kept(modules, buffers.max_live_parameters)
     # the first `front` parameters of the trace are released after forward: only a window reaching back into them
     # keeps less; their adapters train, so backward reaches them and they stay
