@@ -814,8 +814,6 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
                       s.gradient_checkpointing)
     # the cost layer's IPG buckets during backward (ZeRO-3 keeps its reduce bucket with the gradient partitions)
     bucket = costs.buffers_backward or DTYPE_BYTES[ctx.precision] * b.reduce_bucket_size
-    size = format_bytes(bucket) + (f" of buckets, up to {format_bytes(costs.gathered)} of gathered parameters"
-                                   if s.zero_stage == 3 else "")
     what = ("HF's auto bucket sizes (reduce = hidden^2)" if b.hf_auto
             else f"buckets of {format_count(b.reduce_bucket_size)} elements")
     overlap = ("overlap_comm on" if b.overlap_comm else
@@ -827,7 +825,9 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
                 "peak comes before or after them" + (f"; its buffers row is cuBLAS's workspaces, "
                                                       f"{format_bytes(costs.workspace)}" if costs.workspace else "")
                 + ")")
-    return b, f"Communication buffers: {what}, {overlap}{live}: {size} per GPU{when}."
+    gathered = (f"; up to {format_bytes(costs.gathered)} of parameters gathered at once, in the parameters row"
+                if s.zero_stage == 3 and costs.gathered else "")
+    return b, f"Communication buffers: {what}, {overlap}{live}: {format_bytes(bucket)} of buckets per GPU{when}{gathered}."
 
 
 def rule_host(ctx: Context) -> tuple[int, str | None]:
