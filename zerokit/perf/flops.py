@@ -80,8 +80,8 @@ class ModelFlops:
     score matrix (divide, tanh, multiply)."""
     forward_trace: tuple[int, ...] = ()
     """Parameters of each parameter-owning module in the order a forward fetches them (ZeRO-3's trace; a tied head
-    again, the embedding's weight), which sets what ZeRO-3's reuse window keeps gathered into backward
-    (`regathered`); empty: backward gathers everything again."""
+    again, the embedding's weight), which sets what ZeRO-3 keeps gathered into backward (`regathered`); empty:
+    backward gathers everything again."""
     gradient_order: tuple[int, ...] = ()
     """Elements of each parameter tensor in the order a backward hands DeepSpeed their gradients
     (`backward_order`), which sets how often ZeRO-1/2/3 flush a gradient bucket (`zerokit.perf.model.flushes`);

@@ -10,8 +10,9 @@ zero/stage_1_and_2.py, zero/stage3.py):
   it when `overlap_comm` is on and the device runs collectives beside compute.
 - ZeRO-1/2 all-gather the updated parameters after the optimizer step. ZeRO-3 all-gathers every parameter-owning
   module in the forward (frozen ones too), prefetching the next while one computes, and in the backward again those
-  its reuse window released (`ModelFlops.regathered`: at the default distance a model below 0.5B stays gathered).
-  On DeepSpeed's CPU accelerator only those prefetched gathers overlap anything: gloo runs them on its own threads.
+  neither its reuse window nor its prefetcher kept (`ModelFlops.regathered`: at the default 1e9 a model below 1B
+  stays gathered). On DeepSpeed's CPU accelerator only those prefetched gathers overlap anything: gloo runs them on
+  its own threads.
 - Ring collectives move (W-1)/W of the data per rank for a reduce-scatter or an all-gather, twice that for an
   all-reduce; a multi-node ring runs at the slower of the NVLink share and the node's network share per GPU.
 - Optimizer offload copies each micro-batch's reduced gradient partition to the host in fp32 (cast on the device
@@ -20,8 +21,8 @@ zero/stage_1_and_2.py, zero/stage3.py):
   back: ZeRO-1/2 through a (pinned with `pin_memory`) bit16 buffer; ZeRO-3 with one blocking `copy_`, which torch
   casts on the host into a pageable temporary, so that copy runs at the pageable rate whatever `pin_memory` says
   (with parameter offload the half-precision partition stays on the host: the cast alone). Parameter offload (ZeRO-3)
-  copies the rank's partition to the device in every forward, and for what backward gathers again. NVMe offload adds reading and writing
-  the optimizer states (12 bytes per parameter) or the parameters from the drive.
+  copies the rank's partition to the device in every forward, and for what backward gathers again. NVMe offload
+  adds reading and writing the optimizer states (12 bytes per parameter) or the parameters from the drive.
 - Only the trainable parameters have gradients, optimizer states and gradient reduces (LoRA); frozen ones still cost
   FLOPs and ZeRO-3 all-gathers.
 """
@@ -410,13 +411,13 @@ def step_time(model: Mapping[str, Any] | ModelFlops, perf: MachinePerf, *, param
     Bucket sizes are DeepSpeed's, in elements (`reduce_bucket_size`, `allgather_bucket_size`,
     `stage3_prefetch_bucket_size`); `prefetch_bucket_size` 0 turns ZeRO-3 prefetch off. `persistence_threshold` is
     `stage3_param_persistence_threshold` (DeepSpeed's default 1e5; the HF Trainer's "auto" is 10 x hidden): ZeRO-3
-    keeps smaller parameters whole and gathers only the rest. `reuse_distance` is `stage3_max_reuse_distance`
-    (DeepSpeed's default 1e9; a zerokit plan writes its `stage3_max_live_parameters`): the modules that close forward
-    stay gathered into backward, which gathers only the rest again (`ModelFlops.regathered`). `pin_memory` is the offload config's: pinned host
-    buffers copy at the pinned rate. `lora`: (rank, dropout, (in, out, copies) of each adapted linear[, 4-bit
-    weights, 4-bit linears]), as `PeftPlan.lora_work` gives it: the adapters priced by their shapes
-    (`_lora_parts`), and for QLoRA the dequantization of the 4-bit base in every pass (`dequantization_s`); without
-    it adapter parameters run at the peak rate. `saved`: (parameters, of which the head's) of PEFT's modules_to_save
+    keeps smaller parameters whole and gathers only the rest. `reuse_distance` is `stage3_max_reuse_distance` and
+    `stage3_max_live_parameters` (DeepSpeed's default 1e9 each; a zerokit plan writes the two alike): the modules
+    that close forward stay gathered into backward, which gathers only the rest again (`ModelFlops.regathered`).
+    `pin_memory` is the offload config's: pinned host buffers copy at the pinned rate. `lora`: (rank, dropout, (in,
+    out, copies) of each adapted linear[, 4-bit weights, 4-bit linears]), as `PeftPlan.lora_work` gives it: the
+    adapters priced by their shapes (`_lora_parts`), and for QLoRA the dequantization of the 4-bit base in every pass
+    (`dequantization_s`); without it adapter parameters run at the peak rate. `saved`: (parameters, of which the head's) of PEFT's modules_to_save
     copies, part of `trainable_parameters` (`PeftPlan.saved_work`): a copy runs instead of its frozen original, so
     it adds only its weight gradient (the head's product; the embedding's gradient is a zero-filled table and a
     scatter of the tokens' rows), besides the states, reduces and optimizer step every trainable parameter costs.

@@ -460,7 +460,8 @@ def engine_figures(partial: MachinePerf, config: dict[str, Any], measured: Mappi
 LINEAR_FREE_FIGURES = ("bucket_flush_s", "zero3_module_overhead_s", "predicted_rest_s",
                        "predicted_plan_buckets_rest_s", "predicted_zero3_rest_s", "extra_flushes")
 """`engine_figures` that do not rest on the timed linears: the flush and hook figures are differences of two engines'
-steps less the model's rest of each, neither of which counts compute (`engine_figures_again`'s `linears`)."""
+steps less the model's rest of each, which counts no compute (on a CPU, only as what the ZeRO-3 reference's gathers
+hide behind: its forward at least, where they take a few milliseconds) (`engine_figures_again`'s `linears`)."""
 
 
 def engine_figures_again(measurements: Mapping[str, Any], linears: bool = True) -> dict[str, Any] | None:

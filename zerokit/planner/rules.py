@@ -827,7 +827,8 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
                 + ")")
     gathered = (f"; up to {format_bytes(costs.gathered)} of parameters gathered at once, in the parameters row"
                 if s.zero_stage == 3 and costs.gathered else "")
-    return b, f"Communication buffers: {what}, {overlap}{live}: {format_bytes(bucket)} of buckets per GPU{when}{gathered}."
+    return b, (f"Communication buffers: {what}, {overlap}{live}: {format_bytes(bucket)} of buckets per GPU{when}"
+               f"{gathered}.")
 
 
 def rule_host(ctx: Context) -> tuple[int, str | None]:
