@@ -208,11 +208,11 @@ def write(data: Path, rate: str, profiles: list[dict], links: list[dict], runs: 
                   for name, case_runs in runs.items()}})
 
 
-def machine(data: Path, bandwidth: float | None = None):
-    """The median profile with the link as the inter-node bandwidth: measured (None), or `bandwidth` bytes/s."""
+def machine(data: Path):
+    """(the median profile with the link's measured bus bandwidth between the nodes, the measurement)."""
     measured = json.loads((data / "measured.json").read_text())
     perf = load_profile(str(data / "profile.json"))
-    return replace(perf, inter_node_bandwidth=bandwidth or measured["link"]["bus_bandwidth"]), measured
+    return replace(perf, inter_node_bandwidth=measured["link"]["bus_bandwidth"]), measured
 
 
 def report(data: Path) -> int:
