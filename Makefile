@@ -72,6 +72,8 @@ bench: venv
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/activations.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/realrun_memory.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/step_time.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/step_time_nodes.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/zero3_gathers.py
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/batch_rounding.py
 	# the GPU tables (committed H100 data); exits 1 while the GPU step-time target is not met
 	-PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) benchmarks/gpu_runs.py
