@@ -130,6 +130,8 @@ SUBGROUP_CASES = [
 LIVE_CASES = [
     _case("llama-z3-live2m", "llama", 3, max_live=2_000_000),
     _case("llama-z3-live1m", "llama", 3, max_live=1_000_000),
+    _case("qwen3-z3-live1500k", "qwen3", 3, max_live=1_500_000),  # a tied head: the embedding's weight again
+    _case("mixtral-z3-live3m", "mixtral", 3, max_live=3_000_000),  # eight experts a layer
 ]
 BY_NAME = {c["name"]: c for c in CASES + SUBGROUP_CASES + LIVE_CASES}
 

@@ -98,12 +98,18 @@ LIVE = json.loads((ROOT / "tests" / "data" / "realrun" / "live.json").read_text(
 
 
 def test_zero3_with_a_live_limit_below_the_model():
-    """stage3_max_live_parameters (and the reuse distance a plan writes beside it) below the miniature llama's 5.0M
-    parameters, as a frugal rung's 1e8 is below a 7B's. At 1M the reuse window keeps the head (1.05M); at 2M
-    DeepSpeed's prefetcher keeps the last modules up to the limit gathered into backward (the head and layer 3,
-    1.77M), where the window alone kept the head and the plan was 3.2% under."""
-    assert set(LIVE["cases"]) == {c["name"] for c in harness.LIVE_CASES} == {"llama-z3-live2m", "llama-z3-live1m"}
+    """stage3_max_live_parameters (and the reuse distance a plan writes beside it) below the miniature models'
+    4-7M parameters, as a frugal rung's 1e8 is below a 7B's. The llama at 1M: the reuse window keeps the head
+    (1.05M); at 2M DeepSpeed's prefetcher keeps the last modules up to the limit (the head and layer 3, 1.77M), where
+    the window alone kept the head and the plan was 3.2% under. qwen3 (a tied head) at 1.5M: 2.7% under, a layer
+    more than the limit held. Mixtral at 3M: 7.1% under, a known limit (README): DeepSpeed held about 6.2M of its
+    7.4M, past the limit, where the model keeps 2.8M; held here so that a change shows."""
+    names = {"llama-z3-live2m", "llama-z3-live1m", "qwen3-z3-live1500k", "mixtral-z3-live3m"}
+    assert set(LIVE["cases"]) == {c["name"] for c in harness.LIVE_CASES} == names
     for name, m in LIVE["cases"].items():
-        assert m["case"]["zero_stage"] == 3 and m["case"]["max_live_parameters"] in (1_000_000, 2_000_000)
+        assert m["case"]["zero_stage"] == 3 and m["case"]["max_live_parameters"] < 7_000_000
         peak = next(r for r in harness.compare(m) if r["peak"])
-        assert abs(peak["error"]) <= harness.TOLERANCE, (name, peak)
+        if name == "mixtral-z3-live3m":
+            assert -0.08 <= peak["error"] < -harness.TOLERANCE, peak  # under: DeepSpeed kept more
+        else:
+            assert abs(peak["error"]) <= harness.TOLERANCE, (name, peak)
