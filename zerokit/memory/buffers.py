@@ -97,6 +97,33 @@ def zero_buffer_keys(settings: Any, zero_stage: int) -> dict[str, Any]:
     return keys
 
 
+def kept_gathered(sizes: tuple[int, ...], distance: float, threshold: float = 0) -> tuple[int, int]:
+    """(modules, parameters) of the last of `sizes` (each module's parameters, in forward order) that ZeRO-3 keeps
+    gathered from forward into backward, `distance` being `stage3_max_reuse_distance` and `stage3_max_live_parameters`
+    alike (a plan writes the two so). DeepSpeed 0.19's coordinator (`partitioned_param_coordinator`) keeps a module
+    by either of two rules, and the last modules by whichever keeps more:
+    - the reuse window (`__params_to_release`): a module with A parameters after it in forward is used again 2A
+      parameters later (the rest of forward, then backward back to it), and is kept when that is less than the
+      distance;
+    - the prefetcher: it fetches a module ahead at every module it enters (the parameterless ones too, 13 a llama
+      layer against 7 with weights), so it reaches backward's part of the trace about half-way through forward, and
+      every parameter it passes that is still gathered is marked as needed again and stays, as many as the live
+      limit lets it gather: the last modules up to that many gathered parameters.
+    All of them where the model is below the distance (DeepSpeed's default 1e9). Modules of at most `threshold`
+    parameters (`stage3_param_persistence_threshold`: whole on every rank) count toward the window only. Counted
+    in real steps (benchmarks/zero3_gathers.py) and traced (benchmarks/realrun_memory.py's live cases)."""
+    modules = kept = after = 0
+    for n in reversed(sizes):
+        gathered = n > threshold
+        if 2 * after >= distance and kept + (n if gathered else 0) > distance:
+            break
+        if gathered:
+            modules += 1
+            kept += n
+        after += n
+    return modules, kept
+
+
 def default_overhead(gpu_memory_bytes: int) -> int:
     """CUDA context + NCCL + fragmentation reserve: 1 GiB plus 5% of the GPU (5.1 GB on an 80 GB GPU)."""
     return OVERHEAD_FIXED + int(OVERHEAD_FRACTION * gpu_memory_bytes)

@@ -39,11 +39,12 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   `stage3_max_reuse_distance` parameters (`partitioned_param_coordinator.__params_to_release`), or DeepSpeed's
   prefetcher, which runs a module ahead at every module it enters and so into backward's trace half-way through
   forward, has marked them as needed again (as many as `stage3_max_live_parameters` lets it hold): at the end of
-  forward the model's last modules stay gathered, by whichever rule keeps more (`_reuse_kept`; counted and traced,
-  benchmarks/zero3_gathers.py and realrun_memory.py's live cases), and backward re-gathers the rest. Parameters
-  below `stage3_param_persistence_threshold` elements stay whole on every rank. One rank gathers nothing (each
-  parameter is its whole partition), unless the parameters are offloaded: then what stays is fetched once (a
-  0.9B llama on one H100, below the live limit, held all of it). The step works one sub-group at a time (below).
+  forward the model's last modules stay gathered, by whichever rule keeps more (`buffers.kept_gathered`; counted
+  and traced, benchmarks/zero3_gathers.py and realrun_memory.py's live cases), and backward re-gathers the rest.
+  Parameters below `stage3_param_persistence_threshold` elements stay whole on every rank. One rank gathers
+  nothing (each parameter is its whole partition), unless the parameters are offloaded: then what stays is fetched
+  once (a 0.9B llama on one H100, below the live limit, held all of it). The step works one sub-group at a time
+  (below).
 - ZeRO-3's optimizer step (runtime/zero/stage3.py of DeepSpeed 0.19.8; S = `zero_optimization.sub_group_size`,
   1e9 by default, config.py:182, handed over at engine.py:2775; zerokit's ds_configs leave it at that):
   - the rank's partition is cut into sub-groups at initialisation (`_create_fp16_sub_groups`, 1210-1233): the
@@ -98,7 +99,7 @@ from typing import Any
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.memory.activations import ActivationEstimate
-from zerokit.memory.buffers import BufferSettings
+from zerokit.memory.buffers import BufferSettings, kept_gathered
 from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.planner.types import GpuMemory, Hardware, Setup, Training
@@ -292,19 +293,9 @@ def _div(n: int, shards: int) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _reuse_kept(modules: tuple[int, ...], reuse_distance: int) -> int:
-    """Parameters still gathered at the end of forward under ZeRO-3: the last modules of the trace with less than
-    `reuse_distance` parameters fetched between their forward use and their backward use (twice what follows
-    them in forward), or, whichever is more, the last modules up to `reuse_distance` parameters, which DeepSpeed's
-    prefetcher marks as needed again as it runs into backward's trace and the live limit (a plan writes it as the
-    distance) lets it hold (`zerokit.perf.flops.ModelFlops.regathered` says how). Modules in forward order, sizes
-    in parameters."""
-    kept, after = 0, 0
-    for size in reversed(modules):
-        if 2 * after >= reuse_distance and kept + size > reuse_distance:
-            break
-        kept += size
-        after += size
-    return kept
+    """Parameters still gathered at the end of forward under ZeRO-3 (`kept_gathered`): modules in forward order, the
+    persistent ones already left out of their sizes."""
+    return kept_gathered(modules, reuse_distance)[1]
 
 
 def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: int = 0, world_size: int,

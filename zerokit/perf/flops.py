@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
+from zerokit.memory.buffers import kept_gathered
 from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts, part_tensors, stack_split
 
 
@@ -122,33 +123,15 @@ class ModelFlops:
         return hit
 
     def regathered(self, persistence_threshold: float, reuse_distance: float) -> tuple[int, int]:
-        """(modules, parameters) of `gathered` that ZeRO-3 gathers again in backward: those it released after their
-        forward. `reuse_distance` is the ds_config's `stage3_max_reuse_distance`, and its `stage3_max_live_parameters`
-        too (a plan writes the two alike). The last modules of forward stay gathered into backward, by either of two
-        rules of DeepSpeed 0.19's coordinator (`partitioned_param_coordinator`), whichever keeps more:
-        - the reuse window (`__params_to_release`): a module with A parameters after it in forward is used again 2A
-          parameters later (the rest of forward, then backward back to it), and is kept when that is less than the
-          distance;
-        - the prefetcher: it fetches a module ahead at every module it enters (the parameterless ones too, 13 a
-          llama layer against 7 with weights), so it reaches backward's part of the trace about half-way through
-          forward, and every parameter it passes that is still gathered is marked as needed again and stays, as
-          many as the live limit lets it gather: the last modules up to that many gathered parameters.
-        All of them where the model is below the distance (DeepSpeed's default 1e9). Counted in real steps
-        (benchmarks/zero3_gathers.py): exact at 1e9, 2e6 and 1e6 on a 3.9M llama. The memory side keeps the same
-        (`zerokit.memory.estimate._reuse_kept`)."""
+        """(modules, parameters) of `gathered` that ZeRO-3 gathers again in backward: those it did not keep gathered
+        from forward (`zerokit.memory.buffers.kept_gathered`, which the memory side asks too). `reuse_distance` is
+        the ds_config's `stage3_max_reuse_distance` and `stage3_max_live_parameters` (a plan writes the two alike).
+        Counted in real steps (benchmarks/zero3_gathers.py): exact at 1e9, 2e6 and 1e6 on a 3.9M llama."""
         key = ("regathered", persistence_threshold, reuse_distance)
         hit = self._cache.get(key)
         if hit is None:
             gathers, gathered = self.gathered(persistence_threshold)
-            kept_modules = kept = after = 0
-            for n in reversed(self.forward_trace):
-                big = n > persistence_threshold
-                if 2 * after >= reuse_distance and kept + (n if big else 0) > reuse_distance:
-                    break
-                if big:
-                    kept_modules += 1
-                    kept += n
-                after += n
+            kept_modules, kept = kept_gathered(self.forward_trace, reuse_distance, persistence_threshold)
             hit = (max(0, gathers - kept_modules), max(0, gathered - kept))
             self._cache[key] = hit
         return hit
