@@ -631,6 +631,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     micro_compute = fwd + bwd + rec
     flops_micro = (3.0 if share >= 1.0 else 2.0) * weight_flops + 3.0 * score_flops + adapter_flops
 
+    # ZeRO-3's fetch and release hooks of one pass over the modules (host time: `exposed_hooks`)
+    pass_hooks = (mf.parameter_modules + adapter_modules) * perf.zero3_module_overhead_s
+
     # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
     micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
     reduce_calls = flushes(mf, trainable, reduce_bucket_size)
@@ -674,9 +677,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                 # the rank computes and runs the hooks of the modules before it. The reduce-scatter waits
                 # (`reduce_scatter_coalesced`). Over a link slower than the compute (benchmarks/step_time_nodes.py)
                 # the rank's hooks hide in the gathers' wait.
-                hooks = (mf.parameter_modules + adapter_modules) * perf.zero3_module_overhead_s  # a pass's
-                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd - hooks) + forward_ag / max(gathers, 1)
-                                    + max(0.0, backward_ag - bwd - rec - hooks) + reduce)
+                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd - pass_hooks) + forward_ag / max(gathers, 1)
+                                    + max(0.0, backward_ag - bwd - rec - pass_hooks) + reduce)
             else:
                 micro_exposed = micro_comm
         else:
@@ -738,8 +740,7 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         overhead += (ga if zero_stage > 1 else 1) * reduce_calls * perf.bucket_flush_s
     if zero_stage == 3:
         passes = 3.0 if gradient_checkpointing else 2.0
-        overhead += ga * exposed_hooks((mf.parameter_modules + adapter_modules) * passes * perf.zero3_module_overhead_s,
-                                       micro_compute, world, perf.device)
+        overhead += ga * exposed_hooks(passes * pass_hooks, micro_compute, world, perf.device)
 
     if perf.host_op_s:
         adapted = adapted_linears(lora) if share < 1.0 else 0
