@@ -176,10 +176,17 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
+def runner_env() -> dict[str, str]:
+    """The environment the benchmarks start the `deepspeed` runner in: this one without a rank's variables, this
+    interpreter's bin first on PATH (the runner and its ranks are the venv's), THREADS."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(THREADS)
+    return env
+
+
+def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
+    env = runner_env()
     with tempfile.TemporaryDirectory(prefix="zerokit-steptime-") as tmp:
         spec = {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
                 "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa",

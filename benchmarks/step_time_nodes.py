@@ -51,6 +51,7 @@ from step_time import (
     predict,
     probe,
     ranking_summary,
+    runner_env,
 )
 
 from zerokit.launch.runner import free_port
@@ -115,12 +116,9 @@ dist.destroy_process_group()
 ranks (bus bandwidth: what each rank sends, over the time)."""
 
 
-def environment(nodes, node: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(THREADS)
-    env["GLOO_SOCKET_IFNAME"] = nodes.ifname
-    return env
+def environment(nodes) -> dict[str, str]:
+    """`runner_env`, gloo on the veth pair's interface (each namespace has it under the same name)."""
+    return {**runner_env(), "GLOO_SOCKET_IFNAME": nodes.ifname}
 
 
 def measure_link(nodes) -> dict:
@@ -129,7 +127,7 @@ def measure_link(nodes) -> dict:
         out = Path(tmp) / "link.json"
         procs = []
         for node in range(NODES):
-            env = {**environment(nodes, node), "MASTER_ADDR": nodes.addresses[0], "MASTER_PORT": str(port),
+            env = {**environment(nodes), "MASTER_ADDR": nodes.addresses[0], "MASTER_PORT": str(port),
                    "RANK": str(node), "WORLD_SIZE": str(NODES)}
             procs.append(subprocess.Popen(nodes.argv(node, [sys.executable, "-c", LINK_WORKER, str(LINK_ELEMENTS),
                                                             str(out)]), env=env, stdout=subprocess.PIPE,
@@ -156,7 +154,7 @@ def time_case(nodes, name: str, case: dict, warmup: int, steps: int) -> dict:
             cmd = ["deepspeed", "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(node), "--master_addr",
                    nodes.addresses[0], "--master_port", str(port), str(ROOT / "benchmarks" / "_step_time_worker.py"),
                    "--case", str(case_file), "--out", str(out)]
-            procs.append(subprocess.Popen(nodes.argv(node, cmd), env=environment(nodes, node),
+            procs.append(subprocess.Popen(nodes.argv(node, cmd), env=environment(nodes),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         logs = [p.communicate(timeout=1800)[0] for p in procs]
         if any(p.returncode for p in procs) or not out.exists():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from step_time import MICRO_BATCH, MODEL, SEQ_LEN, THREADS, _write_json, buffers, ds_config
+from step_time import MICRO_BATCH, MODEL, SEQ_LEN, _write_json, buffers, ds_config, runner_env
 
 from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.perf.flops import model_flops
@@ -95,9 +94,7 @@ dist.destroy_process_group()
 def count(distance: int, trace: bool = False) -> dict:
     """One step's all-gathers with `distance` as the reuse distance and the live limit."""
     case = {"stage": 3, "reuse_distance": distance}
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(THREADS)
+    env = runner_env()
     with tempfile.TemporaryDirectory(prefix="zerokit-gathers-") as tmp:
         spec, out, worker = Path(tmp) / "case.json", Path(tmp) / "count.json", Path(tmp) / "worker.py"
         config = ds_config(case)
