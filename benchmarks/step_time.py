@@ -185,12 +185,17 @@ def runner_env() -> dict[str, str]:
     return env
 
 
+def worker_spec(case: dict, warmup: int, steps: int) -> dict:
+    """What benchmarks/_step_time_worker.py trains for a case (its --case file)."""
+    return {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
+            "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa",
+            "lora_config": lora_config(case), "quantization_config": quantization_config(case)}
+
+
 def time_case(name: str, case: dict, warmup: int, steps: int) -> dict:
     env = runner_env()
     with tempfile.TemporaryDirectory(prefix="zerokit-steptime-") as tmp:
-        spec = {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
-                "gradient_checkpointing": case.get("checkpointing", False), "attention": "sdpa",
-                "lora_config": lora_config(case), "quantization_config": quantization_config(case)}
+        spec = worker_spec(case, warmup, steps)
         case_file, out = Path(tmp) / "case.json", Path(tmp) / "times.json"
         case_file.write_text(json.dumps(spec))
         before = load_average()

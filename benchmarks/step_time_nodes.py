@@ -26,6 +26,7 @@ tests/test_perf_golden.py holds the committed measurement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -52,6 +53,7 @@ from step_time import (
     probe,
     ranking_summary,
     runner_env,
+    worker_spec,
 )
 
 from zerokit.launch.runner import free_port
@@ -89,7 +91,7 @@ def tbf(nodes, rate: str) -> None:
 
 
 LINK_WORKER = """
-import json, os, sys, time
+import json, sys, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 w, n, reps = dist.get_world_size(), int(sys.argv[1]), 5
@@ -121,19 +123,29 @@ def environment(nodes) -> dict[str, str]:
     return {**runner_env(), "GLOO_SOCKET_IFNAME": nodes.ifname}
 
 
+def run_nodes(nodes, commands: list[list[str]], envs: list[dict[str, str]], tmp: str,
+              timeout: float) -> tuple[bool, list[str]]:
+    """Run one command in each namespace at once: (whether every node exited 0, each node's output). Each node
+    writes to a file of its own: two pipes read one after the other could fill and stall the node not being read."""
+    paths = [Path(tmp) / f"node{node}.log" for node in range(len(commands))]
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(path, "w", encoding="utf-8")) for path in paths]
+        procs = [subprocess.Popen(nodes.argv(node, cmd), env=env, stdout=f, stderr=subprocess.STDOUT)
+                 for node, (cmd, env, f) in enumerate(zip(commands, envs, files))]
+        for proc in procs:
+            proc.wait(timeout=timeout)
+    return all(p.returncode == 0 for p in procs), [path.read_text(errors="replace") for path in paths]
+
+
 def measure_link(nodes) -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="zerokit-link-") as tmp:
         out = Path(tmp) / "link.json"
-        procs = []
-        for node in range(NODES):
-            env = {**environment(nodes), "MASTER_ADDR": nodes.addresses[0], "MASTER_PORT": str(port),
-                   "RANK": str(node), "WORLD_SIZE": str(NODES)}
-            procs.append(subprocess.Popen(nodes.argv(node, [sys.executable, "-c", LINK_WORKER, str(LINK_ELEMENTS),
-                                                            str(out)]), env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))
-        logs = [p.communicate(timeout=600)[0] for p in procs]
-        if any(p.returncode for p in procs) or not out.exists():
+        envs = [{**environment(nodes), "MASTER_ADDR": nodes.addresses[0], "MASTER_PORT": str(port),
+                 "RANK": str(node), "WORLD_SIZE": str(NODES)} for node in range(NODES)]
+        ok, logs = run_nodes(nodes, [[sys.executable, "-c", LINK_WORKER, str(LINK_ELEMENTS), str(out)]] * NODES,
+                             envs, tmp, 600)
+        if not ok or not out.exists():
             raise SystemExit("the link measurement failed:\n" + "\n".join(log[-1500:] for log in logs))
         return json.loads(out.read_text())
 
@@ -142,22 +154,16 @@ def time_case(nodes, name: str, case: dict, warmup: int, steps: int) -> dict:
     """One run of a case: the deepspeed runner in each namespace (`--no_ssh`, one rank a node), node 0's rank 0
     writing each step's time."""
     with tempfile.TemporaryDirectory(prefix="zerokit-nodes-") as tmp:
-        spec = {"model": MODEL, "seq_len": SEQ_LEN, "ds_config": ds_config(case), "warmup": warmup, "steps": steps,
-                "gradient_checkpointing": False, "attention": "sdpa", "lora_config": None,
-                "quantization_config": None}
         case_file, out, hostfile = Path(tmp) / "case.json", Path(tmp) / "times.json", Path(tmp) / "hostfile"
-        case_file.write_text(json.dumps(spec))
+        case_file.write_text(json.dumps(worker_spec(case, warmup, steps)))
         hostfile.write_text("".join(f"{host} slots=1\n" for host in nodes.hostnames))
         before, port = load_average(), free_port()
-        procs = []
-        for node in range(NODES):
-            cmd = ["deepspeed", "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(node), "--master_addr",
-                   nodes.addresses[0], "--master_port", str(port), str(ROOT / "benchmarks" / "_step_time_worker.py"),
-                   "--case", str(case_file), "--out", str(out)]
-            procs.append(subprocess.Popen(nodes.argv(node, cmd), env=environment(nodes),
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        logs = [p.communicate(timeout=1800)[0] for p in procs]
-        if any(p.returncode for p in procs) or not out.exists():
+        commands = [["deepspeed", "--hostfile", str(hostfile), "--no_ssh", "--node_rank", str(node), "--master_addr",
+                     nodes.addresses[0], "--master_port", str(port),
+                     str(ROOT / "benchmarks" / "_step_time_worker.py"), "--case", str(case_file), "--out", str(out)]
+                    for node in range(NODES)]
+        ok, logs = run_nodes(nodes, commands, [environment(nodes)] * NODES, tmp, 1800)
+        if not ok or not out.exists():
             tail = "\n".join("\n".join(log.strip().splitlines()[-10:]) for log in logs)
             raise SystemExit(f"{name}: the training failed:\n{tail}")
         times = json.loads(out.read_text())["step_times_s"][warmup:]
