@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from step_time import MICRO_BATCH, MODEL, SEQ_LEN, _write_json, buffers, ds_config, runner_env
+from step_time import MICRO_BATCH, MODEL, RANKS, SEQ_LEN, _write_json, buffers, ds_config, runner_env
 
 from zerokit.launch.runner import free_port, remove_shm_buffers
 from zerokit.perf.flops import model_flops
@@ -103,8 +103,9 @@ def count(distance: int, trace: bool = False) -> dict:
                                     "ds_config": config, "trace": trace}))
         worker.write_text(WORKER)
         port = free_port()
-        proc = subprocess.run(["deepspeed", "--num_gpus", "2", "--master_port", str(port), str(worker), str(spec),
-                               str(out)], env=env, capture_output=True, text=True, timeout=900, check=False)
+        proc = subprocess.run(["deepspeed", "--num_gpus", str(RANKS), "--master_port", str(port), str(worker),
+                               str(spec), str(out)], env=env, capture_output=True, text=True, timeout=900,
+                              check=False)
         remove_shm_buffers(port)
         if proc.returncode != 0 or not out.exists():
             raise SystemExit(f"reuse distance {distance}: the training failed:\n"
@@ -148,7 +149,7 @@ def main() -> None:
             print(f"reuse distance {distance:,}: {counts[-1]['calls']} all-gathers, {counts[-1]['elements']:,} "
                   "elements", flush=True)
         _write_json(DATA, {"command": "python benchmarks/zero3_gathers.py --measure", "model": MODEL,
-                           "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH, "ranks": 2, "counts": counts})
+                           "seq_len": SEQ_LEN, "micro_batch": MICRO_BATCH, "ranks": RANKS, "counts": counts})
     report()
 
 
