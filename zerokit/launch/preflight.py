@@ -646,15 +646,11 @@ def binding_problem(ranks: int | None, bind_core_list: str | None, env: Mapping[
         if here and last >= here:
             return (f"--bind-core-list {bind_core_list} names core {last}, and this node's cores are 0 to {here - 1}",
                     "list cores this node has (lscpu shows them)")
+    from zerokit.launch.runner import short_of_cores
+
     total = bound_cores(bind_core_list)
-    if total is None or not ranks or ranks <= total:
-        return None
-    plural = "s" * (total != 1)
-    where = (f"--bind-core-list {bind_core_list} gives {total} core{plural}" if bind_core_list is not None
-             else f"this node has {total} physical core{plural}")
-    what = f"{where} for {ranks} ranks a node: DeepSpeed gives each rank a whole core at least (and stops at its " \
-        "assert)"
-    return what, "run fewer ranks a node, list more cores, or drop --bind-cores-to-rank"
+    short = short_of_cores(bind_core_list, total, ranks) if total is not None and ranks else None
+    return (short, "run fewer ranks a node, list more cores, or drop --bind-cores-to-rank") if short else None
 
 
 BIND_ADVICE = ("launch with --bind-cores-to-rank (each rank on its own cores, OMP_NUM_THREADS its share: DeepSpeed's "

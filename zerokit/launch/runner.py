@@ -388,6 +388,19 @@ def check_core_list(bind_cores_to_rank: bool, bind_core_list: str | None) -> lis
     return parse_core_list(bind_core_list)
 
 
+def short_of_cores(bind_core_list: str | None, cores: int, ranks: int) -> str | None:
+    """What is wrong where `cores` (the listed ones, else the node's physical ones) are fewer than a node's `ranks`
+    under --bind-cores-to-rank: DeepSpeed gives each rank a whole core at least, and stops at its assert; None where
+    they are enough. The launch's static check and the preflight's core-binding check both say it so."""
+    if ranks <= cores:
+        return None
+    plural = "s" * (cores != 1)
+    where = (f"--bind-core-list {bind_core_list} gives {cores} core{plural}" if bind_core_list is not None
+             else f"this node has {cores} physical core{plural}")
+    return f"{where} for {ranks} ranks a node: DeepSpeed gives each rank a whole core at least (and stops at its " \
+        "assert)"
+
+
 def check_binding(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     """--bind-cores-to-rank and --bind-core-list where DeepSpeed would drop them silently or fail on them: the list
     without the flag (launch.py reads it only with the flag), a list that gives a local rank no core (its assert),
@@ -396,10 +409,9 @@ def check_binding(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     cores = check_core_list(spec.bind_cores_to_rank, spec.bind_core_list)
     if cores is not None:
         ranks = max(spec.known_hosts.values(), default=0) if spec.gpus_per_node is None else spec.gpus_per_node
-        if ranks > len(cores):
-            raise BadInput(f"--bind-core-list {spec.bind_core_list} gives {len(cores)} core"
-                           f"{'s' * (len(cores) != 1)} for {ranks} ranks a node, and DeepSpeed gives each rank a "
-                           "whole core at least; list more cores, or drop --bind-core-list (all physical cores)")
+        short = short_of_cores(spec.bind_core_list, len(cores), ranks)
+        if short:
+            raise BadInput(f"{short}; list more cores, or drop --bind-core-list (all physical cores)")
     if launcher_limits and spec.bind_cores_to_rank and spec.remote_shell and spec.launcher not in BINDING_LAUNCHERS:
         raise BadInput(f"--bind-cores-to-rank with --launcher {spec.launcher}: DeepSpeed's {spec.launcher} backend "
                        "does not pass it to the nodes (their ranks would run unbound, without a word); use --no-ssh "
