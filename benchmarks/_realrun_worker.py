@@ -129,6 +129,10 @@ def main() -> int:
     if not case.get("diagnose"):  # kineto profiles one range at a time: diagnosing profiles the last step only
         prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
         prof.__enter__()  # before deepspeed, transformers or the model allocate anything
+    else:
+        # the profiler above imports torch._dynamo before deepspeed does; without it, zero.Init's tensor
+        # constructor trips a dynamo polyfill's signature check ("Signature mismatch ... tensor_pynew")
+        import torch._dynamo
 
     import deepspeed
     import torch.distributed as dist
