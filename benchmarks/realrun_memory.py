@@ -131,7 +131,10 @@ LIVE_CASES = [
     _case("llama-z3-live2m", "llama", 3, max_live=2_000_000),
     _case("llama-z3-live1m", "llama", 3, max_live=1_000_000),
     _case("qwen3-z3-live1500k", "qwen3", 3, max_live=1_500_000),  # a tied head: the embedding's weight again
-    _case("mixtral-z3-live3m", "mixtral", 3, max_live=3_000_000),  # eight experts a layer
+    _case("mixtral-z3-live3m", "mixtral", 3, max_live=3_000_000),  # four experts a layer, stacked
+    # the window keeps the head alone: all three layers' experts stay through their saved views
+    _case("mixtral-z3-live1m", "mixtral", 3, max_live=1_000_000),
+    _case("mixtral-z3-ckpt-live3m", "mixtral", 3, ckpt=True, max_live=3_000_000),  # recomputed: no views saved
 ]
 BY_NAME = {c["name"]: c for c in CASES + SUBGROUP_CASES + LIVE_CASES}
 

@@ -294,3 +294,38 @@ def test_cublas_workspaces_count_in_every_phase_on_a_gpu_and_not_on_the_cpu(stag
         assert on_gpu[phase].buffers - on_cpu[phase].buffers == CUBLAS_WORKSPACES, phase
     assert gpu.need(act) - cpu.need(act) == CUBLAS_WORKSPACES
     assert gpu.headroom(200 * 2**30)[0] + CUBLAS_WORKSPACES == cpu.headroom(200 * 2**30)[0]
+
+
+def test_kept_with_views_adds_the_held_parameters_of_the_modules_the_window_releases():
+    """By hand: distance 12 over (10, 5, 5, 5, 0, 10). From the end the head (10) is kept, the persistent 0 is
+    passed, and the third 5 would take 10 past 12 with 2 x 10 after it >= 12: the kept suffix starts at index 4.
+    The held parameters of modules 0-3 (4 each in the three 5s) stay allocated: 10 + 12."""
+    from zerokit.memory.buffers import kept_gathered, kept_with_views
+
+    sizes, held = (10, 5, 5, 5, 0, 10), (0, 4, 4, 4, 0, 0)
+    assert kept_gathered(sizes, 12) == (1, 10)
+    assert kept_with_views(sizes, held, 12) == 22
+    assert kept_with_views(sizes, held, 1e9) == 35  # everything kept: nothing released, nothing extra
+    assert kept_with_views(sizes, (0,) * 6, 12) == 10
+
+
+def test_an_moe_holds_its_stacked_experts_at_zero3_without_checkpointing_only():
+    """Mixtral-8x7B: each layer's experts are 8 x 3 x 4096 x 14336 = 1,409,286,144 parameters (gate_up_proj and
+    down_proj, stacked); the router's (8, 4096) weight reaches its matmul whole and holds nothing. At HF's auto
+    buffers (live limit and reuse distance 1e9) the window keeps the head (131M) and layer 32 (2 x 131M after it is
+    below 1e9); layer 31 would take the kept past 1e9: 31 layers are released, and their experts stay, 2 bytes
+    each in bf16. A dense llama holds nothing; checkpointing saves no views."""
+    from zerokit.memory.estimate import costs_of, held_trace, saves_views
+    from zerokit.models.resolve import resolve_model
+
+    mixtral, llama = resolve_model("mixtral-8x7b"), resolve_model("llama-2-7b")
+    experts = 8 * 3 * 4096 * 14336
+    assert held_trace(mixtral, 40960) == (0,) + (experts,) * 32 + (0, 0)
+    assert saves_views(mixtral) and not saves_views(llama) and held_trace(llama, 40960) == ()
+    buffers = hf_auto_settings(4096)
+    bare, recomputed = (costs_of(mixtral, 32, "gpu", 3, "none", "none", 1, "bf16", buffers, 0, saved_views=views)
+                        for views in (True, False))
+    assert bare.gathered - recomputed.gathered == 2 * 31 * experts
+    for stage in (1, 2):  # below ZeRO-3 every parameter is resident: a view adds nothing
+        assert costs_of(mixtral, 32, "gpu", stage, "none", "none", 1, "bf16", buffers, 0, saved_views=True).gathered \
+            == 0

@@ -729,3 +729,19 @@ def test_the_micro_batch_reason_says_when_the_gpus_host_paces_it():
                                     "behind the host.")
     assert "host paces" not in reason(perf, 16)
     assert "host paces" not in reason(machine_from_preset("h200"), 1)
+
+
+def test_zero3_without_checkpointing_on_an_moe_says_what_its_experts_hold():
+    """Mixtral-8x7B at ZeRO-3 on 32 H100s, checkpointing forced off: the 31 layers the reuse window releases keep
+    their stacked experts through the views saved for backward, 31 x 1,409,286,144 parameters x 2 bytes = 87.4 GB
+    a GPU (`kept_with_views`), so nothing fits, and a warning says why; with checkpointing nothing is held."""
+    hw = resolve_hardware(gpu="h100-80gb", gpus_per_node=8, nodes=4)
+    model = resolve_model("mixtral-8x7b")
+    off = plan(model, hw, Training(seq_len=1024, zero_stage=3, gradient_checkpointing=False, micro_batch=1))
+    held = 31 * 8 * 3 * 4096 * 14336 * 2
+    assert not off.decision.fits and off.memory.parameters > held
+    notes = [w for w in off.warnings if "stacked experts" in w]
+    assert len(notes) == 1 and "per GPU" in notes[0] and "checkpointing saves no views" in notes[0]
+    on = plan(model, hw, Training(seq_len=1024, zero_stage=3, gradient_checkpointing=True, micro_batch=1))
+    assert on.decision.fits and on.memory.parameters < held / 10
+    assert not any("stacked experts" in w for w in on.warnings)

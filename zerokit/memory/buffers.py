@@ -112,7 +112,30 @@ def kept_gathered(sizes: tuple[int, ...], distance: float, threshold: float = 0)
     All of them where the model is below the distance (DeepSpeed's default 1e9). Modules of at most `threshold`
     parameters (`stage3_param_persistence_threshold`: whole on every rank) count toward the window only. Counted
     in real steps (benchmarks/zero3_gathers.py) and traced (benchmarks/realrun_memory.py's live cases)."""
+    return _kept_suffix(sizes, distance, threshold)[1:]
+
+
+def kept_with_views(sizes: tuple[int, ...], held: tuple[int, ...], distance: float, threshold: float = 0) -> int:
+    """Parameters whose gathered storage is still allocated at the end of forward: `kept_gathered`'s, plus the
+    `held` parameters (one entry per module of `sizes`) of the modules it releases.
+
+    `held` is what the autograd graph keeps through a view: a stacked expert weight of transformers 5 (an MoE
+    layer's `gate_up_proj`, `down_proj`) reaches its matmul as a view, `weight.transpose(-2, -1)` in the default
+    grouped_mm experts (`integrations/moe.py`, `_grouped_linear`) or `weight[expert]` in the eager loop, and the
+    view saved for backward shares the gathered storage. Releasing the module (`param.data = empty`) frees the
+    parameter, not that storage, which lives until the layer's backward: a ZeRO-3 Mixtral at a live limit of 3M
+    (benchmarks/realrun_memory.py's mixtral-z3-live3m) held 12.19 MB of gathered buffers at its forward peak, 6.1M
+    parameters, where the window keeps 2.82M and the two released layers' experts are 3.15M. An `nn.Linear`'s
+    weight reaches DeepSpeed's `zero3_linear_wrap` itself, not a view, and is freed. Without recomputation only:
+    a checkpointed layer's forward saves nothing."""
+    start, _, kept = _kept_suffix(sizes, distance, threshold)
+    return kept + sum(held[:start])
+
+
+def _kept_suffix(sizes: tuple[int, ...], distance: float, threshold: float) -> tuple[int, int, int]:
+    """(index of the first module kept, modules gathered among the kept, their parameters): `kept_gathered`."""
     modules = kept = after = 0
+    start = len(sizes)
     for n in reversed(sizes):
         gathered = n > threshold
         if 2 * after >= distance and kept + (n if gathered else 0) > distance:
@@ -121,7 +144,8 @@ def kept_gathered(sizes: tuple[int, ...], distance: float, threshold: float = 0)
             modules += 1
             kept += n
         after += n
-    return modules, kept
+        start -= 1
+    return start, modules, kept
 
 
 def default_overhead(gpu_memory_bytes: int) -> int:

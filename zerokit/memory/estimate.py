@@ -41,6 +41,8 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   forward, has marked them as needed again (as many as `stage3_max_live_parameters` lets it hold): at the end of
   forward the model's last modules stay gathered, by whichever rule keeps more (`buffers.kept_gathered`; counted
   and traced, benchmarks/zero3_gathers.py and realrun_memory.py's live cases), and backward re-gathers the rest.
+  Without gradient checkpointing, an MoE's stacked experts stay allocated wherever their module is released: the
+  matmul's view of the gathered weight, saved for backward, holds the storage (`buffers.kept_with_views`).
   Parameters below `stage3_param_persistence_threshold` elements stay whole on every rank. One rank gathers
   nothing (each parameter is its whole partition), unless the parameters are offloaded: then what stays is fetched
   once (a 0.9B llama on one H100, below the live limit, held all of it). The step works one sub-group at a time
@@ -99,7 +101,7 @@ from typing import Any
 from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.memory.activations import ActivationEstimate
-from zerokit.memory.buffers import BufferSettings, kept_gathered
+from zerokit.memory.buffers import BufferSettings, kept_gathered, kept_with_views
 from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.planner.types import GpuMemory, Hardware, Setup, Training
@@ -292,10 +294,12 @@ def _div(n: int, shards: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _reuse_kept(modules: tuple[int, ...], reuse_distance: int) -> int:
-    """Parameters still gathered at the end of forward under ZeRO-3 (`kept_gathered`): modules in forward order, the
-    persistent ones already left out of their sizes."""
-    return kept_gathered(modules, reuse_distance)[1]
+def _reuse_kept(modules: tuple[int, ...], reuse_distance: int, held: tuple[int, ...] = ()) -> tuple[int, int]:
+    """(parameters ZeRO-3 keeps gathered at the end of forward, `kept_gathered`; the `held` parameters of the
+    modules it releases, whose storage a view saved for backward keeps, `kept_with_views`): modules in forward order,
+    the persistent ones already left out of their sizes."""
+    kept = kept_gathered(modules, reuse_distance)[1]
+    return kept, kept_with_views(modules, held, reuse_distance) - kept if held else 0
 
 
 def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: int = 0, world_size: int,
@@ -325,12 +329,12 @@ def step_costs(*, parameters: int, trainable: int | None = None, frozen_bytes: i
 _KEPT = IdentityMemo(1024)
 
 
-def _kept(modules: tuple[int, ...], reuse_distance: int) -> int:
+def _kept(modules: tuple[int, ...], reuse_distance: int, held: tuple[int, ...] = ()) -> tuple[int, int]:
     """`_reuse_kept`, remembered per trace object (`module_trace` hands out the same one for every ZeRO-3 setup of
-    a model, and hashing it for the lru_cache showed)."""
-    key = (id(modules), reuse_distance)
+    a model, and hashing it for the lru_cache showed); a trace's `held` is its model's (`held_trace`) or none."""
+    key = (id(modules), reuse_distance, bool(held))
     kept = _KEPT.get(key, modules)
-    return kept if kept is not None else _KEPT.put(key, modules, _reuse_kept(modules, reuse_distance))
+    return kept if kept is not None else _KEPT.put(key, modules, _reuse_kept(modules, reuse_distance, held))
 
 
 def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world_size: int, zero_stage: int,
@@ -338,7 +342,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
                 gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
                 sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0, copies: int = 0,
-                grad_partition: int = 0) -> StepCosts:
+                grad_partition: int = 0, experts: tuple[int, ...] = ()) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -394,18 +398,20 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     partition16 = _div(whole, n) + replicated if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
+    views = 0
     if not modules:
         kept = largest_layer
     else:
         # the reuse window, or the prefetcher's marks up to the live limit (`_reuse_kept`): a 0.9B llama on one
         # H100 with its parameters offloaded held 16.29 GB at its forward peak, as much as ZeRO-2 with all its
-        # weights on the GPU (16.39 GB), where the window alone frees the first 40% (15.51 GB)
-        kept = _kept(modules, buffers.max_live_parameters)
+        # weights on the GPU (16.39 GB), where the window alone frees the first 40% (15.51 GB); and the stacked
+        # experts of the modules it releases, which their saved views keep (`kept_with_views`)
+        kept, views = _kept(modules, buffers.max_live_parameters, experts)
     # the first `front` parameters of the trace are released after forward: only a window reaching back into them
     # keeps less; their adapters train, so backward reaches them and they stay
     released = max(0, min(front, kept - (sum(modules) - front))) if front else 0
     window = max(kept - persistent, largest_layer, 0)
-    kept = max(kept - released - persistent, largest_layer, 0)
+    kept = max(kept - released - persistent, largest_layer, 0) + views
     if opt_on_gpu:  # one sub-group's gradients at a time (module docstring): the largest sub-group's, or the norm's
         if sub_groups is None:
             sub_groups = sub_group_bound(tn, buffers.sub_group_size, _div(largest_layer, n) if trainable is None else 0)
@@ -480,14 +486,14 @@ def costs_for(model: Any, hardware: Hardware, setup: Setup, precision: str, buff
                     trainable=trainable, frozen_bytes=frozen_bytes, adapter_bytes=adapter_bytes,
                     replicated_bytes=replicated_bytes, front_released=not setup.gradient_checkpointing,
                     largest_trainable=largest_trainable, saved_parameters=saved_parameters,
-                    embedding_trains=embedding_trains)
+                    embedding_trains=embedding_trains, saved_views=not setup.gradient_checkpointing)
 
 
 def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, offload_optimizer: str,
              offload_param: str, accumulation: int, precision: str, buffers: BufferSettings, overhead: int, *,
              trainable: int | None = None, frozen_bytes: int = 0, adapter_bytes: int | None = None,
              replicated_bytes: int = 0, front_released: bool = False, largest_trainable: int = 0,
-             saved_parameters: int = 0, embedding_trains: bool = False) -> StepCosts:
+             saved_parameters: int = 0, embedding_trains: bool = False, saved_views: bool = False) -> StepCosts:
     """`costs_for` with the hardware's world size and accelerator and the setup's stage, offload and accumulation
     given apart: the planner asks once per candidate and buffer setting of every plan (and for other world sizes
     when nothing fits), without a Setup or a Hardware to build.
@@ -506,8 +512,12 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     `replicated_bytes` (QLoRA): the frozen base's quantization constants, part of `frozen_bytes` and not parameters,
     so whole on every rank at ZeRO-3; with them the ZeRO-3 trace counts each 4-bit weight by the elements it is
     stored in (`bnb_4bit_quant_storage` = the compute dtype: four weights an element), as DeepSpeed partitions,
-    gathers and compares it with its thresholds."""
+    gathers and compares it with its thresholds.
+
+    `saved_views` (no gradient checkpointing): forward saves views of ZeRO-3's gathered stacked expert weights for
+    backward, which keep them allocated (`held_trace`); a checkpointed layer saves none."""
     parameters, largest, front = model.parameters, model.largest_layer_parameters, 0
+    experts = held_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 and saved_views else ()
     if zero_stage != 3:
         modules, persistent = (), 0
     elif replicated_bytes:
@@ -530,7 +540,7 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes,
                        front if front_released and trainable is not None and not embedding_trains else 0,
-                       groups, norm, saved_parameters, grad_partition)
+                       groups, norm, saved_parameters, grad_partition, experts)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -692,6 +702,46 @@ def _meta_trace(trace: tuple[tuple[int, int], ...], layers: int, threshold: int)
             modules.append(n)
             persistent += n if n < threshold else 0
     return (*modules, *per_layer, *after), persistent, 0
+
+
+def held_trace(model: Any, persistence_threshold: int) -> tuple[int, ...]:
+    """Per module of `module_trace` (and of `quantized_module_trace`: bitsandbytes quantizes `nn.Linear`s, not
+    stacked experts), the parameters a view saved for backward keeps allocated after ZeRO-3 releases the module
+    (`buffers.kept_with_views`): each decoder layer's stacked experts above the persistence threshold (a router's
+    `(experts, hidden)` weight is passed whole, not as a view). Empty for a model without them, and for one zerokit
+    instantiated on the meta device (its trace is per module, not per tensor).
+
+    transformers' `use_experts_implementation(is_transposed=True)` families (gpt_oss, aria) pass the weight itself
+    to grouped_mm; zerokit splits none of them into parts."""
+    config = getattr(model, "config", None)
+    if not config or getattr(model, "module_trace", ()):
+        return ()
+    return _held_trace(_config_key(config), model.num_layers, persistence_threshold)
+
+
+def saves_views(model: Any) -> bool:
+    """Whether ZeRO-3's costs of `model` depend on gradient checkpointing through `held_trace`."""
+    return bool(held_trace(model, 0))
+
+
+@functools.lru_cache(maxsize=256)
+def _held_trace(config_key: Any, layers: int, threshold: int) -> tuple[int, ...]:
+    from zerokit.errors import BadInput
+    from zerokit.models.params import model_parts, stack_split
+
+    try:
+        parts = model_parts(dict(config_key))
+    except (BadInput, KeyError, TypeError):
+        return ()
+    first, per_layer, last = stack_split(parts)
+    held = 0.0
+    for p in per_layer:  # as `_trace_of` spreads a part's copies over the layers
+        views = sum(experts * a * b for _, experts, a, b in p.stacked if experts > 1)
+        if views and p.params * p.copies / layers >= threshold:
+            held += views * p.copies / layers
+    if not held:
+        return ()
+    return (0,) * len(first) + (int(held),) * layers + (0,) * len(last)
 
 
 def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:

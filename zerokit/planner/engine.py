@@ -93,6 +93,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
     if activations_source is None:
         generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing, setup.zero_stage).generic
         activations_source = "generic" if generic else "modelled"
+    extra_warnings += expert_views(ctx)
     extra_warnings += unmeasured_nvme(machine, setup.offload_optimizer, setup.offload_param, hardware.nvme_path)
     extra_warnings += stand_in_cpu_adam(machine, setup.offload_optimizer)
     extra_warnings += shared_cpu_adam(machine, setup.offload_optimizer, hardware.gpus_per_node)
@@ -223,6 +224,22 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
         raise BadInput(f"--seq-len {seq_len:,} is past the {limit:,} positions {model.model_type} learns ({key}): "
                        f"its first step fails with an index out of range; use --seq-len {limit} or less, or raise "
                        f"{key} in config.json (the new positions start untrained)")
+
+
+def expert_views(ctx: Context) -> list[str]:
+    """A warning when the decision is ZeRO-3 without gradient checkpointing on an MoE whose stacked experts stay
+    gathered through forward (`zerokit.memory.buffers.kept_with_views`): how many bytes per GPU that is."""
+    s = ctx.chosen.candidate.setup
+    if s.zero_stage != 3 or s.gradient_checkpointing or not ctx.bare_matters or ctx.peft is not None:
+        return []
+    args = (3, s.offload_optimizer, s.offload_param, ctx.chosen.level, s.gradient_accumulation_steps)
+    held = ctx.costs(*args, False).gathered - ctx.costs(*args, True).gathered
+    if held <= 0:
+        return []
+    return [(f"ZeRO-3 without gradient checkpointing keeps {format_bytes(held)} per GPU of the MoE layers' stacked "
+            "experts gathered from forward to backward: transformers' grouped_mm (and eager) experts pass each "
+            "weight as a view, which autograd saves for backward, so DeepSpeed's release frees the parameter but not "
+            "its gathered storage (the parameters row counts it); gradient checkpointing saves no views")]
 
 
 def context_notes(model: ModelSpec, seq_len: int) -> list[str]:
@@ -378,7 +395,7 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
     mb = ctx.batch.micro_batches[0]
     costs = costs_of(model, world_size, hw.accelerator, stage, opt, param, ctx.accumulation_steps(mb), ctx.precision,
-                     frugal, ctx.overhead, front_released=not ck, **ctx.peft_costs(stage))
+                     frugal, ctx.overhead, front_released=not ck, saved_views=not ck, **ctx.peft_costs(stage))
     return costs.need(ctx.activation(mb, ck, stage))
 
 

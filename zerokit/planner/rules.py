@@ -42,7 +42,7 @@ from zerokit._dataclass import dataclass
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
-from zerokit.memory.estimate import PHASES, StepCosts, costs_of
+from zerokit.memory.estimate import PHASES, StepCosts, costs_of, saves_views
 from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -202,15 +202,22 @@ class Context:
               checkpointing: bool = True) -> StepCosts:
         """The cost layer's micro-batch-independent bytes of a setup, computed once per plan (ZeRO-1's and ZeRO-2's
         once for both without accumulation: `_costs_key`). `checkpointing` matters only to LoRA/QLoRA at ZeRO-3
-        (`front`: what ZeRO-3 releases after forward when nothing recomputes)."""
+        (`front`: what ZeRO-3 releases after forward when nothing recomputes), and to an MoE at ZeRO-3 (its
+        experts' saved views, `zerokit.memory.estimate.held_trace`): `bare`."""
         return self._limit_at(stage, opt, param, level, accumulation, checkpointing)[0]
 
     def _limit_at(self, stage: int, opt: str, param: str, level: int, accumulation: int,
                   checkpointing: bool) -> tuple[StepCosts, bool, Any]:
-        """`_limit` looked up first, with `front` derived from the checkpointing choice."""
-        front = not checkpointing and stage == 3 and self.peft is not None
-        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, front))
-        return limit if limit is not None else self._limit(stage, opt, param, level, accumulation, front)
+        """`_limit` looked up first, with `bare` derived from the checkpointing choice."""
+        bare = not checkpointing and stage == 3 and self.bare_matters
+        limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, bare))
+        return limit if limit is not None else self._limit(stage, opt, param, level, accumulation, bare)
+
+    @functools.cached_property
+    def bare_matters(self) -> bool:
+        """Whether ZeRO-3's costs depend on gradient checkpointing: LoRA/QLoRA's front (`costs_of`'s
+        front_released) or an MoE's stacked experts, kept by their saved views (`saves_views`)."""
+        return self.peft is not None or saves_views(self.model)
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
         """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
@@ -339,20 +346,20 @@ class Context:
         return best
 
     def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int,
-               front: bool = False) -> tuple[StepCosts, bool, Any]:
+               bare: bool = False) -> tuple[StepCosts, bool, Any]:
         """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU),
-        computed once per plan; `front`: LoRA/QLoRA at ZeRO-3 without checkpointing (`costs_of`'s front_released)."""
-        key = _costs_key(stage, opt, param, level, accumulation, front)
+        computed once per plan; `bare`: ZeRO-3 without checkpointing where that matters (`bare_matters`)."""
+        key = _costs_key(stage, opt, param, level, accumulation, bare)
         limit = self._limits.get(key)
         if limit is None:
             hw = self.hardware
             buffers = buffer_ladder(self.model.hidden_size, stage)[level]
             if self.peft is None:
                 costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
-                                 self.precision, buffers, self.overhead)
+                                 self.precision, buffers, self.overhead, saved_views=bare)
             else:
                 costs = costs_of(self.model, hw.world_size, hw.accelerator, stage, opt, param, accumulation,
-                                 self.precision, buffers, self.overhead, front_released=front,
+                                 self.precision, buffers, self.overhead, front_released=bare, saved_views=bare,
                                  **self.peft_costs(stage))
             exact = self.activation_model is None and costs.integral
             limit = self._limits[key] = (costs, exact, costs.headroom(hw.gpu_memory_bytes) if exact else None)
@@ -364,11 +371,11 @@ class Context:
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
 
 
-def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int, front: bool = False) -> tuple:
+def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int, bare: bool = False) -> tuple:
     """A setup's key in a plan's cost caches. ZeRO-1 and ZeRO-2 allocate the same without accumulation
     (`zerokit.memory.estimate`), on the same buffer ladder: one entry serves both."""
     held = accumulation > 1
-    return (2 if stage == 1 and not held else stage, opt, param, level, held, front)
+    return (2 if stage == 1 and not held else stage, opt, param, level, held, bare)
 
 
 @dataclass(frozen=True)
@@ -966,22 +973,22 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     if batch.per_gpu_samples == largest and len(mbs) > 1:
         alone, mbs = mbs[-1:], mbs[:-1]
     accumulation = ctx.accumulation_steps(mbs[0])
-    lora3 = ctx.peft is not None and stage == 3
+    split = stage == 3 and ctx.bare_matters
     for level in (0, last) if last else (0,):
         limit = limit_alone = None
         for ck in (False, True) if forced is None else (forced,):
-            if lora3:  # what ZeRO-3 releases after forward depends on checkpointing (`Context.costs`)
+            if split:  # what ZeRO-3 holds after forward depends on checkpointing (`Context.costs`)
                 limit = limit_alone = None
             if ck and forced is None and at_auto.get(False) == largest:
                 continue  # the largest micro-batch fits without recomputation: checkpointing only adds compute
             if level and at_auto.get(ck) == largest:
                 continue  # nor can frugal buffers buy a larger one
-            front = lora3 and not ck
-            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1, front)), stage,
+            bare = split and not ck
+            if alone and search(limit_alone or (limit_alone := limit_of(stage, opt, param, level, 1, bare)), stage,
                                 ck, alone) is not None:
                 mb = largest
             else:
-                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation, front)), stage, ck,
+                mb = search(limit or (limit := limit_of(stage, opt, param, level, accumulation, bare)), stage, ck,
                             mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
