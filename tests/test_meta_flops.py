@@ -105,6 +105,40 @@ def test_full_size_presets_trace_alike_down_the_meta_path(name):
     assert module_trace(meta, threshold)[:2] == module_trace(spec, threshold)[:2]
 
 
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "gemma-2-2b"])
+def test_the_experts_views_of_the_meta_model_are_the_arithmetic_ones(name):
+    # the stacked experts an MoE's matmuls take as views (`kept_with_views`): the arithmetic from its part lists,
+    # the meta path from the modules transformers' use_experts_implementation decorates; Mixtral-8x7B's are
+    # 8 x 3 x 4096 x 14336 a layer, a dense model's none
+    from zerokit.memory.estimate import held_trace
+
+    spec = resolve_model(name)
+    meta = _spec_from_meta(dict(spec.config), name)
+    threshold = 10 * spec.hidden_size
+    assert held_trace(meta, threshold) == held_trace(spec, threshold)
+    assert len(held_trace(spec, threshold)) in (0, len(module_trace(spec, threshold)[0]))
+    if name == "mixtral-8x7b":
+        assert held_trace(meta, threshold) == (0,) + (8 * 3 * 4096 * 14336,) * 32 + (0, 0)
+    if name == "gemma-2-2b":
+        assert held_trace(meta, threshold) == () and meta.expert_views == ()
+
+
+def test_only_untransposed_stacked_experts_are_views():
+    # OLMoE (meta only): 8 experts x 3 x 256 x 128 a layer, taken as grouped_mm's weight.transpose(-2, -1);
+    # gpt_oss stores its experts transposed (use_experts_implementation(is_transposed=True)) and passes them whole
+    from zerokit.memory.estimate import held_trace
+
+    olmoe = _spec_from_meta({"model_type": "olmoe", "hidden_size": 256, "intermediate_size": 128,
+                             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                             "vocab_size": 1000, "num_experts": 8, "num_experts_per_tok": 2}, "olmoe")
+    assert held_trace(olmoe, 0) == (0, 8 * 3 * 256 * 128, 8 * 3 * 256 * 128, 0, 0)
+    gpt_oss = _spec_from_meta({"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 128,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                               "head_dim": 64, "vocab_size": 1000, "num_local_experts": 4,
+                               "num_experts_per_tok": 2}, "gpt_oss")
+    assert gpt_oss.expert_views == () and held_trace(gpt_oss, 0) == ()
+
+
 def test_experts_stacked_under_another_name_count_at_top_k():
     # JetMoE's MLP experts are one [experts, out, in] tensor named mlp.input_linear / mlp.output_linear, its
     # attention experts self_attention.experts.*: both routed, 2 of 4 a token; routers and kv_proj every token

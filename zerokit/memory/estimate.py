@@ -708,15 +708,41 @@ def held_trace(model: Any, persistence_threshold: int) -> tuple[int, ...]:
     """Per module of `module_trace` (and of `quantized_module_trace`: bitsandbytes quantizes `nn.Linear`s, not
     stacked experts), the parameters a view saved for backward keeps allocated after ZeRO-3 releases the module
     (`buffers.kept_with_views`): each decoder layer's stacked experts above the persistence threshold (a router's
-    `(experts, hidden)` weight is passed whole, not as a view). Empty for a model without them, and for one zerokit
-    instantiated on the meta device (its trace is per module, not per tensor).
+    `(experts, hidden)` weight is passed whole, not as a view). Empty for a model without them. A model zerokit
+    instantiated on the meta device says its own (`ModelSpec.expert_views`), in `_meta_trace`'s order.
 
     transformers' `use_experts_implementation(is_transposed=True)` families (gpt_oss, aria) pass the weight itself
     to grouped_mm; zerokit splits none of them into parts."""
     config = getattr(model, "config", None)
-    if not config or getattr(model, "module_trace", ()):
+    meta = getattr(model, "module_trace", ())
+    if meta:
+        views = getattr(model, "expert_views", ())
+        return _meta_held(meta, views, model.num_layers, persistence_threshold) if views else ()
+    if not config:
         return ()
     return _held_trace(_config_key(config), model.num_layers, persistence_threshold)
+
+
+@functools.lru_cache(maxsize=64)
+def _meta_held(trace: tuple[tuple[int, int], ...], views: tuple[int, ...], layers: int,
+               threshold: int) -> tuple[int, ...]:
+    """`held_trace` of a meta-device model: each layer's views of its modules above the threshold, at the layer's
+    place in `_meta_trace`'s modules (the modules before the stack one by one, the layers, those after)."""
+    before = after = 0
+    per_layer = [0] * layers
+    in_stack = False
+    for (layer, n), v in zip(trace, views):
+        if layer == -2:
+            after += 1
+        elif layer >= 0:
+            in_stack = True
+            if n >= threshold:
+                per_layer[layer] += v
+        elif in_stack:
+            after += 1
+        else:
+            before += 1
+    return (0,) * before + tuple(per_layer) + (0,) * after if any(per_layer) else ()
 
 
 def saves_views(model: Any) -> bool:

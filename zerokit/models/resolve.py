@@ -244,7 +244,8 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     layers = int(getattr(text, "num_hidden_layers", 0) or 0)
     return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
                      num_layers=layers, vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta",
-                     config=full, notes=tuple(notes), module_trace=module_trace(torch, model, layers),
+                     config=full, notes=tuple(notes), module_trace=(trace := module_trace(torch, model, layers)),
+                     expert_views=expert_views(torch, model) if trace else (),
                      active_matmul_parameters=active_matmul_parameters(torch, model, full))
 
 
@@ -269,6 +270,25 @@ def module_trace(torch: Any, model: Any, layers: int) -> tuple[tuple[int, int], 
         seen.update(id(p) for p in params)
         trace.append((int(name[len(stack):].split(".", 1)[0]) if name.startswith(stack) else -1, int(own)))
     return tuple(trace)
+
+
+def expert_views(torch: Any, model: Any) -> tuple[int, ...]:
+    """Per entry of `module_trace` (the modules that own parameters, in the same order), the parameters of its
+    stacked expert tensors (three dimensions or more) that its matmuls take as views: a module transformers'
+    `use_experts_implementation` decorates without `is_transposed` (grouped_mm passes `weight.transpose(-2, -1)`, the
+    eager loop `weight[expert]`); a transposed one (gpt_oss) passes the weight itself. Empty when no module has them."""
+    views, seen = [], set()
+    for _, m in model.named_modules():
+        params = list(m.parameters(recurse=False))
+        if not sum(p.numel() for p in params):  # as `module_trace` skips it
+            continue
+        if all(id(p) in seen for p in params):  # a tied head: its entry of the trace, holding nothing
+            views.append(0)
+            continue
+        seen.update(id(p) for p in params)
+        stacked = getattr(m, "is_transposed", None) is False and hasattr(m, "is_concatenated")
+        views.append(sum(int(p.numel()) for p in params if p.dim() >= 3) if stacked else 0)
+    return tuple(views) if any(views) else ()
 
 
 EXPERT_PARAMETER = re.compile(r"(^|\.)experts(\.|$)")

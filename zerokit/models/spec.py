@@ -32,6 +32,10 @@ class ModelSpec:
     """`meta` only: (decoder layer, parameters of its own) of every parameter-owning module of the instantiated
     model in registration order, the layer -1 outside the decoder stack: what ZeRO-3 gathers and hooks (a tied head
     counts again, as DeepSpeed fetches it for both modules)."""
+    expert_views: tuple[int, ...] = ()
+    """`meta` only, one entry per `module_trace` entry (empty: none anywhere): the parameters of the module's stacked
+    expert tensors that its matmuls take as views, which autograd saves for backward
+    (`zerokit.memory.buffers.kept_with_views`)."""
     active_matmul_parameters: int = 0
     """`meta` only: weight-matrix parameters one token passes through (embeddings and the LM head left out, MoE
     experts at top-k of all); 0 where the experts' top-k is not in the config."""
