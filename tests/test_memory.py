@@ -329,3 +329,28 @@ def test_an_moe_holds_its_stacked_experts_at_zero3_without_checkpointing_only():
     for stage in (1, 2):  # below ZeRO-3 every parameter is resident: a view adds nothing
         assert costs_of(mixtral, 32, "gpu", stage, "none", "none", 1, "bf16", buffers, 0, saved_views=True).gathered \
             == 0
+
+
+def test_qlora_at_zero3_holds_its_gathered_4bit_weights_through_the_step():
+    """The realrun llama (256 wide, 4 layers, MLP 688, 2 of 4 heads for k and v): a layer's 4-bit weights are stored
+    four to an element, q 16,384, k and v 8,192 each, o 16,384, gate, up and down 44,032 each: 181,248. Without
+    checkpointing layer 0's q, k and v see the frozen embedding's output and hold nothing (148,480 there); with it
+    every layer holds all. At the step all of them stay, 2 bytes an element (bf16 storage)."""
+    import json
+    from pathlib import Path
+
+    from zerokit.memory.estimate import costs_of, quantized_held
+    from zerokit.models.resolve import spec_from_config
+
+    root = Path(__file__).resolve().parent
+    spec = spec_from_config(json.loads((root / "data" / "realrun" / "models" / "llama.json").read_text()), "llama")
+    assert quantized_held(spec, 2560, front=True) == (0, 148_480, 181_248, 181_248, 181_248, 0, 0)
+    assert quantized_held(spec, 2560, front=False) == (0,) + (181_248,) * 4 + (0, 0)
+    assert quantized_held(spec, 20_000, front=False) == (0,) + (3 * 44_032,) * 4 + (0, 0)  # the rest persist
+    buffers = hf_auto_settings(256)
+    qlora = {"trainable": 10**5, "frozen_bytes": 10**6, "replicated_bytes": 1000}
+    for front, held in ((True, 692_224), (False, 724_992)):
+        costs = costs_of(spec, 2, "cpu", 3, "none", "none", 1, "bf16", buffers, 0, front_released=front, **qlora)
+        assert costs.step_held == 2 * held
+    plain = costs_of(spec, 2, "cpu", 3, "none", "none", 1, "bf16", buffers, 0, trainable=10**5, frozen_bytes=10**6)
+    assert plain.step_held == 0  # LoRA's 16-bit base reaches DeepSpeed's zero3_linear_wrap whole: nothing held

@@ -622,3 +622,23 @@ def test_the_step_time_model_trains_the_adapters_in_the_width_the_plan_gives_the
     answers = [peft.fp32_adapters(stage) for stage in range(4)]
     assert answers == [adapters_in_fp32(stage, peft.lora_work, peft.saved_work) for stage in range(4)]
     assert answers[3] == (method == "lora" and not save) and not any(answers[:3])
+
+
+def test_qlora_at_zero3_says_every_gpu_holds_the_gathered_4bit_base():
+    """llama-2-70b, QLoRA at ZeRO-3 on 2 A100s with checkpointing: every 4-bit weight keeps its gathered storage on
+    its bitsandbytes node until the step (`quantized_held`); the warning gives the bytes, the step's parameters row
+    holds them beside the rank's partition. ZeRO-2 gathers nothing and says nothing."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    hw = resolve_hardware(gpu="a100-80gb", gpus_per_node=2)
+    model = resolve_model("llama-2-70b")
+    z3 = plan(model, hw, Training(seq_len=2048, peft="qlora", zero_stage=3, gradient_checkpointing=True))
+    notes = [w for w in z3.warnings if w.startswith("QLoRA at ZeRO-3")]
+    assert len(notes) == 1 and "4-bit base" in notes[0]
+    step = z3.phases["optimizer_step"].parameters
+    assert step > z3.peft.frozen_bytes_at(3) * 1.4  # the partition (half) and the gathered base (whole)
+    z2 = plan(model, hw, Training(seq_len=2048, peft="qlora", zero_stage=2, gradient_checkpointing=True))
+    assert not any(w.startswith("QLoRA at ZeRO-3") for w in z2.warnings)

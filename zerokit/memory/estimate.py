@@ -166,13 +166,15 @@ class StepCosts:
         "overhead",
         "params_rest",
         "step_grads",
+        "step_held",
         "step_transient",
         "workspace",
     )
 
     def __init__(self, params_rest: int, gathered: int, opt_rest: int, grads_rest: int, grads_held: int,
                  grads_backward: int, buffers_backward: int, step_grads: int, step_transient: int,
-                 end_grads: int = 0, end_transient: int = 0, overhead: int = 0, workspace: int = 0) -> None:
+                 end_grads: int = 0, end_transient: int = 0, overhead: int = 0, workspace: int = 0,
+                 step_held: int = 0) -> None:
         self.params_rest = params_rest
         """16-bit parameters resident between steps (whole below ZeRO-3, the partition and persistent ones at 3)."""
         self.gathered = gathered
@@ -199,9 +201,12 @@ class StepCosts:
         self.workspace = workspace
         """cuBLAS's workspaces, live in the caching allocator from the first matmul on (`CUBLAS_WORKSPACES`), counted
         among the buffers of every phase."""
+        self.step_held = step_held
+        """ZeRO-3 parameters still allocated at the step though DeepSpeed released them: QLoRA's gathered 4-bit
+        weights, which bitsandbytes keeps in the autograd graph until the loss goes (`quantized_held`)."""
         fixed = overhead + workspace
         self._base = params_rest + gathered + opt_rest + grads_rest + grads_held + fixed
-        self._step_total = params_rest + opt_rest + grads_rest + step_grads + step_transient + fixed
+        self._step_total = params_rest + step_held + opt_rest + grads_rest + step_grads + step_transient + fixed
         self._end_total = (params_rest + opt_rest + grads_rest + end_grads + end_transient + fixed
                            if end_grads else 0)
         self.integral = (type(self._base) is int and type(self._end_total) is int and type(self._step_total) is int
@@ -274,10 +279,11 @@ class StepCosts:
             if total > peak:
                 backward, peak = (self.params_rest, end_grads, opt, 0, self.end_transient, ws, ovh), total
         step_grads = self.grads_rest + self.step_grads
+        step_params = self.params_rest + self.step_held
         return (((params, grads, opt, a, forward, ws, ovh), backward,
-                 (self.params_rest, step_grads, opt, 0, self.step_transient, ws, ovh)),
+                 (step_params, step_grads, opt, 0, self.step_transient, ws, ovh)),
                 (params + grads + opt + a + forward + ws + ovh, peak,
-                 self.params_rest + step_grads + opt + 0 + self.step_transient + ws + ovh))
+                 step_params + step_grads + opt + 0 + self.step_transient + ws + ovh))
 
 
 def activation_figures(act: ActivationEstimate) -> tuple[int, int]:
@@ -331,8 +337,8 @@ _KEPT = IdentityMemo(1024)
 
 def _kept(modules: tuple[int, ...], reuse_distance: int, held: tuple[int, ...] = ()) -> tuple[int, int]:
     """`_reuse_kept`, remembered per trace object (`module_trace` hands out the same one for every ZeRO-3 setup of
-    a model, and hashing it for the lru_cache showed); a trace's `held` is its model's (`held_trace`) or none."""
-    key = (id(modules), reuse_distance, bool(held))
+    a model, and hashing it for the lru_cache showed); `held` is hashed (empty, but for an MoE or QLoRA)."""
+    key = (id(modules), reuse_distance, held)
     kept = _KEPT.get(key, modules)
     return kept if kept is not None else _KEPT.put(key, modules, _reuse_kept(modules, reuse_distance, held))
 
@@ -342,7 +348,7 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
                 buffers: BufferSettings, overhead: int, modules: tuple[int, ...], persistent: int, largest_layer: int,
                 gloo: bool, adapter_bytes: int | None, replicated: int = 0, front: int = 0,
                 sub_groups: tuple[int, int, int] | None = None, norm_tensor: int = 0, copies: int = 0,
-                grad_partition: int = 0, experts: tuple[int, ...] = ()) -> StepCosts:
+                grad_partition: int = 0, held_views: tuple[int, ...] = (), graph_held: int = 0) -> StepCosts:
     """`step_costs` with its arguments by position (the planner's hot path: no sixteen keywords to bind)."""
     e = DTYPE_BYTES[precision]
     n = world_size
@@ -398,15 +404,16 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     partition16 = _div(whole, n) + replicated if params_on_gpu else 0
     opt = FP32 * tn + ADAM * tn if opt_on_gpu else 0
     grad_partitions = e * tn if opt_on_gpu else 0
-    views = 0
+    views = 0  # parameters released by DeepSpeed whose storage a view still holds
     if not modules:
         kept = largest_layer
     else:
         # the reuse window, or the prefetcher's marks up to the live limit (`_reuse_kept`): a 0.9B llama on one
         # H100 with its parameters offloaded held 16.29 GB at its forward peak, as much as ZeRO-2 with all its
         # weights on the GPU (16.39 GB), where the window alone frees the first 40% (15.51 GB); and the stacked
-        # experts of the modules it releases, which their saved views keep (`kept_with_views`)
-        kept, views = _kept(modules, buffers.max_live_parameters, experts)
+        # experts of the modules it releases, which their saved views keep, and QLoRA's 4-bit weights, which
+        # bitsandbytes keeps (`kept_with_views`)
+        kept, views = _kept(modules, buffers.max_live_parameters, held_views)
     # the first `front` parameters of the trace are released after forward: only a window reaching back into them
     # keeps less; their adapters train, so backward reaches them and they stay
     released = max(0, min(front, kept - (sum(modules) - front))) if front else 0
@@ -422,13 +429,17 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
         # (modules_to_save copies run in their originals' place in the trace: gathered as the originals would be)
         adapters_gathered = ab * (t - copies) * min(window, parameters) // max(parameters, 1)
     gathered, persistent_bytes = e * min(kept, parameters) + adapters_gathered, e * persistent
+    # the step releases every gathered parameter (`_partition_all_parameters`), but not the storage the autograd
+    # graph still holds: the loss, and so the graph, lives through the step (accelerate's DeepSpeedEngineWrapper
+    # steps inside `backward(loss)`)
+    step_held = e * graph_held
     if n == 1 and params_on_gpu:
         # one rank gathers nothing: DeepSpeed's _no_gather_coalesced points each parameter at its partition, which
         # is the whole parameter, persistent ones too (a 0.9B llama on one H100: its forward peak 1.76 GB over
         # ZeRO-2's, the gradient partition, not 2.8 GB)
-        gathered = persistent_bytes = 0
+        gathered = persistent_bytes = step_held = 0
     return StepCosts(partition16 + persistent_bytes, gathered, opt, grad_partitions + bucket, 0, 0, 0, step, 0, 0, 0,
-                     overhead, ws)
+                     overhead, ws, step_held)
 
 
 def estimate(model: Any, hardware: Hardware, training: Training, setup: Setup, *, precision: str | None = None,
@@ -517,7 +528,12 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     `saved_views` (no gradient checkpointing): forward saves views of ZeRO-3's gathered stacked expert weights for
     backward, which keep them allocated (`held_trace`); a checkpointed layer saves none."""
     parameters, largest, front = model.parameters, model.largest_layer_parameters, 0
-    experts = held_trace(model, buffers.param_persistence_threshold) if zero_stage == 3 and saved_views else ()
+    threshold = buffers.param_persistence_threshold
+    held = held_trace(model, threshold) if zero_stage == 3 and saved_views else ()
+    graph = ()
+    if zero_stage == 3 and replicated_bytes:  # QLoRA: the front's 4-bit weights see no gradient-needing input
+        graph = quantized_held(model, threshold, front_released and not embedding_trains)
+        held = tuple(map(sum, zip(held, graph))) if held else graph
     if zero_stage != 3:
         modules, persistent = (), 0
     elif replicated_bytes:
@@ -540,7 +556,7 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes,
                        front if front_released and trainable is not None and not embedding_trains else 0,
-                       groups, norm, saved_parameters, grad_partition, experts)
+                       groups, norm, saved_parameters, grad_partition, held, sum(graph))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -779,6 +795,48 @@ def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tupl
     if trace is None:  # a family zerokit cannot split into modules: the 16-bit trace, an overestimate
         return (*module_trace(model, persistence_threshold), model.parameters, model.largest_layer_parameters)
     return trace
+
+
+def quantized_held(model: Any, persistence_threshold: int, front: bool) -> tuple[int, ...]:
+    """Per module of `quantized_module_trace`, the stored elements of its 4-bit weights that the autograd graph
+    holds once ZeRO-3 has gathered them: bitsandbytes' `MatMul4Bit.forward` keeps `B.view(-1, 1)` of the gathered
+    weight in `ctx.tensors`, a Python attribute of the graph's node (not `save_for_backward`: backward does not free
+    it, nor does checkpointing, whose non-reentrant forward builds that node), whenever the matmul's input needs a
+    gradient. So the storage outlives DeepSpeed's release until the graph goes, after the optimizer step. `front`:
+    without checkpointing, the first layer's input projections see the frozen embedding's output, which needs no
+    gradient (with checkpointing the HF Trainer's `enable_input_require_grads` makes it need one). Traced: a QLoRA
+    llama at a 1M live limit held 25 gathered 4-bit weights at its optimizer step without checkpointing (all 28 but
+    layer 0's q, k, v: 1.384 MB) and all 28 with it (1.450 MB). Empty for a family zerokit cannot split."""
+    return _quantized_held(_config_key(model.config), model.num_layers, persistence_threshold, front) \
+        if getattr(model, "config", None) else ()
+
+
+@functools.lru_cache(maxsize=256)
+def _quantized_held(config_key: Any, layers: int, threshold: int, front: bool) -> tuple[int, ...]:
+    from zerokit.errors import BadInput
+    from zerokit.models.params import model_parts, stack_split
+    from zerokit.models.quant import quantized_parts
+
+    config = dict(config_key)
+    try:
+        parts = model_parts(config)
+    except (BadInput, KeyError, TypeError):
+        return ()
+    quantized = {p.name for p in quantized_parts(parts, str(config.get("model_type")))}
+    first, per_layer, last = stack_split(parts)
+    layer = first_layer = 0.0
+    for p in per_layer:
+        if p.name not in quantized:
+            continue
+        weight = (p.linear[0] * p.linear[1] + 1) // 4  # its stored elements (`_quantized_trace`); a bias is not held
+        if weight < threshold:  # persistent: whole on every rank, held or not
+            continue
+        layer += weight * p.copies / layers
+        if not (front and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS):
+            first_layer += weight * p.copies / layers
+    if not layer:
+        return ()
+    return (0,) * len(first) + (int(first_layer),) + (int(layer),) * (layers - 1) + (0,) * len(last)
 
 
 @functools.lru_cache(maxsize=256)

@@ -227,12 +227,22 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
 
 
 def expert_views(ctx: Context) -> list[str]:
-    """A warning when the decision is ZeRO-3 without gradient checkpointing on an MoE whose stacked experts stay
-    gathered through forward (`zerokit.memory.buffers.kept_with_views`): how many bytes per GPU that is."""
+    """A warning when the decision is ZeRO-3 and the autograd graph keeps gathered parameters that DeepSpeed
+    releases (`zerokit.memory.buffers.kept_with_views`): an MoE's stacked experts without gradient checkpointing,
+    QLoRA's 4-bit weights (`zerokit.memory.estimate.quantized_held`); how many bytes per GPU that is."""
     s = ctx.chosen.candidate.setup
-    if s.zero_stage != 3 or s.gradient_checkpointing or not ctx.bare_matters or ctx.peft is not None:
+    if s.zero_stage != 3:
         return []
     args = (3, s.offload_optimizer, s.offload_param, ctx.chosen.level, s.gradient_accumulation_steps)
+    if ctx.qlora:
+        held = ctx.costs(*args, s.gradient_checkpointing).step_held
+        return [(f"QLoRA at ZeRO-3: every GPU holds the gathered 4-bit base from forward to the end of the "
+                 f"optimizer step, {format_bytes(held)} on top of its partition (the parameters row counts it): "
+                 "bitsandbytes' MatMul4Bit keeps a view of each gathered weight on its autograd node, which lives "
+                 "until the loss goes, so DeepSpeed's release frees the parameter but not its storage")] \
+            if held > 0 else []
+    if s.gradient_checkpointing or not ctx.bare_matters or ctx.peft is not None:
+        return []
     held = ctx.costs(*args, False).gathered - ctx.costs(*args, True).gathered
     if held <= 0:
         return []
