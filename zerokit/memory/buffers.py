@@ -127,7 +127,8 @@ def kept_with_views(sizes: tuple[int, ...], held: tuple[int, ...], distance: flo
     (benchmarks/realrun_memory.py's mixtral-z3-live3m) held 12.19 MB of gathered buffers at its forward peak, 6.1M
     parameters, where the window keeps 2.82M and the two released layers' experts are 3.15M. An `nn.Linear`'s
     weight reaches DeepSpeed's `zero3_linear_wrap` itself, not a view, and is freed. Without recomputation only:
-    a checkpointed layer's forward saves nothing."""
+    a checkpointed layer's forward saves nothing. QLoRA's 4-bit weights are held so too, by bitsandbytes' node
+    attribute, with recomputation or without (`zerokit.memory.estimate.quantized_held`)."""
     start, _, kept = _kept_suffix(sizes, distance, threshold)
     return kept + sum(held[:start])
 

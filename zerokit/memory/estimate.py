@@ -42,7 +42,8 @@ P trainable parameters, N data-parallel ranks, P/N a rank's partition, e the tra
   forward the model's last modules stay gathered, by whichever rule keeps more (`buffers.kept_gathered`; counted
   and traced, benchmarks/zero3_gathers.py and realrun_memory.py's live cases), and backward re-gathers the rest.
   Without gradient checkpointing, an MoE's stacked experts stay allocated wherever their module is released: the
-  matmul's view of the gathered weight, saved for backward, holds the storage (`buffers.kept_with_views`).
+  matmul's view of the gathered weight, saved for backward, holds the storage (`buffers.kept_with_views`); and
+  QLoRA's gathered 4-bit weights stay until the autograd graph goes, after the optimizer step (`quantized_held`).
   Parameters below `stage3_param_persistence_threshold` elements stay whole on every rank. One rank gathers
   nothing (each parameter is its whole partition), unless the parameters are offloaded: then what stays is fetched
   once (a 0.9B llama on one H100, below the live limit, held all of it). The step works one sub-group at a time
@@ -526,7 +527,8 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
     gathers and compares it with its thresholds.
 
     `saved_views` (no gradient checkpointing): forward saves views of ZeRO-3's gathered stacked expert weights for
-    backward, which keep them allocated (`held_trace`); a checkpointed layer saves none."""
+    backward, which keep them allocated (`held_trace`); a checkpointed layer saves none. QLoRA's gathered 4-bit
+    weights stay allocated at ZeRO-3 with checkpointing or without, into the optimizer step (`quantized_held`)."""
     parameters, largest, front = model.parameters, model.largest_layer_parameters, 0
     threshold = buffers.param_persistence_threshold
     held = held_trace(model, threshold) if zero_stage == 3 and saved_views else ()

@@ -93,7 +93,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
     if activations_source is None:
         generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing, setup.zero_stage).generic
         activations_source = "generic" if generic else "modelled"
-    extra_warnings += expert_views(ctx)
+    extra_warnings += held_gathered(ctx)
     extra_warnings += unmeasured_nvme(machine, setup.offload_optimizer, setup.offload_param, hardware.nvme_path)
     extra_warnings += stand_in_cpu_adam(machine, setup.offload_optimizer)
     extra_warnings += shared_cpu_adam(machine, setup.offload_optimizer, hardware.gpus_per_node)
@@ -226,7 +226,7 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
                        f"{key} in config.json (the new positions start untrained)")
 
 
-def expert_views(ctx: Context) -> list[str]:
+def held_gathered(ctx: Context) -> list[str]:
     """A warning when the decision is ZeRO-3 and the autograd graph keeps gathered parameters that DeepSpeed
     releases (`zerokit.memory.buffers.kept_with_views`): an MoE's stacked experts without gradient checkpointing,
     QLoRA's 4-bit weights (`zerokit.memory.estimate.quantized_held`); how many bytes per GPU that is."""
