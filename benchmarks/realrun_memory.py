@@ -219,6 +219,11 @@ def clean_start(measurement: dict) -> int:
     return min(measured_phases(rk, steps)["start"] for run in measurement["runs"] for rk in run["ranks"])
 
 
+CLEAN_START = 100_000
+"""Bytes a run may start above its rank's cleanest start and still count as clean (a leftover is a whole gradient,
+0.1 MB and up on these models)."""
+
+
 def measured(measurement: dict, base: int | None = None) -> dict:
     """Per phase: (the peak of the rank that needs most, the largest raw figure), device side.
 
@@ -229,12 +234,13 @@ def measured(measurement: dict, base: int | None = None) -> dict:
     reduces it) and the clone lives until the thread has finished that collective; `--diagnose` (which
     lists live bytes by call site) found 0.1 to 2.1 MB of such clones live at ZeRO-3's optimizer step on some ranks of
     some runs (2.1 MB, up to 3.6% of the step's peak, in about 1 run of 10), none on others. NCCL makes no such
-    copy. Each rank's figure is taken from its run with the fewest leftovers (the cleanest start), less what it still
-    started with above the cleanest start of any rank; the ranks themselves differ legitimately (which one holds the
-    lm_head's gradient in its partition, say), so the larger rank counts. Not the smallest netted figure of all
-    runs: a leftover the step frees before its peak does not raise the peak, and netting it out of one run's peak
-    under-counted (mixtral-z3: raw peaks of 97.57 MB on three rank-runs, a run starting 2.1 MB high netted to
-    95.47; llama-z3 by 0.5%).
+    copy. Each rank's figure is the smallest of its runs with the fewest leftovers (those that start within
+    CLEAN_START of its cleanest start: a race within a step only adds), less what it still started with above the
+    cleanest start of any rank; the ranks themselves differ legitimately (which one holds the lm_head's gradient in
+    its partition, say), so the larger rank counts. Not the smallest netted figure of all runs: a leftover the step
+    frees before its peak does not raise the peak, and netting it out of that run's peak under-counted
+    (mixtral-z3: raw peaks of 97.57 MB on three rank-runs, a run starting 2.1 MB high netted to 95.47; llama-z3 by
+    0.5%).
 
     One run can leave leftovers on every rank; `base`, the clean start of earlier runs of the same case
     (`clean_start` of its golden figures), nets them out of it too.
@@ -242,10 +248,13 @@ def measured(measurement: dict, base: int | None = None) -> dict:
     steps = measurement["case"]["steps"]
     per_run = [[measured_phases(rk, steps) for rk in run["ranks"]] for run in measurement["runs"]]
     base = min([r["start"] for ranks in per_run for r in ranks] + ([base] if base is not None else []))
-    cleanest = [min((ranks[i] for ranks in per_run), key=lambda r: r["start"]) for i in range(len(per_run[0]))]
+    clean = []  # per rank, its runs that start cleanest
+    for i in range(len(per_run[0])):
+        lowest = min(ranks[i]["start"] for ranks in per_run)
+        clean.append([ranks[i] for ranks in per_run if ranks[i]["start"] - lowest <= CLEAN_START])
     out = {}
     for p in PHASES:
-        by_rank = [r[p] - (r["start"] - base) for r in cleanest]
+        by_rank = [min(r[p] - (r["start"] - base) for r in runs) for runs in clean]
         out[p] = (max(by_rank), max(r[p] for ranks in per_run for r in ranks))
     return out
 
