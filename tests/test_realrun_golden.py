@@ -101,7 +101,7 @@ def test_zero3_with_a_live_limit_below_the_model():
     """stage3_max_live_parameters (and the reuse distance a plan writes beside it) below the miniature models'
     4-7M parameters, as a frugal rung's 1e8 is below a 7B's. The llama at 1M: the reuse window keeps the head
     (1.05M); at 2M DeepSpeed's prefetcher keeps the last modules up to the limit (the head and layer 3, 1.77M), where
-    the window alone kept the head and the plan was 3.2% under (now 1.3%). qwen3 (a tied head) at 1.5M: 2.7% under. Mixtral at
+    the window alone kept the head and the plan was 3.2% under (now 0.8%). qwen3 (a tied head) at 1.5M: 1.5% under. Mixtral at
     3M: 0.7% under; it was 7.1% under before the experts' saved views (`kept_with_views`): its forward peak held
     12.19 MB of gathered buffers, 6.1M parameters, where the window keeps 2.82M and the released layers' stacked
     experts (3.15M) stay allocated through the views grouped_mm saved for backward. At 1M the window keeps the head

@@ -418,8 +418,9 @@ def _step_costs(parameters: int, trainable: int | None, frozen_bytes: int, world
     # the first `front` parameters of the trace are released after forward: only a window reaching back into them
     # keeps less; their adapters train, so backward reaches them and they stay
     released = max(0, min(front, kept - (sum(modules) - front))) if front else 0
-    window = max(kept - persistent, largest_layer, 0)
-    kept = max(kept - released - persistent, largest_layer, 0) + views
+    # (the trace counts persistent modules as 0: whole on every rank, they are `persistent_bytes` below)
+    window = max(kept, largest_layer, 0)
+    kept = max(kept - released, largest_layer, 0) + views
     if opt_on_gpu:  # one sub-group's gradients at a time (module docstring): the largest sub-group's, or the norm's
         if sub_groups is None:
             sub_groups = sub_group_bound(tn, buffers.sub_group_size, _div(largest_layer, n) if trainable is None else 0)
@@ -678,8 +679,9 @@ def _tensor_sizes(config_key: Any, layers: int) -> tuple[int, ...] | None:
 
 
 def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int]:
-    """(parameters per module in forward order, parameters below the persistence threshold, parameters of the
-    modules a frozen base's backward never reaches: `costs_of`'s front_released) for ZeRO-3.
+    """(parameters per module in forward order, module by module as the step-time model's trace, those below the
+    persistence threshold as 0; parameters below the persistence threshold; parameters of the modules a frozen
+    base's backward never reaches: `costs_of`'s front_released) for ZeRO-3.
 
     Remembered per config object (every ZeRO-3 candidate of every plan of a model asks); `_module_trace` keys on
     the content."""
@@ -695,31 +697,19 @@ def module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...
 
 
 def _meta_trace(trace: tuple[tuple[int, int], ...], layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
-    """`_trace_of` for a model instantiated on the meta device, from its own modules (`ModelSpec.module_trace`):
-    those before the decoder stack one by one, each layer's modules above the threshold as one (each layer its own
-    sum: a model's first layers may be dense and the rest MoE), those after above the threshold, a tied head
-    again. No front: LoRA is planned for the families zerokit counts only."""
+    """`_trace_of` for a model instantiated on the meta device, from its own modules (`ModelSpec.module_trace`), one
+    by one in registration order (the order its step time gathers them: `zerokit.perf.flops.meta_model_flops`),
+    those below the threshold as 0, a tied head again. No front: LoRA is planned for the families zerokit counts
+    only."""
     modules: list[int] = []
     persistent = 0
-    per_layer = [0] * layers
-    after: list[int] = []
-    in_stack = False
     for layer, n in trace:
-        if layer == -2:  # a tied head: the embedding's weight, gathered again
-            after.append(n)
-        elif layer >= 0:
-            in_stack = True
-            if n >= threshold:
-                per_layer[layer] += n
-            else:
-                persistent += n
-        elif in_stack:
-            after.append(n if n >= threshold else 0)
-            persistent += n if n < threshold else 0
-        else:
+        if layer == -2 or n >= threshold:  # a tied head: the embedding's weight, gathered again
             modules.append(n)
-            persistent += n if n < threshold else 0
-    return (*modules, *per_layer, *after), persistent, 0
+        else:
+            modules.append(0)
+            persistent += n
+    return tuple(modules), persistent, 0
 
 
 def held_trace(model: Any, persistence_threshold: int) -> tuple[int, ...]:
@@ -744,23 +734,9 @@ def held_trace(model: Any, persistence_threshold: int) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=64)
 def _meta_held(trace: tuple[tuple[int, int], ...], views: tuple[int, ...], layers: int,
                threshold: int) -> tuple[int, ...]:
-    """`held_trace` of a meta-device model: each layer's views of its modules above the threshold, at the layer's
-    place in `_meta_trace`'s modules (the modules before the stack one by one, the layers, those after)."""
-    before = after = 0
-    per_layer = [0] * layers
-    in_stack = False
-    for (layer, n), v in zip(trace, views):
-        if layer == -2:
-            after += 1
-        elif layer >= 0:
-            in_stack = True
-            if n >= threshold:
-                per_layer[layer] += v
-        elif in_stack:
-            after += 1
-        else:
-            before += 1
-    return (0,) * before + tuple(per_layer) + (0,) * after if any(per_layer) else ()
+    """`held_trace` of a meta-device model: each module's views where it is gathered, as `_meta_trace` lists it."""
+    held = tuple(v if layer != -2 and n >= threshold else 0 for (layer, n), v in zip(trace, views))
+    return held if any(held) else ()
 
 
 def saves_views(model: Any) -> bool:
@@ -771,21 +747,15 @@ def saves_views(model: Any) -> bool:
 @functools.lru_cache(maxsize=256)
 def _held_trace(config_key: Any, layers: int, threshold: int) -> tuple[int, ...]:
     from zerokit.errors import BadInput
-    from zerokit.models.params import model_parts, stack_split
+    from zerokit.models.params import model_parts
 
     try:
         parts = model_parts(dict(config_key))
     except (BadInput, KeyError, TypeError):
         return ()
-    first, per_layer, last = stack_split(parts)
-    held = 0.0
-    for p in per_layer:  # as `_trace_of` spreads a part's copies over the layers
-        views = sum(experts * a * b for _, experts, a, b in p.stacked if experts > 1)
-        if views and p.params * p.copies / layers >= threshold:
-            held += views * p.copies / layers
-    if not held:
-        return ()
-    return (0,) * len(first) + (int(held),) * layers + (0,) * len(last)
+    held = tuple(sum(experts * a * b for _, experts, a, b in p.stacked if experts > 1)
+                 if p.layer and p.params >= threshold else 0 for p, _ in _trace_entries(parts, layers))
+    return held if any(held) else ()
 
 
 def quantized_module_trace(model: Any, persistence_threshold: int) -> tuple[tuple[int, ...], int, int, int, int]:
@@ -816,7 +786,7 @@ def quantized_held(model: Any, persistence_threshold: int, front: bool) -> tuple
 @functools.lru_cache(maxsize=256)
 def _quantized_held(config_key: Any, layers: int, threshold: int, front: bool) -> tuple[int, ...]:
     from zerokit.errors import BadInput
-    from zerokit.models.params import model_parts, stack_split
+    from zerokit.models.params import model_parts
     from zerokit.models.quant import quantized_parts
 
     config = dict(config_key)
@@ -825,20 +795,13 @@ def _quantized_held(config_key: Any, layers: int, threshold: int, front: bool) -
     except (BadInput, KeyError, TypeError):
         return ()
     quantized = {p.name for p in quantized_parts(parts, str(config.get("model_type")))}
-    first, per_layer, last = stack_split(parts)
-    layer = first_layer = 0.0
-    for p in per_layer:
-        if p.name not in quantized:
-            continue
-        weight = (p.linear[0] * p.linear[1] + 1) // 4  # its stored elements (`_quantized_trace`); a bias is not held
-        if weight < threshold:  # persistent: whole on every rank, held or not
-            continue
-        layer += weight * p.copies / layers
-        if not (front and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS):
-            first_layer += weight * p.copies / layers
-    if not layer:
-        return ()
-    return (0,) * len(first) + (int(first_layer),) + (int(layer),) * (layers - 1) + (0,) * len(last)
+    held = []
+    for p, layer in _trace_entries(parts, layers):
+        weight = (p.linear[0] * p.linear[1] + 1) // 4 if p.name in quantized else 0  # stored; a bias is not held
+        if weight < threshold or (front and layer == 0 and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS):
+            weight = 0  # persistent (whole on every rank, held or not), or its input needs no gradient
+        held.append(weight)
+    return tuple(held) if any(held) else ()
 
 
 @functools.lru_cache(maxsize=256)
@@ -902,30 +865,40 @@ _INPUT_PROJECTIONS = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "c_att
                                 "W_pack"})
 
 
+def _trace_entries(parts: list, layers: int) -> list[tuple[Any, int]]:
+    """(part, its decoder layer or -1) of each module ZeRO-3 fetches, in forward order: the modules before the stack,
+    each layer's in the order its forward uses them, those after it (a tied head again), as the step-time model's
+    `zerokit.perf.flops.forward_trace` lists them: one trace for the time and the memory."""
+    from zerokit.models.params import stack_split
+    from zerokit.perf.flops import _in_layer, _use_order
+
+    first, per_layer, last = stack_split(parts)
+    entries = [(p, -1) for p in first]
+    use = _use_order(per_layer)
+    for layer in range(layers):
+        for p in use:
+            entries += [(p, layer)] * _in_layer(p, layer, layers)
+    return entries + [(p, -1) for p in last]
+
+
 def _trace_of(parts: list, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
-    """(parameters per module in forward order, parameters below the persistence threshold, the front: what comes
-    before the first layer, less a tied embedding the head uses again, and the first layer's input projections,
-    above the threshold) of `parts`."""
+    """(parameters per module in forward order, those below the persistence threshold as 0; parameters below the
+    persistence threshold; the front: what comes before the first layer, less a tied embedding the head uses again,
+    and the first layer's input projections, above the threshold) of `parts` (`_trace_entries`)."""
     from zerokit.models.params import stack_split
 
+    first = stack_split(parts)[0]
+    tied = any(p.tied for p in parts)
     modules: list[int] = []
-    persistent = 0
-    first, per_layer, last = stack_split(parts)
-    for p in first:
-        modules.append(p.params)
-        persistent += p.params if p.params < threshold else 0
-    layer_sizes = [p.params * p.copies / layers for p in per_layer]
-    layer_total = int(sum(s for s in layer_sizes if s >= threshold))
-    persistent += int(sum(s for s in layer_sizes if s < threshold)) * layers
-    modules += [layer_total] * layers
-    for p in last:
-        if p.tied:
-            modules.append(p.params)  # the tied head's weight is the embedding's: gathered again at the end
+    persistent = front = 0
+    for p, layer in _trace_entries(parts, layers):
+        if p.tied:  # the tied head's weight is the embedding's: gathered again at the end
+            modules.append(p.params)
             continue
-        modules.append(p.params if p.params >= threshold else 0)
-        persistent += p.params if p.params < threshold else 0
-    tied = any(p.tied for p in last)
-    front = sum(p.params for p in first if p.params >= threshold and not (tied and p is first[0]))
-    front += sum(p.params * p.copies // layers for p in per_layer
-                 if p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS and p.params * p.copies / layers >= threshold)
+        gathered = p.params >= threshold
+        modules.append(p.params if gathered else 0)
+        persistent += 0 if gathered else p.params
+        before = layer < 0 and any(p is f for f in first) and not (tied and p is first[0])
+        projection = layer == 0 and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS
+        front += p.params if gathered and (before or projection) else 0
     return tuple(modules), persistent, front
