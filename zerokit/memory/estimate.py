@@ -559,7 +559,7 @@ def costs_of(model: Any, world_size: int, accelerator: str, zero_stage: int, off
                        precision, accumulation, buffers, overhead, modules, persistent, largest, accelerator == "cpu",
                        adapter_bytes, replicated_bytes,
                        front if front_released and trainable is not None and not embedding_trains else 0,
-                       groups, norm, saved_parameters, grad_partition, held, sum(graph))
+                       groups, norm, saved_parameters, grad_partition, held, sum(graph) if graph else 0)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -739,9 +739,14 @@ def _meta_held(trace: tuple[tuple[int, int], ...], views: tuple[int, ...], layer
     return held if any(held) else ()
 
 
+_VIEWS = IdentityMemo(512)
+
+
 def saves_views(model: Any) -> bool:
-    """Whether ZeRO-3's costs of `model` depend on gradient checkpointing through `held_trace`."""
-    return bool(held_trace(model, 0))
+    """Whether ZeRO-3's costs of `model` depend on gradient checkpointing through `held_trace`; remembered per
+    model object (every plan asks once)."""
+    hit = _VIEWS.get(id(model), model)
+    return hit[0] if hit is not None else _VIEWS.put(id(model), model, (bool(held_trace(model, 0)),))[0]
 
 
 @functools.lru_cache(maxsize=256)
