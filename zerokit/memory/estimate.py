@@ -758,8 +758,10 @@ def _held_trace(config_key: Any, layers: int, threshold: int) -> tuple[int, ...]
         parts = model_parts(dict(config_key))
     except (BadInput, KeyError, TypeError):
         return ()
-    held = tuple(sum(experts * a * b for _, experts, a, b in p.stacked if experts > 1)
-                 if p.layer and p.params >= threshold else 0 for p, _ in _trace_entries(parts, layers))
+    # the experts module's tensors (`models.params._experts`), one expert or many; not the router's (n, h) weight
+    held = tuple(sum(experts * a * b for _, experts, a, b in p.stacked)
+                 if p.layer and p.name.endswith("experts") and p.params >= threshold else 0
+                 for p, _ in _trace_entries(parts, layers))
     return held if any(held) else ()
 
 
