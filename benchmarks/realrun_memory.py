@@ -138,6 +138,8 @@ LIVE_CASES = [
     # a second MoE family (Qwen3MoeExperts, eight experts of 256), whose views the rule was not fitted on
     _case("qwen3moe-z3-live3m", "qwen3moe", 3, max_live=3_000_000),
     _case("qwen3moe-z3-live1m", "qwen3moe", 3, max_live=1_000_000),
+    _case("mixtral-lora-z3-live3m", "mixtral", 3, peft="lora", lora_targets="q_proj,k_proj,v_proj,o_proj",
+          max_live=3_000_000),  # LoRA on the attention: the frozen experts are held alike
     # QLoRA: bitsandbytes' MatMul4Bit keeps `B.view(-1, 1)` of each 4-bit weight in ctx.tensors for backward
     _case("llama-qlora-z3-live1m", "llama", 3, peft="qlora", max_live=1_000_000),
     _case("llama-qlora-z3-ckpt-live1m", "llama", 3, ckpt=True, peft="qlora", max_live=1_000_000),
