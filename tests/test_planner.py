@@ -745,3 +745,7 @@ def test_zero3_without_checkpointing_on_an_moe_says_what_its_experts_hold():
     on = plan(model, hw, Training(seq_len=1024, zero_stage=3, gradient_checkpointing=True, micro_batch=1))
     assert on.decision.fits and on.memory.parameters < held / 10
     assert not any("stacked experts" in w for w in on.warnings)
+    # LoRA on the attention: the frozen experts are held alike, and the plan says the same bytes
+    lora = plan(model, hw, Training(seq_len=1024, zero_stage=3, gradient_checkpointing=False, micro_batch=1,
+                                    peft="lora", lora_targets="q_proj,k_proj,v_proj,o_proj"))
+    assert [w for w in lora.warnings if "stacked experts" in w] == notes

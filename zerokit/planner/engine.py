@@ -13,7 +13,7 @@ from dataclasses import replace
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, kernel_run, no_sdpa_note
 from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
-from zerokit.memory.estimate import costs_of
+from zerokit.memory.estimate import costs_of, saves_views
 from zerokit.memory.host import host_memory
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
@@ -241,9 +241,13 @@ def held_gathered(ctx: Context) -> list[str]:
                  "bitsandbytes' MatMul4Bit keeps a view of each gathered weight on its autograd node, which lives "
                  "until the loss goes, so DeepSpeed's release frees the parameter but not its storage")] \
             if held > 0 else []
-    if s.gradient_checkpointing or not ctx.bare_matters or ctx.peft is not None:
+    if s.gradient_checkpointing or not saves_views(ctx.model):
         return []
-    held = ctx.costs(*args, False).gathered - ctx.costs(*args, True).gathered
+    hw, extra = ctx.hardware, ctx.peft_costs(3)  # LoRA's frozen experts are held alike
+    held, without = (costs_of(ctx.model, hw.world_size, hw.accelerator, 3, s.offload_optimizer, s.offload_param,
+                              s.gradient_accumulation_steps, ctx.precision, ctx.chosen.buffers, ctx.overhead,
+                              front_released=True, saved_views=views, **extra).gathered for views in (True, False))
+    held -= without
     if held <= 0:
         return []
     return [(f"ZeRO-3 without gradient checkpointing keeps {format_bytes(held)} per GPU of the MoE layers' stacked "
