@@ -91,7 +91,7 @@ def tbf(nodes, rate: str) -> None:
 
 
 LINK_WORKER = """
-import json, sys, time
+import json, os, sys, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
 w, n, reps = dist.get_world_size(), int(sys.argv[1]), 5
@@ -113,6 +113,10 @@ if dist.get_rank() == 0:
                "bus_bandwidth": (reduce_bus + gather_bus) / 2, "latency_s": latency}, open(sys.argv[2], "w"))
 dist.barrier()
 dist.destroy_process_group()
+# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
+# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 """The link's collectives between the two namespaces, timed as `zerokit.perf.probe`'s `collectives` times a node's
 ranks (bus bandwidth: what each rank sends, over the time)."""

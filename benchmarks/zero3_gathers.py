@@ -36,7 +36,7 @@ DISTANCES = (1_000_000_000, 2_000_000, 1_000_000)
 a 7B's; each the live limit too (`stage3_max_live_parameters`), as a plan writes them."""
 
 WORKER = """
-import json, sys
+import json, os, sys
 import deepspeed, torch, torch.distributed as dist
 import deepspeed.comm as comm
 from transformers import AutoModelForCausalLM, LlamaConfig
@@ -88,6 +88,10 @@ if dist.get_rank() == 0:
     json.dump({"calls": counted[0], "elements": counted[1], "trace": trace}, open(out_path, "w"))
 dist.barrier()
 dist.destroy_process_group()
+# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
+# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 

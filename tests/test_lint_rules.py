@@ -805,7 +805,7 @@ def test_zk501_stage3_short_alias_is_not_filled(ds):
 
 
 ACCELERATE_PREPARE = """
-import json, sys, torch
+import json, os, sys, torch
 from accelerate import Accelerator
 from accelerate.utils import DeepSpeedPlugin, DummyOptim
 acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[1])))
@@ -816,6 +816,10 @@ try:
 except ValueError as e:
     print(e)
 torch.distributed.destroy_process_group()
+# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
+# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
@@ -836,7 +840,7 @@ def accelerate_prepare(cfg: dict) -> str:
 
 
 AUTOTP_SAVE = """
-import json, sys, torch, transformers
+import json, os, sys, torch, transformers
 from accelerate import Accelerator
 from accelerate.utils import DeepSpeedPlugin, DummyOptim
 acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[-2])))
@@ -855,6 +859,10 @@ if torch.distributed.get_rank() == 0:
     print("RESULT", result)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
+# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
+# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
 """
 
 
