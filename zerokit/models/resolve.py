@@ -245,7 +245,7 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     return ModelSpec(name=name, parameters=int(total), largest_layer_parameters=int(largest), hidden_size=hidden,
                      num_layers=layers, vocab_size=int(getattr(text, "vocab_size", 0) or 0), source="meta",
                      config=full, notes=tuple(notes), module_trace=(trace := module_trace(torch, model, layers)),
-                     expert_views=expert_views(torch, model) if trace else (),
+                     expert_views=expert_views(model) if trace else (),
                      active_matmul_parameters=active_matmul_parameters(torch, model, full))
 
 
@@ -258,37 +258,36 @@ def module_trace(torch: Any, model: Any, layers: int) -> tuple[tuple[int, int], 
     if not layers or not stacks:
         return ()
     stack = min(stacks, key=lambda n: n.count(".")) + "."
-    trace, seen = [], set()
-    for name, m in model.named_modules():
-        params = list(m.parameters(recurse=False))
-        own = sum(p.numel() for p in params)
-        if not own:
-            continue
-        if all(id(p) in seen for p in params):
-            trace.append((-2, int(own)))
-            continue
-        seen.update(id(p) for p in params)
-        trace.append((int(name[len(stack):].split(".", 1)[0]) if name.startswith(stack) else -1, int(own)))
+    trace = []
+    for name, _, params, tied in _owning_modules(model):
+        layer = -2 if tied else int(name[len(stack):].split(".", 1)[0]) if name.startswith(stack) else -1
+        trace.append((layer, sum(int(p.numel()) for p in params)))
     return tuple(trace)
 
 
-def expert_views(torch: Any, model: Any) -> tuple[int, ...]:
+def _owning_modules(model: Any) -> Any:
+    """(name, module, its own parameters, whether an earlier module owns them all: a tied head) of every module with
+    parameters of its own, in registration order: `module_trace`'s entries, and `expert_views`'."""
+    seen: set[int] = set()
+    for name, m in model.named_modules():
+        params = list(m.parameters(recurse=False))
+        if not sum(p.numel() for p in params):
+            continue
+        tied = all(id(p) in seen for p in params)
+        seen.update(id(p) for p in params)
+        yield name, m, params, tied
+
+
+def expert_views(model: Any) -> tuple[int, ...]:
     """Per entry of `module_trace` (the modules that own parameters, in the same order), the parameters of its
     stacked expert tensors (three dimensions or more) that its matmuls take as views: a module transformers'
     `use_experts_implementation` decorates without `is_transposed` (grouped_mm passes `weight.transpose(-2, -1)`, the
-    eager loop `weight[expert]`); a transposed one (gpt_oss) passes the weight itself. Empty when no module has them."""
-    views, seen = [], set()
-    for _, m in model.named_modules():
-        params = list(m.parameters(recurse=False))
-        if not sum(p.numel() for p in params):  # as `module_trace` skips it
-            continue
-        if all(id(p) in seen for p in params):  # a tied head: its entry of the trace, holding nothing
-            views.append(0)
-            continue
-        seen.update(id(p) for p in params)
-        stacked = getattr(m, "is_transposed", None) is False and hasattr(m, "is_concatenated")
-        views.append(sum(int(p.numel()) for p in params if p.dim() >= 3) if stacked else 0)
-    return tuple(views) if any(views) else ()
+    eager loop `weight[expert]`); a transposed one (gpt_oss) passes the weight itself; a tied head holds nothing.
+    Empty when no module has them."""
+    views = tuple(sum(int(p.numel()) for p in params if p.dim() >= 3)
+                  if not tied and getattr(m, "is_transposed", None) is False and hasattr(m, "is_concatenated") else 0
+                  for _, m, params, tied in _owning_modules(model))
+    return views if any(views) else ()
 
 
 EXPERT_PARAMETER = re.compile(r"(^|\.)experts(\.|$)")
