@@ -105,6 +105,7 @@ from zerokit.memory.activations import ActivationEstimate
 from zerokit.memory.buffers import BufferSettings, kept_gathered, kept_with_views
 from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
+from zerokit.perf.flops import forward_parts
 from zerokit.planner.types import GpuMemory, Hardware, Setup, Training
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -761,7 +762,7 @@ def _held_trace(config_key: Any, layers: int, threshold: int) -> tuple[int, ...]
     # the experts module's tensors (`models.params._experts`), one expert or many; not the router's (n, h) weight
     held = tuple(sum(experts * a * b for _, experts, a, b in p.stacked)
                  if p.layer and p.name.endswith("experts") and p.params >= threshold else 0
-                 for p, _ in _trace_entries(parts, layers))
+                 for p, _ in forward_parts(parts, layers))
     return held if any(held) else ()
 
 
@@ -803,7 +804,7 @@ def _quantized_held(config_key: Any, layers: int, threshold: int, front: bool) -
         return ()
     quantized = {p.name for p in quantized_parts(parts, str(config.get("model_type")))}
     held = []
-    for p, layer in _trace_entries(parts, layers):
+    for p, layer in forward_parts(parts, layers):
         weight = (p.linear[0] * p.linear[1] + 1) // 4 if p.name in quantized else 0  # stored; a bias is not held
         if weight < threshold or (front and layer == 0 and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS):
             weight = 0  # persistent (whole on every rank, held or not), or its input needs no gradient
@@ -872,40 +873,21 @@ _INPUT_PROJECTIONS = frozenset({"q_proj", "k_proj", "v_proj", "qkv_proj", "c_att
                                 "W_pack"})
 
 
-def _trace_entries(parts: list, layers: int) -> list[tuple[Any, int]]:
-    """(part, its decoder layer or -1) of each module ZeRO-3 fetches, in forward order: the modules before the stack,
-    each layer's in the order its forward uses them, those after it (a tied head again), as the step-time model's
-    `zerokit.perf.flops.forward_trace` lists them: one trace for the time and the memory."""
-    from zerokit.models.params import stack_split
-    from zerokit.perf.flops import _in_layer, _use_order
-
-    first, per_layer, last = stack_split(parts)
-    entries = [(p, -1) for p in first]
-    use = _use_order(per_layer)
-    for layer in range(layers):
-        for p in use:
-            entries += [(p, layer)] * _in_layer(p, layer, layers)
-    return entries + [(p, -1) for p in last]
-
-
 def _trace_of(parts: list, layers: int, threshold: int) -> tuple[tuple[int, ...], int, int]:
     """(parameters per module in forward order, those below the persistence threshold as 0; parameters below the
     persistence threshold; the front: what comes before the first layer, less a tied embedding the head uses again,
-    and the first layer's input projections, above the threshold) of `parts` (`_trace_entries`)."""
-    from zerokit.models.params import stack_split
-
-    first = stack_split(parts)[0]
+    and the first layer's input projections, above the threshold) of `parts` (`zerokit.perf.flops.forward_parts`)."""
     tied = any(p.tied for p in parts)
     modules: list[int] = []
     persistent = front = 0
-    for p, layer in _trace_entries(parts, layers):
+    for i, (p, layer) in enumerate(forward_parts(parts, layers)):
         if p.tied:  # the tied head's weight is the embedding's: gathered again at the end
             modules.append(p.params)
             continue
         gathered = p.params >= threshold
         modules.append(p.params if gathered else 0)
         persistent += 0 if gathered else p.params
-        before = layer < 0 and any(p is f for f in first) and not (tied and p is first[0])
+        before = layer < 0 and not (tied and i == 0)  # a tied embedding is used again by the head
         projection = layer == 0 and p.name.rsplit(".", 1)[-1] in _INPUT_PROJECTIONS
         front += p.params if gathered and (before or projection) else 0
     return tuple(modules), persistent, front

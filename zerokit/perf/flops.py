@@ -370,19 +370,25 @@ def backward_order(parts: list, layers: int) -> tuple[int, ...]:
 
 
 def forward_trace(parts: list, layers: int) -> tuple[int, ...]:
-    """Parameters of each module of `parts` in the order a forward uses them (`backward_order`'s order, reversed,
-    module by module): the modules before the stack, each layer's in use order, those after it, a tied head as the
+    """Parameters of each module of `parts` in the order a forward uses them (`forward_parts`), a tied head as the
     embedding's weight again (DeepSpeed fetches it for each module that uses it)."""
-    first, per_layer, behind = stack_split(parts)
-    if not per_layer:
+    if not stack_split(parts)[1]:
         return ()
+    return tuple(p.params for p, _ in forward_parts(parts, layers) if p.params > 0)
+
+
+def forward_parts(parts: list, layers: int) -> list[tuple[Any, int]]:
+    """(part, its decoder layer: -1 before the stack, `layers` after it) of each module ZeRO-3 fetches, in the order
+    a forward uses them (`backward_order`'s order, reversed, module by module): the modules before the stack, each
+    layer's in use order, those after it (a tied head again). One trace for the step time (`forward_trace`) and the
+    memory (`zerokit.memory.estimate.module_trace`)."""
+    first, per_layer, behind = stack_split(parts)  # only a layer's parts have copies (`models.params._times`)
+    entries = [(p, -1) for p in first]
     use = _use_order(per_layer)
-    out = [p.params for p in first for _ in range(p.copies)]
     for layer in range(layers):
         for p in use:
-            out += [p.params] * _in_layer(p, layer, layers)
-    out += [p.params for p in behind for _ in range(p.copies)]
-    return tuple(n for n in out if n > 0)
+            entries += [(p, layer)] * _in_layer(p, layer, layers)
+    return entries + [(p, layers) for p in behind]
 
 
 def _use_order(per_layer: list) -> list:
