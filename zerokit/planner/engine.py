@@ -243,11 +243,12 @@ def held_gathered(ctx: Context) -> list[str]:
             if held > 0 else []
     if s.gradient_checkpointing or not saves_views(ctx.model):
         return []
-    hw, extra = ctx.hardware, ctx.peft_costs(3)  # LoRA's frozen experts are held alike
-    held, without = (costs_of(ctx.model, hw.world_size, hw.accelerator, 3, s.offload_optimizer, s.offload_param,
-                              s.gradient_accumulation_steps, ctx.precision, ctx.chosen.buffers, ctx.overhead,
-                              front_released=True, saved_views=views, **extra).gathered for views in (True, False))
-    held -= without
+    # the plan's own costs (views held; LoRA's frozen experts alike) against the same setup without the views
+    hw = ctx.hardware
+    without = costs_of(ctx.model, hw.world_size, hw.accelerator, 3, s.offload_optimizer, s.offload_param,
+                       s.gradient_accumulation_steps, ctx.precision, ctx.chosen.buffers, ctx.overhead,
+                       front_released=True, **ctx.peft_costs(3))
+    held = ctx.costs(*args, False).gathered - without.gathered
     if held <= 0:
         return []
     return [(f"ZeRO-3 without gradient checkpointing keeps {format_bytes(held)} per GPU of the MoE layers' stacked "
