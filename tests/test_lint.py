@@ -54,7 +54,7 @@ def test_text_format_is_path_line_col_severity_code_message(capsys):
                         "4 x world size 8 = 128; DeepSpeed asserts this at initialize; set train_batch_size to 128")
     assert f"{BROKEN}:22:3: error ZK100 unknown key 'wall_clock_breakdwon' at the top level: DeepSpeed silently " \
            "ignores it (did you mean 'wall_clock_breakdown'?)" in lines
-    assert err.strip() == "1 file checked: 14 errors, 1 warning"
+    assert err.strip() == "1 file checked: 15 errors, 1 warning"
 
 
 def test_json_format_lists_findings_with_dotted_keys(capsys):

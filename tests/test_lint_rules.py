@@ -1214,3 +1214,147 @@ def test_zk208_dynamic_scaling_keys_beside_a_static_loss_scale_are_ignored(ds):
     assert fp16.loss_scale == 1024  # the engine scales dynamically only at 0 (engine.dynamic_loss_scale)
     assert not codes(with_({"fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000}}))
     assert not codes(with_({"fp16": {"enabled": True, "loss_scale": 1024}}))
+
+
+# ---------------------------------------------------------------- DeepSpeed 0.19 read against the schema (session 41)
+
+def test_zk413_adam_params_are_fusedadams_or_cpuadams_keywords(ds):
+    """engine._configure_basic_optimizer hands optimizer.params (less adam_w_mode, torch_adam,
+    fp32_optimizer_states) to FusedAdam, or to DeepSpeedCPUAdam with optimizer offload, as keywords."""
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+
+    from zerokit.lint import rules
+
+    fused = set(inspect.signature(FusedAdam.__init__).parameters) - {"self", "params", "adam_w_mode"}
+    cpu = set(inspect.signature(DeepSpeedCPUAdam.__init__).parameters) - {"self", "model_params", "adamw_mode",
+                                                                            "fp32_optimizer_states"}
+    assert fused == set(rules.FUSED_ADAM_PARAMS) and cpu == set(rules.CPU_ADAM_PARAMS)
+    source = inspect.getsource(ds.runtime.engine.DeepSpeedEngine)
+    for key in rules.ADAM_OWN_PARAMS:
+        assert f"optimizer_parameters.pop({key.upper() + '_PARAM' if key == 'torch_adam' else key.upper()}" in source \
+            or f"optimizer_parameters.pop('{key}'" in source, key
+    cfg = with_({"zero_optimization": {"stage": 2},
+                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "beta1": 0.9, "betas": [0.9, 0.95]}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK413", "optimizer.params.beta1", "betas")
+    import torch
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'beta1'"):
+        FusedAdam([torch.nn.Parameter(torch.zeros(2))], lr=1e-4, beta1=0.9)  # Python refuses it before any kernel
+    offload = with_({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                     "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "set_grad_none": True}}})
+    assert [(f.code, f.key) for f in lint(offload)] == [("ZK413", "optimizer.params.set_grad_none")]
+    assert "set_grad_none" not in inspect.signature(DeepSpeedCPUAdam.__init__).parameters
+    # what DeepSpeed reads itself, "auto" under the Trainer, and torch's Adam (torch_adam) pass
+    fine = with_({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam", "params": {
+        "lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto", "adam_w_mode": False,
+        "bias_correction": True}}})
+    assert not codes(fine, "trainer") & {"ZK413"}
+    assert not codes(with_({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True,
+                                                                       "foreach": True}}})) & {"ZK413"}
+
+
+def test_zk406_a_scheduler_without_params_fails_at_initialize(ds):
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR"}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.suggestion) == ("ZK406", "scheduler", "scheduler.params")
+    with pytest.raises(TypeError, match="must be a mapping"):
+        initialize(ds, cfg)
+    ok = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR", "params": {}}})
+    assert not lint(ok)
+    initialize(ds, ok)
+
+
+def test_zk316_legacy_stage1_is_refused_at_initialize(ds):
+    cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 1, "legacy_stage1": True}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.severity) == ("ZK316", "zero_optimization.legacy_stage1", "error")
+    with pytest.raises(Exception, match="deprecated version of ZeRO Stage 1"):
+        initialize(ds, cfg)
+
+
+def test_zk302_quantized_gradients_and_super_offload_are_read_at_stage3_only(ds):
+    """engine._configure_zero_optimizer: the all-to-all group zero_quantized_gradients builds goes to the stage-3
+    optimizer alone, and super_offload picks SuperOffloadOptimizer_Stage3 in the stage-3 branch alone."""
+    source = inspect.getsource(ds.runtime.engine.DeepSpeedEngine._configure_zero_optimizer)
+    stage3 = source[source.index("zero_stage == ZeroStageEnum.weights"):]
+    assert "all2all_process_group=self.local_all_to_all_group" in stage3
+    assert "all2all_process_group" not in source[:source.index("zero_stage == ZeroStageEnum.weights")]
+    assert "self.super_offload(" in stage3 and "super_offload" not in source[:source.index(
+        "zero_stage == ZeroStageEnum.weights")]
+    cfg = with_({"zero_optimization": {"stage": 2, "zero_quantized_gradients": True,
+                                       "offload_optimizer": {"device": "cpu", "super_offload": True}},
+                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})
+    assert {(f.code, f.key) for f in lint(cfg)} == {
+        ("ZK302", "zero_optimization.zero_quantized_gradients"),
+        ("ZK302", "zero_optimization.offload_optimizer.super_offload")}
+    zero = ds_config(cfg).zero_config
+    assert zero.zero_quantized_gradients and zero.offload_optimizer.super_offload  # parsed, then unused
+    cfg["zero_optimization"]["stage"] = 3
+    assert not codes(cfg) & {"ZK302"}
+
+
+def test_values_deepspeed_refuses_when_it_reads_the_config(ds):
+    """log_level is a logging word (utils/logging.get_log_level_from_string), keep_in_fp32_modules a list or
+    "auto", and tensor_parallel.dtype a torch.dtype no JSON value is."""
+    from deepspeed.utils.logging import get_log_level_from_string
+
+    [f] = lint(with_({"log_level": "warn"}))
+    assert (f.code, f.key) == ("ZK104", "log_level")
+    with pytest.raises(ValueError, match="not one of the valid logging levels"):
+        get_log_level_from_string("warn")
+    assert not lint(with_({"log_level": "WARNING"}))
+    get_log_level_from_string("WARNING")
+
+    keep = with_({"data_types": {"keep_in_fp32_modules": "lm_head"}})
+    [f] = lint(keep)
+    assert (f.code, f.key) == ("ZK103", "data_types.keep_in_fp32_modules")
+    with pytest.raises(Exception, match="list of name patterns"):
+        ds_config(keep)
+    for fine in (["lm_head"], "auto"):
+        cfg = with_({"data_types": {"keep_in_fp32_modules": fine}})
+        assert not lint(cfg)
+        ds_config(cfg)
+
+    tp = with_({"tensor_parallel": {"autotp_size": 1, "dtype": "bf16"}})
+    [f] = lint(tp)
+    assert (f.code, f.key, f.severity) == ("ZK103", "tensor_parallel.dtype", "error")
+    with pytest.raises(Exception, match="dtype"):
+        ds_config(tp)
+
+
+def test_values_deepspeed_takes_that_the_schema_once_refused(ds):
+    """AutoEP's top_k and routed_scaling_factor are numbers or "auto" (AutoEPConfig: int | str, float | str), and
+    "aio": null keeps the defaults (swap_tensor/aio_config.get_aio_config)."""
+    from deepspeed.module_inject.auto_ep_config import parse_autoep_config
+
+    ep = {"enabled": True, "top_k": 2, "routed_scaling_factor": 2.5}
+    cfg = with_({"zero_optimization": {"stage": 2}, "expert_parallel": ep})
+    assert not lint(cfg)
+    ds_config(cfg)
+    parsed = parse_autoep_config(ep)
+    assert (parsed.top_k, parsed.routed_scaling_factor) == (2, 2.5)
+    [f] = lint(with_({"expert_parallel": {"enabled": True, "top_k": "two"}}))
+    assert (f.code, f.key) == ("ZK103", "expert_parallel.top_k")
+    assert not lint(with_({"expert_parallel": {"enabled": True, "top_k": "auto"}}))
+
+    aio = with_({"aio": None})
+    assert not lint(aio)
+    assert ds_config(aio).aio_config["block_size"] == 1048576
+
+
+def test_zk100_says_what_deepspeed_does_and_suggests_a_current_key(ds):
+    # a misspelt key set to "auto": DeepSpeedConfigModel drops "auto" values before it validates
+    typo = with_({"zero_optimization": {"stage": 2, "reduce_bucket_sise": "auto"}})
+    f = next(f for f in lint(typo) if f.code == "ZK100")
+    assert "silently ignores it" in f.message and f.suggestion == "zero_optimization.reduce_bucket_size"
+    ds_config(typo)  # accepted
+    # a name seventeen sections have: no section picked for it (weight_quantization.enabled defaults to true)
+    [f] = lint(with_({"zero_optimization": {"stage": 2, "enabled": True}}))
+    assert f.code == "ZK100" and f.suggestion is None and "delete it" in f.message
+    # pin_memory is the offload sections' key; cpu_offload_use_pin_memory (deprecated) is read by nothing
+    [f] = lint(with_({"zero_optimization": {"stage": 2, "cpu_offload_pin_memory": True}}))
+    assert f.suggestion == "zero_optimization.offload_optimizer.pin_memory"
+    [f] = lint(with_({"zero_optimization": {"stage": 2, "pin_memory": True}}))
+    assert f.suggestion == "zero_optimization.offload_optimizer.pin_memory"
+    assert "zero_optimization.offload_param.pin_memory" in f.message

@@ -50,11 +50,23 @@ DEEPSPEED_SCHEDULER_REQUIRED = {"OneCycle": ("cycle_min_lr", "cycle_max_lr"), "W
                                 "WarmupCosineLR": ("total_num_steps",)}
 # Stage-3-only keys of zero_optimization (pydantic field name and its stage3_ alias): engine._configure_zero_optimizer
 # hands them to DeepSpeedZeroOptimizer_Stage3 (or zero.Init) alone, never to the stage 1/2 optimizer
+FUSED_ADAM_PARAMS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "amsgrad", "set_grad_none")
+"""deepspeed.ops.adam.FusedAdam's keywords (ops/adam/fused_adam.py), but params and adam_w_mode."""
+CPU_ADAM_PARAMS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "amsgrad")
+"""DeepSpeedCPUAdam's (ops/adam/cpu_adam.py), but model_params and the adamw_mode and fp32_optimizer_states the
+engine passes itself (in params they would be given twice: TypeError)."""
+ADAM_OWN_PARAMS = ("adam_w_mode", "torch_adam", "fp32_optimizer_states")
+"""optimizer.params keys engine._configure_basic_optimizer and get_optimizer_configuration pop before the call."""
+# zero_quantized_gradients: the engine builds its all-to-all group at any stage, but only the stage-3 optimizer
+# receives it (engine.py _configure_zero_optimizer)
 STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
                "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
                "module_granularity_threshold", "use_all_reduce_for_fetch_params", "allgather_sequential",
                "sub_group_size", "zero_hpz_partition_size", "zero_quantized_weights",
-               "zero_quantized_nontrainable_weights", "log_trace_cache_warnings")
+               "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "log_trace_cache_warnings")
+STAGE3_OFFLOAD_KEYS = ("super_offload", "cpuadam_cores_perc")
+"""offload_optimizer keys only ZeRO-3 reads: engine._configure_zero_optimizer picks SuperOffloadOptimizer_Stage3 by
+super_offload in its stage-3 branch alone (cpuadam_cores_perc is that optimizer's)."""
 # Keys only DeepSpeedZeroOptimizer (stage 1/2) takes; engine._configure_zero_optimizer never hands them to stage 3
 STAGE12_KEYS = ("allgather_bucket_size", "ignore_unused_parameters", "parameter_alignment", "round_robin_gradients",
                 "use_multi_rank_bucket_allreduce")
@@ -419,10 +431,23 @@ def stage3_keys_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
             if key in zero:
                 yield Hit(("zero_optimization", key), f"zero_optimization.{key} only applies to ZeRO stage 3; at "
                           f"stage {stage} DeepSpeed ignores it; remove it or use stage 3")
+    opt = zero.get("offload_optimizer")
+    for key in STAGE3_OFFLOAD_KEYS if isinstance(opt, dict) else ():
+        if key in opt:
+            yield Hit(("zero_optimization", "offload_optimizer", key), f"zero_optimization.offload_optimizer.{key} "
+                      f"only applies to ZeRO stage 3; at stage {stage} DeepSpeed ignores it; remove it or use stage 3")
     if "stage3_gather_fp16_weights_on_model_save" in zero:
         yield Hit(("zero_optimization", "stage3_gather_fp16_weights_on_model_save"),
                   f"zero_optimization.stage3_gather_fp16_weights_on_model_save only applies to ZeRO stage 3; at stage "
                   f"{stage} DeepSpeed ignores it")
+
+
+def legacy_stage1(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedZeroConfig still parses legacy_stage1; engine._configure_zero_optimizer raises on it at any stage."""
+    if _is_true(_zero(doc.data).get("legacy_stage1")) and (_stage(doc.data) or 0) > 0:
+        yield Hit(("zero_optimization", "legacy_stage1"), "zero_optimization.legacy_stage1 is the ZeRO-1 DeepSpeed "
+                  "removed in 0.5.9: initialize raises 'The deprecated version of ZeRO Stage 1 is not supported'; "
+                  "delete it (stage 1 is today's ZeRO-1)")
 
 
 def stage12_keys_at_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -785,6 +810,40 @@ def optimizer_lr_type(doc: Document, ctx: Context) -> Iterator[Hit]:
               f"DeepSpeed's fused Adam at the first step); {how}", fix)
 
 
+def optimizer_params(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._configure_basic_optimizer hands optimizer.params, less the keys it reads itself (ADAM_OWN_PARAMS), to
+    the optimizer's constructor as keywords: for "Adam"/"AdamW" DeepSpeed's FusedAdam, or DeepSpeedCPUAdam with
+    optimizer offload. A keyword either does not take is a TypeError at initialize. With torch_adam: true the class
+    is torch's, whose keywords zerokit does not list (it imports without torch): not checked."""
+    opt = _section(doc.data, "optimizer")
+    name, params = opt.get("type"), opt.get("params")
+    if not isinstance(name, str) or name.lower() not in ("adam", "adamw") or not isinstance(params, dict):
+        return
+    if params.get("torch_adam") not in (None, False):
+        return
+    device = _offload(doc.data, "optimizer")[0]
+    cpu = device in ("cpu", "nvme")
+    cls, taken = ("DeepSpeedCPUAdam", CPU_ADAM_PARAMS) if cpu else ("FusedAdam", FUSED_ADAM_PARAMS)
+    if device == AUTO:  # the consumer fills the device: only what neither class takes
+        cls, cpu = "FusedAdam (or DeepSpeedCPUAdam)", False
+    for key in params:
+        if key in taken or key in ADAM_OWN_PARAMS or key == "max_grad_norm":  # max_grad_norm: ZK404
+            continue
+        if key in FUSED_ADAM_PARAMS:  # set_grad_none, with optimizer offload
+            why = f"{cls} (the optimizer offload's) has no keyword '{key}'"
+        elif key == "adamw_mode" and cpu:  # get_optimizer_configuration passes it from adam_w_mode
+            why = f"DeepSpeed passes {cls} adamw_mode itself (from params.adam_w_mode), so it would be given twice"
+        else:
+            why = f"'{key}' is not a keyword of {cls}, DeepSpeed's {name}" + (" with optimizer offload" if cpu else "")
+        guess = schema_mod._did_you_mean(key, list(taken) + list(ADAM_OWN_PARAMS))
+        if key in ("beta1", "beta2", "adam_beta1", "adam_beta2"):
+            guess = "betas"
+        yield Hit(("optimizer", "params", key), f"{why}: initialize fails with TypeError (unexpected keyword "
+                  f"argument); it takes {', '.join(taken)} (and DeepSpeed reads {', '.join(ADAM_OWN_PARAMS)} itself)"
+                  + (" (did you mean 'betas'? one list, [beta1, beta2])" if guess == "betas" else
+                     f" (did you mean '{guess}'?)" if guess else ""), guess)
+
+
 def max_grad_norm_param(doc: Document, ctx: Context) -> Iterator[Hit]:
     """engine._configure_basic_optimizer raises on optimizer.params.max_grad_norm; clipping is gradient_clipping."""
     params = _section(doc.data, "optimizer").get("params")
@@ -809,6 +868,13 @@ def scheduler_params(doc: Document, ctx: Context) -> Iterator[Hit]:
     """engine._scheduler_from_config calls scheduler(optimizer, **params): a wrong or missing keyword is a TypeError."""
     sched = _section(doc.data, "scheduler")
     name, params = sched.get("type"), sched.get("params", {})
+    if isinstance(name, str) and name != AUTO and sched.get("params") is None:
+        # runtime/config.get_scheduler_params gives None without params, and engine._scheduler_from_config calls
+        # scheduler(optimizer, **None); neither the HF Trainer nor Accelerate adds params (they fill written keys)
+        yield Hit(("scheduler",), f"scheduler {name} has no params: initialize fails with TypeError (argument after ** "
+                  'must be a mapping); add "params": {...} (an empty {} takes the scheduler\'s defaults)',
+                  "scheduler.params")
+        return
     if not isinstance(name, str) or name not in DEEPSPEED_SCHEDULER_PARAMS or not isinstance(params, dict):
         return
     accepted = DEEPSPEED_SCHEDULER_PARAMS[name]
@@ -1056,6 +1122,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK301", ERROR, "offload-param-below-stage3", offload_param_below_stage3),
     Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
     Rule("ZK311", WARNING, "stage12-key-at-stage3", stage12_keys_at_stage3),
+    Rule("ZK316", ERROR, "legacy-stage1", legacy_stage1),
     Rule("ZK303", ERROR, "nvme-without-path", nvme_without_path),
     Rule("ZK304", ERROR, "partial-offload-below-stage3", partial_offload_below_stage3),
     Rule("ZK305", ERROR, "offload-optimizer-stage0", offload_optimizer_stage0),
@@ -1072,6 +1139,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK402", ERROR, "untested-zero-optimizer", untested_zero_optimizer),
     Rule("ZK403", WARNING, "offload-needs-ds-optimizer", offload_client_optimizer),
     Rule("ZK404", ERROR, "max-grad-norm-param", max_grad_norm_param),
+    Rule("ZK413", ERROR, "optimizer-params", optimizer_params),
     Rule("ZK412", ERROR, "optimizer-lr-not-a-number", optimizer_lr_type),
     Rule("ZK405", ERROR, "unknown-scheduler", unknown_scheduler),
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),

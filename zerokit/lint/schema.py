@@ -151,6 +151,11 @@ def _closest(key: str, candidates: tuple[str, ...]) -> str | None:
 def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Iterator[Hit]:
     """Type, enum and range of one value."""
     node = value_node(node)
+    if node.get("x-torch-dtype"):  # a pydantic field typed torch.dtype (is_instance_of): JSON has no such value
+        yield Hit(keypath, f"'{dotted(keypath)}' cannot be set from a config file: DeepSpeed's field is a torch.dtype "
+                  f"object, so {_show(value)} (any JSON value) fails validation when the engine starts; delete it",
+                  None, ERROR, "ZK103")
+        return
     types = node.get("type")
     if isinstance(types, str):
         types = [types]
@@ -255,6 +260,10 @@ MOVED = {
     "compile.backend": (None, _OLD_COMPILE),
     **{f"bf16.{k}": (None, _BF16_SCALING) for k in ("loss_scale", "initial_scale_power", "loss_scale_window",
                                                      "hysteresis", "consecutive_hysteresis", "min_loss_scale")},
+    "zero_optimization.cpu_offload_pin_memory": (
+        "zero_optimization.offload_optimizer.pin_memory",
+        (" (pin_memory is a key of offload_optimizer and offload_param: "
+         "'zero_optimization.offload_optimizer.pin_memory')")),
     "bf16.auto_cast": (None, (" (fp16's key, which casts the inputs to fp16; DeepSpeed's bf16 section has none: "
                               "delete it)")),
     # LLaMA-Factory's ds_z3_fp8_config.json has one; DeepSpeed 0.19's config reads no fp8 key anywhere
@@ -289,8 +298,11 @@ IGNORED = "DeepSpeed silently ignores it"
 
 def _unknown(key: str, value: Any, keypath: tuple, props: dict, pydantic: bool, budget: list[int]) -> Hit:
     where = "in " + dotted(keypath[:-1]) if keypath[:-1] else "at the top level"
-    effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
-              else IGNORED)
+    if pydantic and value == AUTO:  # DeepSpeedConfigModel.__init__ drops "auto" values before it validates
+        effect = "DeepSpeed drops a key set to \"auto\" before it validates the section, so it silently ignores it"
+    else:
+        effect = ("DeepSpeed rejects it when the engine starts (pydantic: extra fields not permitted)" if pydantic
+                  else IGNORED)
     moved = MOVED.get(dotted(keypath))
     if moved is not None:
         return Hit(keypath, f"unknown key '{key}' {where}: {effect}{moved[1]}", moved[0], ERROR, "ZK100")
@@ -301,15 +313,25 @@ def _unknown(key: str, value: Any, keypath: tuple, props: dict, pydantic: bool, 
     guess = None
     if budget[0] > 0:
         budget[0] -= 1
-        guess = _did_you_mean(key, [k for k, v in props.items() if not v.get("x-removed")])
+        # not a deprecated name: the fix is the current one (and cpu_offload_use_pin_memory, deprecated, is read by
+        # nothing at all)
+        guess = _did_you_mean(key, [k for k, v in props.items() if not v.get("x-removed") and not v.get("deprecated")])
         if guess is not None and not _holds(value, props[guess]):
             guess = None
     suggestion = None
     hint = ""
-    if elsewhere and (guess is None or guess.lower() != key.lower()):  # the right key in the wrong section
+    if len(elsewhere) > 1 and keypath[:-1]:  # prefer the sections inside this one (pin_memory: the offloads)
+        inside = [p for p in elsewhere if p.startswith(dotted(keypath[:-1]) + ".")]
+        elsewhere = inside or elsewhere
+    if len(elsewhere) > 1 and guess is None and len({p.rpartition(".")[0] for p in elsewhere}) > 2:
+        # a name many sections have ('enabled'): which one was meant is a guess, and a wrong one adds a section
+        hint = f"; {len(elsewhere)} other sections have the key '{key}', this one has not: move it to the section " \
+               "you meant, or delete it"
+    elif elsewhere and (guess is None or guess.lower() != key.lower()):  # the right key in the wrong section
         suggestion = elsewhere[0]
         parent = suggestion.rpartition(".")[0]
-        hint = f" (it belongs {'in ' + parent if parent else 'at the top level'}: '{suggestion}')"
+        hint = f" (it belongs {'in ' + parent if parent else 'at the top level'}: '{suggestion}'"
+        hint += "".join(f" or '{p}'" for p in elsewhere[1:]) + ")"
     elif guess:
         suggestion = ".".join(str(k) for k in keypath[:-1] + (guess,))
         hint = f" (did you mean '{guess}'?)"

@@ -83,7 +83,9 @@ DICT_SECTIONS: dict[str, dict] = {
     "dataloader_drop_last": leaf(B, False, "Drop the last incomplete batch of DeepSpeed's data loader."),
     "use_data_before_expert_parallelism": leaf(B, False, "Order process-group axes data-parallel before "
                                                "expert-parallel."),
-    "log_level": leaf([S, "null"], None, "DeepSpeed logger level for the engine."),
+    "log_level": leaf([S, "null"], None, "DeepSpeed logger level for the engine (utils/logging.log_levels, any "
+                      "case; another word raises ValueError at initialize).",
+                      enum=["debug", "info", "warning", "error", "critical", None], **{"x-ignore-case": True}),
     "sequence_parallel_size": leaf(I, 1, "Ulysses sequence-parallel degree; the data-parallel world size is the "
                                    "world size divided by it.", minimum=1),
     "datastates_ckpt": {"description": "DataStates-LLM asynchronous checkpointing settings (any value but false "
@@ -118,7 +120,8 @@ DICT_SECTIONS: dict[str, dict] = {
         "detailed": leaf(B, True, "Print the detailed per-module profile."),
         "output_file": leaf([S, "null"], None, "File to write the profile to (null: stdout).", null_default=True),
     }),
-    "aio": section("Asynchronous I/O settings for NVMe offload (ZeRO-Infinity).", {
+    "aio": section("Asynchronous I/O settings for NVMe offload (ZeRO-Infinity); null keeps the defaults "
+                   "(swap_tensor/aio_config.get_aio_config).", type_=["object", "null"], props={
         "block_size": leaf(I, 1048576, "I/O block size in bytes.", minimum=1),
         "queue_depth": leaf(I, 8, "I/O queue depth.", minimum=1),
         "intra_op_parallelism": leaf(I, 1, "Parallel I/O threads per request.", minimum=1),
@@ -151,8 +154,10 @@ DICT_SECTIONS: dict[str, dict] = {
         "param_dtype": leaf([S, "null"], None, "Dtype of the model parameters.", enum=TORCH_DTYPES + [None]),
         "buffer_dtype": leaf([S, "null"], None, "Dtype of module buffers (null keeps them).",
                              enum=TORCH_DTYPES + [None]),
+        # one pattern as a bare string raises DeepSpeedConfigError ('must be "auto" or a list of name patterns')
         "keep_in_fp32_modules": {"description": "'auto' or a list of module-name patterns whose buffers stay fp32.",
-                                 "type": ["string", "array"], "items": {"type": "string"}, "default": "auto"},
+                                 "anyOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}],
+                                 "default": "auto"},
     }),
     "pipeline": section("Pipeline-parallel engine settings (PipelineModule).", {
         "stages": {"description": "Number of pipeline stages ('auto' takes it from the PipelineModule).",
@@ -322,8 +327,8 @@ def _type_schema(annotation) -> dict:
             return {"type": "array"}
         if annotation is dict:
             return {"type": "object", "additionalProperties": True}
-        if annotation.__name__ == "dtype":
-            return {"type": "string", "description": "A dtype name such as 'bf16', 'fp16', 'torch.float16'."}
+        if annotation.__name__ == "dtype":  # pydantic checks isinstance(value, torch.dtype): no JSON value is one
+            return {"x-torch-dtype": True, "not": {}}  # "not": {}: a plain JSON Schema validator refuses it too
     return {}
 
 
@@ -380,16 +385,20 @@ def build_schema() -> dict:
     ep_src = inspect.getsource(parse_autoep_config)
     ep_props = {key: {"description": f"AutoEP setting '{key}' (read by deepspeed.module_inject.auto_ep_config)."}
                 for key in re.findall(r'"(\w+)" in param_dict', ep_src)}
+    # the types are AutoEPConfig's annotations (parse_autoep_config copies each value into that dataclass as given)
+    from deepspeed.module_inject.auto_ep_presets.base import AutoEPConfig
+
+    hints = typing.get_type_hints(AutoEPConfig)
     for key, default in re.findall(r'param_dict\.get\("(\w+)",\s*([^)]*)\)', ep_src):
         ep_props[key] = {"description": f"AutoEP setting '{key}' (read by deepspeed.module_inject.auto_ep_config)."}
         try:
             value = ast.literal_eval(default)
         except (ValueError, SyntaxError):
-            continue
-        ep_props[key]["default"] = value
-        kind = {bool: "boolean", int: "integer", float: "number", str: "string"}.get(type(value))
-        if kind:
-            ep_props[key]["type"] = [kind, "null"] if kind != "string" else ["string", "null"]
+            value = None
+        else:
+            ep_props[key]["default"] = value
+        if key in hints:
+            ep_props[key].update(_autoep_type(hints[key], value))
     for (sec, key), bounds in VALIDATOR_BOUNDS.items():
         props[sec]["properties"][key].update(bounds)
     props["expert_parallel"] = section("AutoEP: automatic expert parallelism for MoE models.",
@@ -423,6 +432,20 @@ def build_schema() -> dict:
         "properties": dict(sorted(props.items())),
         "additionalProperties": False,
     }
+
+
+def _autoep_type(annotation, default) -> dict:
+    """An AutoEP key's type from its AutoEPConfig annotation. `int | str` with the default "auto" (top_k,
+    routed_scaling_factor) means a number or the word "auto", which validate_autoep_config checks: the string
+    branch is that one word. A bare `object` (expert_w3, load_balance_coeff's sentinel) leaves the value free."""
+    args = typing.get_args(annotation)
+    if object in args or annotation is object:
+        return {}
+    sch = _type_schema(annotation)
+    if default == "auto" and str in args:
+        numeric = [_type_schema(a) for a in args if a not in (str, type(None))]
+        sch = {"anyOf": numeric + [{"const": "auto"}]}
+    return sch
 
 
 def _removed(message: str) -> dict:
