@@ -97,6 +97,10 @@ CASES = [
     _case("mixtral-z2", "mixtral", 2),
     _case("mixtral-z3", "mixtral", 3),
     _case("mixtral-z2-ckpt", "mixtral", 2, ckpt=True),
+    # a third MoE family, Qwen2-MoE (Qwen1.5-MoE's): eight experts of 256 beside a shared expert and its gate,
+    # biased q/k/v
+    _case("qwen2moe-z2", "qwen2moe", 2),
+    _case("qwen2moe-z3", "qwen2moe", 3),
     # LoRA rank 16 on every linear layer, dropout 0.05 (what `zerokit plan --peft lora` defaults to): a frozen
     # bf16 base, adapters with gradients, fp32 master and Adam moments
     _case("llama-lora-z2", "llama", 2, peft="lora"),
@@ -138,6 +142,9 @@ LIVE_CASES = [
     # a second MoE family (Qwen3MoeExperts, eight experts of 256), whose views the rule was not fitted on
     _case("qwen3moe-z3-live3m", "qwen3moe", 3, max_live=3_000_000),
     _case("qwen3moe-z3-live1m", "qwen3moe", 3, max_live=1_000_000),
+    # a third (Qwen2MoeExperts beside a shared expert, which is a plain MLP: no views), measured after the rule
+    _case("qwen2moe-z3-live3m", "qwen2moe", 3, max_live=3_000_000),
+    _case("qwen2moe-z3-live1m", "qwen2moe", 3, max_live=1_000_000),
     _case("mixtral-lora-z3-live3m", "mixtral", 3, peft="lora", lora_targets="q_proj,k_proj,v_proj,o_proj",
           max_live=3_000_000),  # LoRA on the attention: the frozen experts are held alike
     # QLoRA: bitsandbytes' MatMul4Bit keeps `B.view(-1, 1)` of each 4-bit weight in ctx.tensors for backward
