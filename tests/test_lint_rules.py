@@ -1358,3 +1358,22 @@ def test_zk100_says_what_deepspeed_does_and_suggests_a_current_key(ds):
     [f] = lint(with_({"zero_optimization": {"stage": 2, "pin_memory": True}}))
     assert f.suggestion == "zero_optimization.offload_optimizer.pin_memory"
     assert "zero_optimization.offload_param.pin_memory" in f.message
+
+
+def test_zk313_compute_grad_norm_off_with_bf16_zero1_fp32_accumulation_or_zenflow(ds):
+    mixed = with_(ADAGRAD, {"gradient_clipping": 0, "bf16": {"enabled": True},
+                            "data_types": {"grad_accum_dtype": "fp32"},
+                            "zero_optimization": {"stage": 1, "compute_grad_norm": False}})
+    [f] = lint(mixed)
+    assert (f.code, f.key) == ("ZK313", "zero_optimization.compute_grad_norm") and "ZeRO-1 with bf16" in f.message
+    with pytest.raises(ValueError, match="does not support ZeRO Stage 1 with BF16 parameters"):
+        initialize(ds, mixed)
+    assert not codes(with_(mixed, {"zero_optimization": {"stage": 2, "compute_grad_norm": False}}))
+    # ZenFlow: DeepSpeedZeroOptimizer refuses the pair before it builds anything
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    assert "compute_grad_norm=false does not support ZenFlow" in inspect.getsource(DeepSpeedZeroOptimizer.__init__)
+    zenflow = with_({"gradient_clipping": 0, "zero_optimization": {"stage": 2, "compute_grad_norm": False,
+                                                                   "zenflow": {"topk_ratio": 0.1}}})
+    assert [f.code for f in lint(zenflow)] == ["ZK313"]
+    ds_config(zenflow)  # the config itself parses

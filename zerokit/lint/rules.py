@@ -992,7 +992,8 @@ def compute_grad_norm_stage(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedZeroOptimizer (stage 1/2) refuses compute_grad_norm false beside clipping or optimizer offload."""
+    """DeepSpeedZeroOptimizer (stage 1/2) refuses compute_grad_norm false beside clipping, optimizer offload or
+    ZenFlow, and the engine beside ZeRO-1 with bf16 parameters and fp32 gradient accumulation."""
     cfg = doc.data
     zero = _zero(cfg)
     if zero.get("compute_grad_norm") is not False or _stage(cfg) not in (1, 2):
@@ -1009,6 +1010,14 @@ def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
     if dev in ("cpu", "nvme"):
         yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support optimizer "
                   "offload: DeepSpeed raises ValueError at initialize; remove compute_grad_norm or the offload", "true")
+    elif (_stage(cfg) == 1 and _model_dtype(cfg) == "bf16" and _data_type(cfg, "grad_accum_dtype") == "fp32"):
+        # engine._do_optimizer_sanity_check: that mix trains with the BF16 optimizer, which needs the norm
+        yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support ZeRO-1 with "
+                  "bf16 parameters and fp32 gradient accumulation (data_types.grad_accum_dtype): DeepSpeed raises "
+                  "ValueError at initialize; remove compute_grad_norm or grad_accum_dtype", "true")
+    if isinstance(zero.get("zenflow"), dict):
+        yield Hit(("zero_optimization", "compute_grad_norm"), "compute_grad_norm false does not support ZenFlow "
+                  "(zero_optimization.zenflow): DeepSpeed raises ValueError at initialize; remove one of them", "true")
 
 
 # ---------------------------------------------------------------- "auto"
