@@ -229,8 +229,8 @@ def test_emitted_multi_node_script_writes_its_hostfile_and_env_file(tmp_path, mo
                    env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     got = json.loads(record.read_text())
     hostfile = str(tmp_path / "zk-files" / "hostfile")
-    assert got["argv"] == ["--hostfile", hostfile, "--launcher", "pdsh", "--master_addr", "node1", "--master_port",
-                           "29500", "train.py", "--lr", "1"]
+    assert got["argv"] == ["--hostfile", hostfile, "--launcher", "pdsh", "--force_multi", "--master_addr", "node1",
+                           "--master_port", "29500", "train.py", "--lr", "1"]
     runner = pytest.importorskip("deepspeed.launcher.runner")
     assert runner._parse_hostfile(got["hostfile"].splitlines()) == {"node1": 4, "node2": 4}
     assert got["env_file"] == "NCCL_DEBUG=INFO\n"
@@ -380,6 +380,13 @@ def _config(tmp_path, name: str, **changes) -> str:
     ("llama-2-7b", {"vocab_size": -5}, "vocab_size must be a whole number >= 1, got -5"),
     ("llama-2-7b", {"hidden_size": None}, "hidden_size must be a whole number >= 1, got None"),
     ("llama-2-7b", {"intermediate_size": 2.5}, "intermediate_size must be a whole number >= 1, got 2.5"),
+    # fields the activation model reads as numbers: exit 70 (float('none'), int(hd * float('25%'))) until 2026-11-29
+    ("llama-2-7b", {"attention_dropout": "none"}, "attention_dropout must be a number from 0 to 1, got 'none'"),
+    ("llama-2-7b", {"attention_dropout": [0.1]}, "attention_dropout must be a number from 0 to 1, got [0.1]"),
+    ("llama-2-7b", {"attention_dropout": 1.5}, "attention_dropout must be a number from 0 to 1, got 1.5"),
+    ("llama-2-7b", {"rope_parameters": "default"}, "rope_parameters must be an object {...}, got 'default'"),
+    ("llama-2-7b", {"max_window_layers": "x"}, "max_window_layers must be a whole number from 0 to 16,384"),
+    ("llama-2-7b", {"partial_rotary_factor": 1e308}, "partial_rotary_factor must be a number from 0 to 1"),
 ])
 def test_config_values_are_positive_bounded_and_consistent(capsys, tmp_path, name, changes, message):
     start = time.monotonic()
@@ -387,6 +394,48 @@ def test_config_values_are_positive_bounded_and_consistent(capsys, tmp_path, nam
                       "--seq-len", "512")
     assert code == 2 and time.monotonic() - start < 10
     one_line_error(err, "plan", message)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 256, "resid_pdrop": "0.1%"},
+     "gpt2 config: resid_pdrop must be a number from 0 to 1, got '0.1%'"),
+    ({"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 256, "intermediate_size": 256, "rotary_pct": "25%"}, "rotary_pct must be a number from 0 to 1"),
+    ({"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 256, "num_ln_in_parallel_attn": "two"}, "num_ln_in_parallel_attn must be 1 or 2 (or null)"),
+    # families zerokit builds on the meta device get the same shape rules
+    ({"model_type": "olmo", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 256},
+     "olmo config: num_key_value_heads 3 does not divide num_attention_heads 4"),
+    ({"model_type": "olmoe", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 256, "num_experts": 4, "num_experts_per_tok": 8},
+     "olmoe config: num_experts_per_tok 8 is more than the 4 experts"),
+])
+def test_config_fields_of_the_wrong_type_or_shape_are_bad_input(capsys, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, _, err = zk(capsys, "plan", "--model", str(path), "--gpu", "a100-80gb", "--seq-len", "256",
+                      "--no-calibrate")
+    assert code == 2
+    one_line_error(err, "plan", message, "fix the config.json")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpu-memory", "80TB"], "--gpu-memory '80TB' is more than a GPU has; at most 1TiB"),
+    (["--overhead", "80"], "--overhead '80' is 80 bytes: a plain number is a byte count; give the unit"),
+    (["--seq-len", "1", "--global-batch-tokens", "1e18"], "--global-batch-tokens '1e18' is too large"),
+])
+def test_plan_sizes_lint_or_the_other_options_refuse(capsys, argv, message):
+    """80TB for 80GB planned every setup to fit (lint refused it); `--overhead 80` reserved 80 bytes (`--cpu-memory
+    64` is refused); tokens per step past --global-batch's 2^40 samples wrote train_batch_size 1e18."""
+    code, out, err = zk(capsys, *PLAN, *argv, "--format", "json")
+    assert code == 2 and out == ""
+    one_line_error(err, "plan", message)
+
+
+def test_overhead_zero_is_no_reserve(capsys):
+    code, out, _ = zk(capsys, *PLAN, "--overhead", "0", "--format", "json")
+    assert code == 0 and json.loads(out)["memory"]["per_gpu"]["overhead"] == 0
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -822,6 +871,7 @@ def test_auto_for_nvme_path_and_the_global_batch_means_not_given(capsys):
     (["lint", "--num-gpus", "8"], "--world-size"),  # one name, the option each command has
     (["lint", "--world_size", "8"], "--world-size"),
     (["preflight", "--nproc_per_node", "2"], "--gpus-per-node"),
+    (["probe", "--num_gpus", "2"], "--ranks"),
 ])
 def test_another_tools_option_name_gets_the_zerokit_option_it_means(capsys, args, meant):
     code, out, err = zk(capsys, *args)
@@ -835,3 +885,38 @@ def test_another_tools_option_name_gets_the_zerokit_option_it_means(capsys, args
 def test_an_unknown_command_names_the_closest_or_lists_them(capsys, name, said):
     code, _, err = zk(capsys, name)
     assert code == 2 and err.count("\n") == 1 and said in err
+
+
+@pytest.mark.parametrize("argv", [["schema"], PLAN])
+def test_a_reader_that_leaves_before_the_output_is_exit_0_and_silent(argv):
+    """`zerokit schema | true`: click takes a broken pipe as sys.exit(1), and the plan's 1 means 'nothing fits'."""
+    r, w = os.pipe()
+    os.close(r)  # the reader has already gone
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zerokit", *argv], stdout=w, stderr=subprocess.PIPE,
+                              cwd=ROOT, timeout=60, check=False)
+    finally:
+        os.close(w)
+    assert (proc.returncode, proc.stderr) == (0, b"")
+
+
+def test_preflight_fails_an_include_past_the_devices_as_launch_refuses_it(capsys):
+    """DeepSpeed's runner raises "No slot '99' specified on host 'localhost'"; launch refused it, the preflight
+    passed it."""
+    code, out, _ = zk(capsys, "preflight", "--include", "localhost:99", "--format", "json")
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert code == 3 and not checks["include"]["ok"] and "not slot 99" in checks["include"]["detail"]
+    code, out, _ = zk(capsys, "preflight", "--include", "localhost:0", "--format", "json")
+    assert "include" not in {c["name"] for c in json.loads(out)["checks"]}
+
+
+def test_a_dry_run_over_an_existing_emit_path_says_the_real_run_refuses_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("")
+    Path("job.sbatch").write_text("old")
+    argv = ["launch", "--hosts", "node1:2,node2:2", "--emit-sbatch", "job.sbatch", "train.py"]
+    code, out, err = zk(capsys, *argv[:1], "--dry-run", *argv[1:])
+    assert code == 0 and "# job.sbatch" in out
+    assert "warning: --emit-sbatch job.sbatch exists: without --dry-run zerokit refuses to replace it" in err
+    code, _, err = zk(capsys, *argv)
+    assert code == 2 and "job.sbatch" in err and Path("job.sbatch").read_text() == "old"

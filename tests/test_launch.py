@@ -63,6 +63,23 @@ def test_config_is_not_appended_when_the_script_args_name_the_same_file(args):
     assert argv[argv.index("train.py"):] == ["train.py", *args]
 
 
+def test_a_bare_deepspeed_switch_gets_the_config_as_deepspeed_config():
+    """`train.py --deepspeed --epochs 1`: DeepSpeed's add_config_arguments, where --deepspeed is a switch and
+    --deepspeed_config names the file; `--deepspeed PATH` appended there would be an unrecognized argument."""
+    import argparse
+
+    import deepspeed
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs")
+    parser = deepspeed.add_config_arguments(parser)
+    argv, _ = build_command(spec(gpus_per_node=1, script_args=("--deepspeed", "--epochs", "1")))
+    assert argv[argv.index("train.py"):] == ["train.py", "--deepspeed", "--epochs", "1", "--deepspeed_config",
+                                            "/cfg/ds.json"]
+    got = parser.parse_args(argv[argv.index("train.py") + 1:])
+    assert (got.deepspeed, got.deepspeed_config, got.epochs) == (True, "/cfg/ds.json", "1")
+
+
 def test_the_same_config_by_another_name_is_accepted(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ds.json").write_text("{}")
@@ -182,7 +199,7 @@ def test_many_nodes_write_hostfile_and_deepspeed_env(tmp_path):
     s = spec(hosts=(("node1", 8), ("node2", 8)), launcher="mpich", master_addr="node1", master_port=29600,
              env=(("NCCL_DEBUG", "INFO"), ("NCCL_SOCKET_IFNAME", "eth0")), files_dir=str(tmp_path))
     argv, env = build_command(s)
-    assert argv == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--launcher", "mpich",
+    assert argv == ["deepspeed", "--hostfile", str(tmp_path / "hostfile"), "--launcher", "mpich", "--force_multi",
                     "--master_addr", "node1", "--master_port", "29600", "train.py", "--deepspeed", "/cfg/ds.json"]
     assert env == {"PYTHONUNBUFFERED": "1", "DS_ENV_FILE": str(tmp_path / ".deepspeed_env"),
                    "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0"}
@@ -652,7 +669,7 @@ def test_include_values_deepspeed_reads_pass_unchanged(value):
 
 def test_include_names_the_jobs_hosts_and_their_slots():
     hosts = (("node1", 2), ("node2", 2))
-    assert build_command(spec(hosts=hosts, include="node2:1@node1"))[0][5:7] == ["--include", "node2:1@node1"]
+    assert build_command(spec(hosts=hosts, include="node2:1@node1"))[0][6:8] == ["--include", "node2:1@node1"]
     with pytest.raises(BadInput, match=r"^--include 'node3:0': host node3 is not one of the job's hosts \(node1, "
                                        r"node2\); DeepSpeed refuses it$"):
         build_command(spec(hosts=hosts, include="node3:0"))
@@ -700,3 +717,38 @@ def test_stale_shm_buffers_of_the_port_go_before_the_job_starts_and_mapped_ones_
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(left)
+
+
+@pytest.mark.parametrize("kw", [{"include": "node2"}, {"exclude": "node1"}, {"nodes": 1},
+                                {"hosts": (("node1", 2),)}])
+def test_a_job_left_with_one_remote_host_runs_there_not_here(tmp_path, monkeypatch, kw):
+    """DeepSpeed launches a lone host on its local path (runner.py: multi_node_exec = force_multi or more than one
+    host), so `--include node2` started the ranks on this machine: --force_multi keeps the launcher."""
+    import signal
+
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    s = spec(**{"hosts": (("node1", 2), ("node2", 2)), "master_addr": "10.9.9.9", "files_dir": str(tmp_path), **kw})
+    argv, _ = build_command(s)
+    for path, text in render_files(s).items():
+        Path(path).write_text(text)
+    started = []
+
+    class Started:
+        returncode = 0
+
+        def __init__(self, cmd, env=None):
+            started.append(cmd)
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(runner.subprocess, "check_call", lambda *a, **k: 0)  # the ssh check
+    monkeypatch.setattr(runner.subprocess, "Popen", Started)
+    monkeypatch.setattr(runner.PDSHRunner, "backend_exists", lambda self: True)
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        runner.main(argv[1:])
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    assert started and started[0][0] == "pdsh", started

@@ -164,6 +164,16 @@ def test_hostfile_lines_deepspeed_accepts_are_accepted(line, hosts):
     assert parse_hostfile(text) == {"node0": 2, **(hosts or {})}
 
 
+def test_a_slot_count_deepspeed_would_cut_short_is_refused():
+    """`slots=1.5`: DeepSpeed's regex reads the digits before the dot, one slot, without a word."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    assert runner._parse_hostfile(["node1 slots=1.5\n"]) == {"node1": 1}
+    with pytest.raises(BadInput, match=r"hostfile:1: slots must be a whole number .* got '1.5' \(DeepSpeed would "
+                                       r"read 1"):
+        parse_hostfile("node1 slots=1.5\n")
+    assert parse_hostfile("node1 slots=4#big\n") == {"node1": 4}  # a comment right after the digits
+
+
 @pytest.mark.parametrize("line", ["node1 slots = 4", "node1 slots=two", "node1", "node1 # slots=4", "slots=4",
                                   "node1 slots=\u00b2"])
 def test_hostfile_lines_deepspeed_refuses_are_refused(line):
@@ -179,7 +189,7 @@ def test_a_hostfile_with_an_underscore_host_launches(capsys, tmp_path, monkeypat
     (tmp_path / "hostfile").write_text("node_1 slots=4 max_slots=4\nnode_2 slots=4 max_slots=4\n")
     code = main(["launch", "--hostfile", "hostfile", "--master-addr", "node_1", "--dry-run", "train.py"])
     out = capsys.readouterr().out
-    assert code == 0 and "--hostfile hostfile --launcher pdsh --master_addr node_1" in out
+    assert code == 0 and "--hostfile hostfile --launcher pdsh --force_multi --master_addr node_1" in out
 
 
 def test_master_addr_help_says_what_deepspeed_does(capsys):

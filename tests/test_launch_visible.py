@@ -65,7 +65,8 @@ def test_what_the_visible_gpus_cannot_give_is_refused(kw, message):
 
 def test_a_hostfile_job_ignores_the_variable_and_says_so(tmp_path):
     s = spec(hosts=(("node1", 2), ("node2", 2)), gpus_per_node=2, visible_devices="4,5", files_dir=str(tmp_path))
-    assert build_command(s)[0][1:6] == ["--hostfile", str(tmp_path / "hostfile"), "--launcher", "pdsh", "--num_gpus"]
+    assert build_command(s)[0][1:7] == ["--hostfile", str(tmp_path / "hostfile"), "--launcher", "pdsh", "--force_multi",
+                                        "--num_gpus"]
     assert any("CUDA_VISIBLE_DEVICES=4,5 does not pick the GPUs of a job with a hostfile" in n for n in notes(s))
     assert notes(spec(gpus_per_node=2, visible_devices="4,5")) == []
 

@@ -1377,3 +1377,30 @@ def test_zk313_compute_grad_norm_off_with_bf16_zero1_fp32_accumulation_or_zenflo
                                                                    "zenflow": {"topk_ratio": 0.1}}})
     assert [f.code for f in lint(zenflow)] == ["ZK313"]
     ds_config(zenflow)  # the config itself parses
+
+
+@pytest.mark.parametrize("name", ["WarmupDecayLR", "WarmupCosineLR"])
+@pytest.mark.parametrize("total", ["x", None, [100]])
+def test_zk414_total_num_steps_not_a_number_fails_at_initialize(ds, name, total):
+    cfg = with_(ADAGRAD, {"scheduler": {"type": name, "params": {"warmup_num_steps": 10, "total_num_steps": total}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key) == ("ZK414", "scheduler.params.total_num_steps")
+    with pytest.raises(TypeError):
+        initialize(ds, cfg)
+
+
+@pytest.mark.parametrize("total", [0, -5])
+def test_zk414_total_num_steps_at_or_below_zero_stops_learning_after_the_warmup(ds, total):
+    import torch
+
+    cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {
+        "warmup_num_steps": 2, "total_num_steps": total, "warmup_max_lr": 1e-3, "warmup_min_lr": 0.0}}})
+    [f] = lint(cfg)
+    assert (f.code, f.key, f.severity) == ("ZK414", "scheduler.params.total_num_steps", "error")
+    engine = initialize(ds, cfg)  # DeepSpeed takes it, with a warning
+    train(engine, steps=4)
+    assert engine.get_lr() == [0.0]  # the warmup is over: the rate is the floor
+    fine = with_(ADAGRAD, {"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 2,
+                                                                            "total_num_steps": 100}}})
+    assert not codes(fine) & {"ZK414"}
+    assert torch.isfinite(torch.tensor(initialize(ds, fine).get_lr()[0]))

@@ -88,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a full disk or a dead terminal is reported here, not at exit
     except click.exceptions.Exit as e:
         return e.exit_code
+    except SystemExit as e:  # click's own broken-pipe path (`zerokit schema | true`): EPIPE -> sys.exit(1)
+        if e.code != 1 or not _stdout_gone():
+            raise
+        _drop_stdout()
+        return 0
     except click.exceptions.Abort:
         click.echo(f"{prog}: aborted", err=True)
         return 130
@@ -104,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo(f"{prog}: interrupted", err=True)
         return 130
-    except BrokenPipeError:
-        sys.stderr.close()  # `zerokit plan | head`: the reader left; nothing to say
+    except BrokenPipeError:  # `zerokit plan | head`: the reader left; nothing to say
+        _drop_stdout()
         return 0
     except OSError as e:
         if e.errno not in _WRITE_ERRORS:
@@ -115,6 +120,25 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug: still one line; ZEROKIT_DEBUG=1 shows the traceback
         return _internal(prog, e)
     return rv if isinstance(rv, int) else 0
+
+
+def _stdout_gone() -> bool:
+    """Whether click took its broken-pipe path: on EPIPE it wraps stdout in its _PacifyFlushWrapper (`.wrapped`)
+    and calls sys.exit(1), even with standalone_mode off."""
+    return hasattr(sys.stdout, "wrapped")
+
+
+def _drop_stdout() -> None:
+    """After a broken pipe: what stdout still buffers goes to /dev/null, so the interpreter's last flush at exit
+    does not fail again (it turned the exit code into 1: `zerokit schema | true`); and stderr, whose reader may be
+    gone too, says nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured stream)
+        pass
+    sys.stderr.close()
 
 
 def _no_such_option(e: click.NoSuchOption) -> str:

@@ -36,6 +36,7 @@ _MEANS: dict[str, tuple[str, ...]] = {
     "--exclude": ("-e",),
     "--config": ("--deepspeed", "--deepspeed-config", "--ds-config", "--deepspeed-config-file"),
     "--world-size": ("--gpus", "--num-gpus", "--ngpus", "--nproc-per-node", "--total-gpus", "--gpus-per-node"),  # lint's
+    "--ranks": ("--num-gpus", "--gpus", "--ngpus", "--nproc-per-node", "--gpus-per-node", "--world-size"),  # probe's
 }
 SPELLINGS: dict[str, tuple[str, ...]] = {}
 """Another tool's option name (lower case, `-` for `_`) -> the zerokit options it means, the likelier first (a

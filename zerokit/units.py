@@ -118,6 +118,21 @@ def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
     return memory
 
 
+MAX_GPU_MEMORY = 2**40
+"""The most a --gpu-memory option may say one GPU has (1 TiB, well above LARGEST_GPU_BYTES): a larger value is a
+typo (80TB for 80GB) that would plan every setup to fit."""
+
+
+def parse_gpu_memory_option(text: str, what: str = "--gpu-memory") -> int:
+    """`parse_gpu_memory` of a value a user typed, bounded by what a GPU can have (plan and lint alike; a probe
+    profile's host RAM, which a CPU plan shares out among its ranks, is not bounded by it)."""
+    memory = parse_gpu_memory(text, what)
+    if memory > MAX_GPU_MEMORY:
+        raise BadInput(f"{what} {_show(text)} is more than a GPU has; at most 1TiB (the largest GPU has "
+                       f"{LARGEST_GPU_BYTES // 10**9} GB): give the memory of one GPU, e.g. 80GB")
+    return memory
+
+
 def parse_host_size(text: str | int, what: str) -> int:
     """Host RAM or NVMe space (`parse_size`). A plain number is a byte count, and one below 1 GiB is a size whose
     unit was left out (`--cpu-memory 64` meant 64GB, and planned against 64 bytes): refused, as --gpu-memory
@@ -127,6 +142,14 @@ def parse_host_size(text: str | int, what: str) -> int:
         raise BadInput(f"{what} {_show(text)} is {size:,} bytes: a plain number is a byte count; give the unit, "
                        f"e.g. {str(text).strip()}GB or {str(text).strip()}GiB")
     return size
+
+
+def parse_reserve(text: str | int, what: str) -> int:
+    """A memory reserve: 0 (with or without a unit) for none, else as `parse_host_size` (a plain number below 1 GiB
+    is a size whose unit was left out)."""
+    if _size(text, what, MAX_SIZE) == 0:
+        return 0
+    return parse_host_size(text, what)
 
 
 def parse_count(text: str | int, what: str = "count", maximum: int = MAX_COUNT, whole: bool = False) -> int:

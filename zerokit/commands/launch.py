@@ -59,6 +59,9 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
     for option, path in targets.items():
         check_target(path, option, force=True, example=example(option))  # empty, '-', a directory, a device ...
     for option, path in targets.items():
+        if dry_run and not force and os.path.lexists(path):  # the preview shows it; the real run would refuse it
+            click.echo(f"zerokit launch: warning: {option} {path} exists: without --dry-run zerokit refuses to "
+                       "replace it; add --force, or give another path", err=True)
         check_target(path, option, force=force or dry_run, example=example(option))
 
 

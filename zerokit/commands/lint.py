@@ -12,12 +12,10 @@ import click
 
 from zerokit.autofill import TARGETS
 from zerokit.errors import BadInput
-from zerokit.units import LARGEST_GPU_BYTES, parse_gpu_memory, parse_positive_int
+from zerokit.units import LARGEST_GPU_BYTES, parse_gpu_memory_option, parse_positive_int
 
 MAX_WORLD_SIZE = 1_000_000
 """Ceiling of --world-size: the largest DeepSpeed jobs run tens of thousands of ranks, far from a million."""
-MAX_GPU_MEMORY = 2**40
-"""Ceiling of --gpu-memory (1 TiB): past the largest GPU (LARGEST_GPU_BYTES) the value is a typo (a TB for a GB)."""
 
 HELP = """Check DeepSpeed configs for the mistakes DeepSpeed silently accepts.
 
@@ -70,10 +68,5 @@ def command(files: tuple[str, ...], target: str, world_size: str | None, gpu_mem
 
 
 def _gpu_memory(text: str) -> int:
-    """parse_gpu_memory (`80` is refused, as by plan), bounded by what a GPU can have."""
-    memory = parse_gpu_memory(text)
-    if memory > MAX_GPU_MEMORY:
-        raise BadInput(f"--gpu-memory {text!r} is more than a GPU has; at most 1TiB (the largest GPU has "
-                       f"{LARGEST_GPU_BYTES // 10**9} GB): "
-                       "give the memory of one GPU, e.g. 80GB")
-    return memory
+    """parse_gpu_memory_option (`80` is refused, as by plan), bounded by what a GPU can have."""
+    return parse_gpu_memory_option(text)

@@ -20,7 +20,7 @@ import click
 
 from zerokit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 from zerokit.planner import types
-from zerokit.units import MAX_INT, parse_count, parse_finite, parse_positive_int
+from zerokit.units import MAX_INT, parse_count, parse_finite, parse_gpu_memory_option, parse_positive_int
 
 MAX_SEQ_LEN = 2**24
 """16M tokens per sample: beyond the longest context any model trains with."""
@@ -177,6 +177,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
         from zerokit.models.resolve import model_file
 
         check_output_path(output, force, {"--model config.json": model_file(model), "--hardware": hardware_profile})
+    if unless_auto(gpu_memory) is not None:
+        parse_gpu_memory_option(gpu_memory)  # 80TB for 80GB would plan every setup to fit: refused as lint does
     gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
@@ -300,6 +302,14 @@ def unless_auto(value: Any) -> Any:
     return None if value is None or (isinstance(value, str) and value.strip().lower() == "auto") else value
 
 
+def parse_overhead(text: str) -> int:
+    """--overhead: the per-GPU reserve for the CUDA context, NCCL and the allocator (`parse_reserve`: 0 is none, and
+    `--overhead 2`, 2 bytes, is refused as a size without its unit)."""
+    from zerokit.units import parse_reserve
+
+    return parse_reserve(text, "--overhead")
+
+
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
                    attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
@@ -314,15 +324,15 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
     lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True)
     weight_decay = parse_finite(weight_decay, "--weight-decay", minimum=0.0)
-    from zerokit.units import parse_size
-
+    seq = parse_positive_int(seq_len, "--seq-len", maximum=MAX_SEQ_LEN)
     return types.Training(
-        seq_len=parse_positive_int(seq_len, "--seq-len", maximum=MAX_SEQ_LEN),
+        seq_len=seq,
         micro_batch=(None if micro_batch.strip().lower() == "auto"
                      else parse_positive_int(micro_batch, "--micro-batch", maximum=MAX_MICRO_BATCH)),
         global_batch=(parse_count(global_batch, "--global-batch", maximum=MAX_GLOBAL_BATCH, whole=True)
                       if global_batch is not None else None),
-        global_batch_tokens=(parse_count(global_batch_tokens, "--global-batch-tokens")
+        global_batch_tokens=(parse_count(global_batch_tokens, "--global-batch-tokens",
+                                         maximum=MAX_GLOBAL_BATCH * seq)  # --global-batch's cap, in samples
                              if global_batch_tokens is not None else None),
         zero_stage=None if zero_stage == "auto" else int(zero_stage),
         offload_optimizer=None if offload_optimizer.lower() == "auto" else offload_optimizer.lower(),
@@ -331,7 +341,7 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
         attention=attention.lower(),
         precision=None if precision.lower() == "auto" else precision.lower(),
         target=target.lower(),
-        overhead_bytes=parse_size(overhead, "--overhead") if overhead is not None else None,
+        overhead_bytes=parse_overhead(overhead) if overhead is not None else None,
         lr=lr, weight_decay=weight_decay, warmup_steps=warmup_steps,
         total_steps=parse_positive_int(total_steps, "--total-steps") if total_steps is not None else None,
         train_tokens=(float(parse_count(train_tokens, "--train-tokens", maximum=MAX_TRAIN_TOKENS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -78,6 +79,15 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                    master_port=master_port, nodes=nodes, include=include, exclude=exclude,
                                    bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
     checks = preflight.run_checks(target)
+    if include is not None and not hostfile and not hosts and (nodes or 1) <= 1 \
+            and "deepspeed.accelerator" in sys.modules:  # one node: the slots against the devices, as launch does
+        from zerokit.launch.runner import INCLUDE_FIX, include_beyond_devices
+
+        accelerator = sys.modules["deepspeed.accelerator"].get_accelerator()
+        problem = include_beyond_devices(include, accelerator.device_count())
+        if problem:
+            checks.append(preflight.Check("include", False, problem + " (DeepSpeed's runner refuses it)",
+                                          INCLUDE_FIX))
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))
     else:

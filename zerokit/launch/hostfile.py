@@ -65,8 +65,13 @@ def parse_hostfile(text: str, source: str = "hostfile") -> dict[str, int]:
             raise BadInput(f"{source}:1: starts with a UTF-8 byte-order mark, which DeepSpeed reads as part of the "
                            "first host's name; save the file without it")
         m = _HOSTFILE_LINE.match(line)
-        given = None if m else _SLOTS_GIVEN.match(line)
-        if given:
+        given = _SLOTS_GIVEN.match(line)
+        rest = given["slots"][len(m["slots"]):] if m and given else ""
+        if rest and not rest.startswith("#"):  # `slots=1.5`: DeepSpeed reads the 1 and drops the rest
+            raise BadInput(f"{source}:{lineno}: slots must be a whole number from 1 to {MAX_SLOTS}, got "
+                           f"{_short(given['slots'])} (DeepSpeed would read {m['slots']}: the digits before the "
+                           "first other character)")
+        if given and not m:
             raise BadInput(f"{source}:{lineno}: slots must be a whole number from 1 to {MAX_SLOTS}, got "
                            f"{_short(given['slots'])}")
         if not m:

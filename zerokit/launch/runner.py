@@ -239,8 +239,9 @@ def named_configs(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | No
 
 
 def names_config(args: tuple[str, ...] | list[str]) -> bool:
-    """Whether the script's arguments already pass a DeepSpeed config (as an option: before any `--`)."""
-    return bool(named_configs(args))
+    """Whether the script's arguments already pass a DeepSpeed config file (as an option, before any `--`; a bare
+    flag such as DeepSpeed's `--deepspeed` names none)."""
+    return any(value is not None for _, value in named_configs(args))
 
 
 def check_script_config(spec: LaunchSpec) -> None:
@@ -284,11 +285,14 @@ def script_config(args: tuple[str, ...] | list[str]) -> tuple[str | None, str, s
 
 def script_argv(spec: LaunchSpec) -> list[str]:
     """The script and its arguments, with `--deepspeed CONFIG` added unless they name one (--config's own file:
-    `check_script_config`); before a `--`, after which argparse reads every word as a positional argument."""
+    `check_script_config`); before a `--`, after which argparse reads every word as a positional argument. A script
+    whose arguments hold a bare `--deepspeed` parses DeepSpeed's `add_config_arguments`, where that is a switch and
+    the file goes in `--deepspeed_config`: it gets that instead (`--deepspeed PATH` there fails its argparse)."""
     args = list(spec.script_args)
     if spec.config and not names_config(args):
         end = args.index("--") if "--" in args else len(args)
-        args[end:end] = ["--deepspeed", str(Path(spec.config).absolute())]
+        switch = ("--deepspeed", None) in named_configs(args)
+        args[end:end] = ["--deepspeed_config" if switch else "--deepspeed", str(Path(spec.config).absolute())]
     return [spec.script, *args]
 
 
@@ -484,12 +488,23 @@ def check_include_devices(spec: LaunchSpec, device_count: int) -> None:
     nodes with cores), whatever --hosts said; a slot beyond them is refused here rather than by its traceback."""
     if spec.include is None or spec.multi_node:
         return
-    for slots in parse_resource_filter(spec.include).values():
+    problem = include_beyond_devices(spec.include, device_count)
+    if problem:
+        raise BadInput(f"{problem}; {INCLUDE_FIX}")
+
+
+INCLUDE_FIX = "for N ranks give --gpus-per-node N instead of --include"
+
+
+def include_beyond_devices(include: str, device_count: int) -> str | None:
+    """What is wrong with a one-node --include whose slots go past the devices DeepSpeed counts, or None."""
+    for slots in parse_resource_filter(include).values():
         for slot in slots:
             if slot >= device_count:
-                raise BadInput(f"--include {spec.include!r}: DeepSpeed counts {device_count} device"
-                               f"{'s' if device_count != 1 else ''} on this machine (slots 0 to {device_count - 1}),"
-                               f" not slot {slot}; for N ranks give --gpus-per-node N instead of --include")
+                return (f"--include {include!r}: DeepSpeed counts {device_count} device"
+                        f"{'s' if device_count != 1 else ''} on this machine (slots 0 to {device_count - 1}), not "
+                        f"slot {slot}")
+    return None
 
 
 def parse_resource_filter(text: str, option: str = "--include") -> dict[str, list[int]]:
@@ -570,7 +585,9 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
         argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--no_ssh", "--node_rank", str(spec.node_rank),
                  "--master_addr", str(spec.master_addr)]
     elif spec.multi_node:
-        argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--launcher", spec.launcher]
+        # --force_multi: a filter or --nodes may leave one host, and DeepSpeed launches a lone host as if it were
+        # this machine (runner.py: multi_node_exec = force_multi or len(active_resources) > 1)
+        argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--launcher", spec.launcher, "--force_multi"]
         if spec.master_addr:
             argv += ["--master_addr", spec.master_addr]
         if spec.env:

@@ -968,6 +968,28 @@ def scheduler_warmup_past_total(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "warning; lower warmup_num_steps", str(total))
 
 
+def scheduler_total_steps(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """WarmupDecayLR and WarmupCosineLR compare total_num_steps with warmup_num_steps at construction (a TypeError
+    for anything but a number) and decay over it: at 0 or below the schedule is over when the warmup ends, and the
+    rate sits at its floor from then on (DeepSpeed logs only ZK409's warning)."""
+    found = _warmup_params(doc, "total_num_steps")
+    if found is None:
+        return
+    name, params = found
+    total = params["total_num_steps"]
+    if total == AUTO:
+        return
+    key = ("scheduler", "params", "total_num_steps")
+    auto = " or \"auto\" (the Trainer fills it)" if fills(ctx.target, "scheduler.params.total_num_steps") else ""
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total):
+        yield Hit(key, f"total_num_steps must be the run's number of optimizer steps, got {schema_mod._show(total)}: "
+                  f"{name} compares it with warmup_num_steps at initialize, a TypeError; write the steps{auto}", None)
+    elif total <= 0:
+        yield Hit(key, f"total_num_steps {total}: {name} decays the rate over it, so from the end of the warmup on the "
+                  "rate sits at the schedule's floor (warmup_min_lr; cos_min_ratio for WarmupCosineLR) and the run "
+                  f"stops learning; DeepSpeed only logs a warning; write the run's optimizer steps{auto}", None)
+
+
 def scheduler_warmup_type(doc: Document, ctx: Context) -> Iterator[Hit]:
     """An unknown warmup_type only logs a warning and warms up logarithmically (lr_schedules.py)."""
     found = _warmup_params(doc, "warmup_type")
@@ -1154,6 +1176,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK406", ERROR, "scheduler-params", scheduler_params),
     Rule("ZK407", ERROR, "scheduler-warmup-steps", scheduler_warmup),
     Rule("ZK411", ERROR, "scheduler-step-size", scheduler_step_size),
+    Rule("ZK414", ERROR, "scheduler-total-steps", scheduler_total_steps),
     Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
     Rule("ZK409", WARNING, "scheduler-warmup-past-total", scheduler_warmup_past_total),
     Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),

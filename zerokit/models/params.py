@@ -546,8 +546,35 @@ _NULLABLE = frozenset({"head_dim", "num_key_value_heads", "num_kv_heads", "n_inn
 other size it is a mistake."""
 
 
+_FRACTIONS = ("attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout", "hidden_dropout",
+              "rotary_pct", "partial_rotary_factor")
+"""Config keys the activation model reads as a number from 0 to 1 (a dropout probability, the rotary share of a
+head); null means 0 (or the family's default)."""
+
+
 def check_config_values(config: Mapping[str, Any], model_type: str) -> None:
-    """Every size or count a config.json gives is a whole number >= 1 and at most its bound in `_LIMITS`."""
+    """Every size or count a config.json gives is a whole number >= 1 and at most its bound in `_LIMITS`; every
+    fraction (`_FRACTIONS`) a number from 0 to 1; and the few other fields the models read have their types."""
+    for key in _FRACTIONS:
+        _check_fraction(model_type, key, config.get(key))
+    rope = config.get("rope_parameters")
+    if isinstance(rope, tuple) and all(isinstance(kv, tuple) and len(kv) == 2 for kv in rope):
+        rope = dict(rope)  # a spec's frozen config holds its objects as item tuples
+    if rope is not None:
+        if not isinstance(rope, dict):
+            raise BadInput(f"{model_type} config: rope_parameters must be an object {{...}}, got {_shown(rope)}; fix "
+                           "the config.json")
+        _check_fraction(model_type, "rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor"))
+    for key, allowed in (("num_ln_in_parallel_attn", (1, 2)),):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or value not in allowed):
+            raise BadInput(f"{model_type} config: {key} must be {' or '.join(map(str, allowed))} (or null), got "
+                           f"{_shown(value)}; fix the config.json")
+    window_layers = config.get("max_window_layers")
+    if window_layers is not None and (isinstance(window_layers, bool) or not isinstance(window_layers, int)
+                                      or not 0 <= window_layers <= _DEPTH):
+        raise BadInput(f"{model_type} config: max_window_layers must be a whole number from 0 to {_DEPTH:,}, got "
+                       f"{_shown(window_layers)}; fix the config.json")
     for key, limit in _LIMITS.items():
         value = config.get(key)
         if value is None:
@@ -560,10 +587,22 @@ def check_config_values(config: Mapping[str, Any], model_type: str) -> None:
                            "fix the config.json")
 
 
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
+
+
 def _check_size(model_type: str, key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:30] + "..."
-        raise BadInput(f"{model_type} config: {key} must be a whole number >= 1, got {shown}; fix the config.json")
+        raise BadInput(f"{model_type} config: {key} must be a whole number >= 1, got {_shown(value)}; fix the "
+                       "config.json")
+
+
+def _check_fraction(model_type: str, key: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise BadInput(f"{model_type} config: {key} must be a number from 0 to 1, got {_shown(value)}; fix the "
+                       "config.json")
 
 
 def check_shape(config: Mapping[str, Any], full: Mapping[str, Any]) -> None:

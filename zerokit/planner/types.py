@@ -123,7 +123,8 @@ class Training:
     target: str = "trainer"
     """Who consumes the config: trainer and accelerate leave what they fill as "auto"; deepspeed resolves all."""
     overhead_bytes: int | None = None
-    """Per-GPU reserve for the CUDA context, NCCL and allocator fragmentation; None = the documented default."""
+    """Per-GPU reserve for the CUDA context, NCCL and allocator fragmentation (e.g. 2GB; 0 for none); None = the
+    documented default."""
     lr: float = 1e-5
     """Learning rate written into the optimizer when target=deepspeed (others leave it "auto")."""
     weight_decay: float = 0.0
