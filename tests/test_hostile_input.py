@@ -920,3 +920,28 @@ def test_a_dry_run_over_an_existing_emit_path_says_the_real_run_refuses_it(capsy
     assert "warning: --emit-sbatch job.sbatch exists: without --dry-run zerokit refuses to replace it" in err
     code, _, err = zk(capsys, *argv)
     assert code == 2 and "job.sbatch" in err and Path("job.sbatch").read_text() == "old"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "3"], "--nodes 3 needs the nodes"),
+    (["--include", "localhost:0", "--gpus-per-node", "2"], "--include picks the ranks itself"),
+    (["--include", "localhost:0", "--exclude", "localhost:0"], "give either --include or --exclude, not both"),
+    (["--hosts", "node1:2,node2:2", "--exclude", "node1@node2"], "leaves no rank to run"),
+    (["--include", "node7"], "DeepSpeed's only host is this machine, 'localhost', not node7"),
+])
+def test_preflight_refuses_what_launch_refuses_before_its_preflight(capsys, argv, message):
+    """The preflight passed these (exit 0) where launch, whose checks it is, refuses them: CONTRACT's "the checks
+    launch runs"."""
+    code, out, err = zk(capsys, "preflight", *argv)
+    assert code == 2 and out == ""
+    one_line_error(err, "preflight", message)
+
+
+def test_preflight_fails_an_exclude_that_leaves_no_device(capsys):
+    """DeepSpeed's launch.py raised IndexError on the empty job."""
+    accelerator = pytest.importorskip("deepspeed.accelerator").get_accelerator()
+    count = accelerator.device_count()
+    every = "localhost:" + ",".join(map(str, range(count)))
+    code, out, _ = zk(capsys, "preflight", "--exclude", every, "--format", "json")
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    assert code == 3 and f"leaves none of the {count} device" in checks["include"]["detail"]

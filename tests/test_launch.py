@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from zerokit.launch.hostfile import parse_hostfile, parse_hosts, validate_hostna
 from zerokit.launch.runner import (
     LaunchSpec,
     build_command,
+    check_include_devices,
     named_configs,
     render_files,
     render_launch_script,
@@ -659,12 +661,46 @@ def test_include_is_checked_against_deepspeeds_grammar(capsys, tmp_path, value, 
 
 @pytest.mark.parametrize("value", ["localhost", "localhost:0", "localhost:0,1", "worker-0@worker-1:0,2",
                                    "worker-1:3,1@worker-0", "10.0.0.1:0"])
-def test_include_values_deepspeed_reads_pass_unchanged(value):
+def test_include_values_deepspeed_reads_pass_unchanged(value, tmp_path):
     runner = pytest.importorskip("deepspeed.launcher.runner")
-    argv, _ = build_command(spec(include=value))
-    assert argv[1:3] == ["--include", value]
+    # other hosts than this one need the job's hosts (on one node DeepSpeed knows 'localhost' alone)
+    hosts = () if value.startswith("localhost") else (("worker-0", 4), ("worker-1", 4), ("10.0.0.1", 2))
+    argv, _ = build_command(spec(include=value, hosts=hosts, files_dir=str(tmp_path)))
+    at = argv.index("--include")
+    assert argv[at:at + 2] == ["--include", value]
     assert runner.parse_args(argv[1:]).include == value
     runner.parse_node_config_list(value)  # DeepSpeed's own parser takes it
+
+
+@pytest.mark.parametrize("value", ["node7", "node7:0", "localhost:0@node7"])
+def test_one_node_filters_name_this_machine_alone(value, tmp_path):
+    """Without a hostfile DeepSpeed's pool is {"localhost": devices}: `--include node7` passed the preflight, then
+    raised "Hostname 'node7' not found in hostfile" (a traceback, exit 1)."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    with pytest.raises(ValueError, match="not found in hostfile"):
+        runner.parse_inclusion_exclusion({"localhost": 2}, value, "")
+    with pytest.raises(BadInput, match=r"on one node \(no --hostfile or --hosts\) DeepSpeed's only host is this "
+                                       r"machine, 'localhost', not node7"):
+        build_command(spec(include=value))
+    with pytest.raises(BadInput, match="not node7"):
+        build_command(spec(exclude=value))
+    argv, _ = build_command(spec(include=f"{socket.gethostname()}:0"))  # this machine by its name: localhost
+    assert argv[argv.index("--include") + 1] == "localhost:0"
+
+
+def test_hosts_localhost_n_with_a_filter_keeps_its_n_slots():
+    """`--hosts localhost:4 --exclude localhost:3` passed --exclude alone, so DeepSpeed filtered its own device count
+    (1 on this CPU: "No slot '3'"; 8 on an 8-GPU node: 7 ranks, where the preflight counted 3)."""
+    argv, _ = build_command(spec(hosts=(("localhost", 4),), exclude="localhost:3"))
+    assert argv[1:3] == ["--num_gpus", "3"] and "--exclude" not in argv
+    argv, _ = build_command(spec(hosts=(("localhost", 4),), exclude="localhost:1"))
+    assert argv[1:3] == ["--include", "localhost:0,2,3"]
+    argv, _ = build_command(spec(hosts=(("localhost", 4),), include="localhost:2,3"))
+    assert argv[1:3] == ["--include", "localhost:2,3"]
+    with pytest.raises(BadInput, match=r"DeepSpeed counts 1 device on this machine \(slots 0 to 0\), not slot 2"):
+        check_include_devices(spec(hosts=(("localhost", 4),), exclude="localhost:1"), 1)
+    with pytest.raises(BadInput, match="leaves none of the 1 device DeepSpeed counts"):
+        check_include_devices(spec(exclude="localhost:0"), 1)
 
 
 def test_include_names_the_jobs_hosts_and_their_slots():

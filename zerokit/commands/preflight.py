@@ -70,24 +70,29 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
       zerokit preflight --config ds_config.json --gpus-per-node 8
       zerokit preflight --config ds_config.json --hostfile hostfile --format json
     """
-    from zerokit.launch import preflight
-    from zerokit.launch.runner import check_core_list
+    from zerokit.launch import preflight, runner
 
-    check_core_list(bind_cores_to_rank, bind_core_list)
-    target = preflight.make_target(config=config, plan=plan_file, hosts=parsed_hosts(hosts, gpus_per_node, hostfile),
-                                   hostfile=hostfile, gpus_per_node=gpus_per_node, launcher=launcher,
-                                   master_port=master_port, nodes=nodes, include=include, exclude=exclude,
+    runner.check_core_list(bind_cores_to_rank, bind_core_list)
+    host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
+    # the job as launch would start it: what launch refuses before its preflight (--include beside --gpus-per-node,
+    # --nodes without hosts, a filter that leaves no rank ...) is refused here too
+    spec = runner.LaunchSpec(script="SCRIPT", config=config, gpus_per_node=gpus_per_node, nodes=nodes, include=include,
+                             exclude=exclude, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
+                             master_port=master_port, bind_cores_to_rank=bind_cores_to_rank,
+                             bind_core_list=bind_core_list)
+    runner.validate(spec)
+    target = preflight.make_target(config=config, plan=plan_file, hosts=host_map, hostfile=hostfile,
+                                   gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
+                                   nodes=nodes, include=include, exclude=exclude,
                                    bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
     checks = preflight.run_checks(target)
-    if include is not None and not hostfile and not hosts and (nodes or 1) <= 1 \
-            and "deepspeed.accelerator" in sys.modules:  # one node: the slots against the devices, as launch does
-        from zerokit.launch.runner import INCLUDE_FIX, include_beyond_devices
-
-        accelerator = sys.modules["deepspeed.accelerator"].get_accelerator()
-        problem = include_beyond_devices(include, accelerator.device_count())
-        if problem:
-            checks.append(preflight.Check("include", False, problem + " (DeepSpeed's runner refuses it)",
-                                          INCLUDE_FIX))
+    if (include is not None or exclude is not None) and not spec.multi_node \
+            and "deepspeed.accelerator" in sys.modules:  # one node: the filter against the devices, as launch does
+        try:
+            runner.check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
+        except BadInput as e:
+            problem, _, fix = str(e).partition("; ")
+            checks.append(preflight.Check("include", False, problem + " (DeepSpeed's runner refuses it)", fix))
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))
     else:

@@ -484,26 +484,37 @@ def notes(spec: LaunchSpec) -> list[str]:
 
 
 def check_include_devices(spec: LaunchSpec, device_count: int) -> None:
-    """On one node DeepSpeed reads --include against the devices its accelerator counts (the CPU accelerator: NUMA
-    nodes with cores), whatever --hosts said; a slot beyond them is refused here rather than by its traceback."""
-    if spec.include is None or spec.multi_node:
+    """On one node DeepSpeed reads --include/--exclude against the devices its accelerator counts (the CPU
+    accelerator: NUMA nodes with cores), whatever --hosts said; a slot beyond them, or a filter that leaves none, is
+    refused here rather than by its traceback."""
+    if spec.multi_node:
         return
-    problem = include_beyond_devices(spec.include, device_count)
-    if problem:
-        raise BadInput(f"{problem}; {INCLUDE_FIX}")
+    argv = build_command(spec)[0]
+    for option in ("--include", "--exclude"):
+        if option in argv:
+            text = argv[argv.index(option) + 1]
+            problem = include_beyond_devices(text, device_count, option)
+            if problem:
+                raise BadInput(f"{problem}; {INCLUDE_FIX}")
 
 
 INCLUDE_FIX = "for N ranks give --gpus-per-node N instead of --include"
 
 
-def include_beyond_devices(include: str, device_count: int) -> str | None:
-    """What is wrong with a one-node --include whose slots go past the devices DeepSpeed counts, or None."""
-    for slots in parse_resource_filter(include).values():
+def include_beyond_devices(text: str, device_count: int, option: str = "--include") -> str | None:
+    """What is wrong with a one-node filter against the devices DeepSpeed counts (a slot past them, or no rank
+    left), or None."""
+    for slots in parse_resource_filter(text, option).values():
         for slot in slots:
             if slot >= device_count:
-                return (f"--include {include!r}: DeepSpeed counts {device_count} device"
+                return (f"{option} {text!r}: DeepSpeed counts {device_count} device"
                         f"{'s' if device_count != 1 else ''} on this machine (slots 0 to {device_count - 1}), not "
                         f"slot {slot}")
+    pool = {"localhost": device_count}
+    kept = select_hosts(pool, include=text) if option == "--include" else select_hosts(pool, exclude=text)
+    if not kept:
+        return f"{option} {text!r} leaves none of the {device_count} device{'s' if device_count != 1 else ''} " \
+               "DeepSpeed counts on this machine"
     return None
 
 
@@ -535,9 +546,15 @@ def _check_filter(spec: LaunchSpec, option: str = "--include") -> None:
     """Hosts and slots of --include/--exclude against the job's, where zerokit knows them (--hosts, a readable
     hostfile): DeepSpeed refuses any other with a traceback, after the preflight, and fails on an empty job."""
     known = spec.known_hosts
-    if not known:
-        return
     text = spec.include if option == "--include" else spec.exclude
+    if not known:
+        if not spec.multi_node and text is not None:  # DeepSpeed's pool without a hostfile: {"localhost": devices}
+            for host in parse_resource_filter(text, option):
+                if not is_this_host(host):
+                    raise BadInput(f"{option} {text!r}: on one node (no --hostfile or --hosts) DeepSpeed's only host "
+                                   f"is this machine, 'localhost', not {host}; write localhost:SLOTS, or give the "
+                                   "job's hosts with --hosts or --hostfile")
+        return
     if not select_hosts(known, include=spec.include, exclude=spec.exclude):
         # DeepSpeed's parse_resource_filter drops a host named without slots and the slots named; none left fails later
         raise BadInput(f"{option} {text!r} leaves no rank to run; {option[2:]} fewer hosts or slots")
@@ -597,17 +614,23 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
     kept = kept_devices(spec)
     if spec.nodes is not None and not restated and not spec.local_only and kept is None:
         argv += ["--num_nodes", str(spec.nodes)]  # (one node: DeepSpeed refuses it beside --include)
+    local_filter = spec.local_only and (spec.include is not None or spec.exclude is not None)
     if kept is not None:  # the GPUs CUDA_VISIBLE_DEVICES leaves, which --num_gpus would make the runner drop
         argv += ["--include", "localhost:" + ",".join(map(str, kept))]
     # no hostfile: the ranks are --num_gpus, not the host's slots
-    elif spec.local_only and spec.include is None and spec.exclude is None:
+    elif spec.local_only and not local_filter:
         argv += ["--num_gpus", str(spec.gpus_per_node or spec.local_slots)]
+    elif local_filter:  # --hosts localhost:N with a filter: DeepSpeed would filter its device count, not N slots
+        slots = local_filtered_slots(spec)
+        argv += (["--num_gpus", str(len(slots))] if slots == list(range(len(slots)))
+                 else ["--include", "localhost:" + ",".join(map(str, slots))])
     elif spec.gpus_per_node is not None and not restated:
         argv += ["--num_gpus", str(spec.gpus_per_node)]
-    if spec.include is not None:  # without a hostfile DeepSpeed's only host is "localhost"
-        argv += ["--include", _localhost_filter(spec.include) if spec.local_only else spec.include]
-    if spec.exclude is not None:
-        argv += ["--exclude", _localhost_filter(spec.exclude) if spec.local_only else spec.exclude]
+    one_node = not spec.multi_node  # without a hostfile DeepSpeed's only host is "localhost"
+    if spec.include is not None and not local_filter:
+        argv += ["--include", _localhost_filter(spec.include) if one_node else spec.include]
+    if spec.exclude is not None and not local_filter:
+        argv += ["--exclude", _localhost_filter(spec.exclude) if one_node else spec.exclude]
     argv += ["--master_port", str(spec.master_port), *binding_args(spec), *spec.extra_runner_args]
     argv += script_argv(spec)
     env.update(dict(spec.env))
@@ -619,6 +642,20 @@ def binding_args(spec: LaunchSpec) -> list[str]:
     if not spec.bind_cores_to_rank:
         return []
     return ["--bind_cores_to_rank", *([f"--bind_core_list={spec.bind_core_list}"] if spec.bind_core_list else [])]
+
+
+def local_filtered_slots(spec: LaunchSpec) -> list[int]:
+    """The slots of this machine's --hosts entry that --include/--exclude leave (DeepSpeed's filter semantics:
+    `select_hosts`), ascending."""
+    slots = list(range(spec.local_slots or 0))
+    for option, text in (("--include", spec.include), ("--exclude", spec.exclude)):
+        if text is None:
+            continue
+        picked = [s for named in parse_resource_filter(_localhost_filter(text), option).values() for s in named]
+        whole = not picked  # a host named without slots: all of them
+        slots = (slots if whole else [s for s in slots if s in picked]) if option == "--include" else \
+            ([] if whole else [s for s in slots if s not in picked])
+    return slots
 
 
 def _localhost_filter(text: str) -> str:
