@@ -788,3 +788,14 @@ def test_a_job_left_with_one_remote_host_runs_there_not_here(tmp_path, monkeypat
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
     assert started and started[0][0] == "pdsh", started
+
+
+@pytest.mark.parametrize("kw", [{"script_args": ("--out", "run_%u")}, {"env": (("TAG", "%h"),)},
+                                {"script_args": ("--rate", "100%%")}])
+def test_pdsh_would_rewrite_a_percent_sign_so_it_is_refused(kw, tmp_path):
+    """pdsh replaced `--out run_%n` by run_0 / run_1 on the nodes (and %h, %u, %%): the job would differ from the
+    command zerokit printed."""
+    with pytest.raises(BadInput, match="has a '%': pdsh replaces %n"):
+        build_command(spec(hosts=(("node1", 2), ("node2", 2)), files_dir=str(tmp_path), **kw))
+    build_command(spec(hosts=(("node1", 2), ("node2", 2)), launcher="openmpi", files_dir=str(tmp_path), **kw))
+    build_command(spec(gpus_per_node=2, **kw))  # one node: no pdsh

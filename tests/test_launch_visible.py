@@ -123,3 +123,15 @@ def test_the_preflight_counts_the_visible_gpus():
     assert not check.ok and "the plan needs 30.0 GB per GPU" in check.detail  # the L4 is among them
     check = preflight.gpu_verdict(preflight.visible_gpus(eight, "9"), 1, None)
     assert not check.ok and "leaves none of this machine's GPUs visible" in check.detail
+
+
+def test_a_visible_devices_value_given_with_env_picks_the_gpus_too(tmp_path, capsys, monkeypatch):
+    """`--env CUDA_VISIBLE_DEVICES=4,5 --gpus-per-node 2`: the runner got the variable in its environment, deleted
+    it beside --num_gpus, and the ranks ran on GPUs 0 and 1."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("")
+    monkeypatch.setattr(runner, "gpus_present", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert main(["launch", "--dry-run", "--gpus-per-node", "2", "--env", "CUDA_VISIBLE_DEVICES=4,5", "train.py"]) == 0
+    out = capsys.readouterr().out
+    assert " --include localhost:4,5 " in out and "--num_gpus" not in out

@@ -149,7 +149,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         master_addr=master_addr, master_port=master_port, env=_env_pairs(env), files_dir=files_dir,
         runner=_runner_name() if emits else runner_path(required=not dry_run), no_ssh=no_ssh, node_rank=node_rank,
         # an emitted script runs later, under the variable it finds then (it checks that one itself)
-        visible_devices=None if emits else runner.visible_devices(os.environ, runner.gpus_present()),
+        # --env's value too: the runner gets it in its environment, and deletes it as it deletes an exported one
+        visible_devices=None if emits else runner.visible_devices({**os.environ, **dict(_env_pairs(env))},
+                                                                  runner.gpus_present()),
         bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
     )
     if time_limit is not None and emit_sbatch is None:

@@ -360,6 +360,13 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
             if not _SHELL_SAFE.fullmatch(word):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
                                "through one); rename it or use --launcher openmpi")
+        # and pdsh itself rewrites %n, %h, %u and %% in that string (DeepSpeed's own --node_rank=%n relies on it)
+        env_values = [value for _, value in spec.env]
+        for word in [*script_argv(spec), str(Path.cwd()), *env_values]:
+            if "%" in word:
+                raise BadInput(f"{word!r} has a '%': pdsh replaces %n (the node's rank), %h (its host), %u (the "
+                               "user) and %% in the command it runs, so the nodes would get another value; remove "
+                               "it or use --launcher openmpi")
 
 
 def parse_core_list(text: str, option: str = "--bind-core-list") -> list[int]:
