@@ -799,3 +799,18 @@ def test_pdsh_would_rewrite_a_percent_sign_so_it_is_refused(kw, tmp_path):
         build_command(spec(hosts=(("node1", 2), ("node2", 2)), files_dir=str(tmp_path), **kw))
     build_command(spec(hosts=(("node1", 2), ("node2", 2)), launcher="openmpi", files_dir=str(tmp_path), **kw))
     build_command(spec(gpus_per_node=2, **kw))  # one node: no pdsh
+
+
+def test_a_slurm_job_says_srun_places_the_ranks_on_the_allocation():
+    """DeepSpeed's SlurmRunner gives srun `-n TOTAL` and a --nodelist only with --include/--exclude."""
+    import inspect
+
+    from deepspeed.launcher.multinode_runner import SlurmRunner
+
+    from zerokit.launch.runner import notes
+
+    source = inspect.getsource(SlurmRunner.get_cmd)
+    assert "'--nodelist'" in source and 'if self.args.include != "" or self.args.exclude != "":' in source
+    said = notes(spec(hosts=(("node1", 2), ("node2", 2)), launcher="slurm"))
+    assert any("srun places the ranks on the nodes of the SLURM allocation" in n for n in said)
+    assert not any("srun places" in n for n in notes(spec(hosts=(("node1", 2), ("node2", 2)))))

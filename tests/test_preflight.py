@@ -8,6 +8,7 @@ with a bad line, a plan that needs more RAM than exists, deepspeed made unimport
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -998,3 +999,36 @@ def test_the_config_check_lints_the_config_as_it_was_read_once(tmp_path):
     assert preflight.check_config_lint(target).ok
     cfg.unlink()
     assert preflight.check_config_lint(target).detail == "lint finds no errors"
+
+
+def test_slurm_jobs_need_ssh_to_their_first_host(monkeypatch):
+    """DeepSpeed's runner ssh-checks the first host and asks it for its address (`ssh HOST hostname -I`) whatever
+    the backend; the preflight skipped ssh for slurm and passed a job the runner then refused ("host=node1 was not
+    reachable via ssh")."""
+    import inspect
+
+    from deepspeed.launcher import runner as ds_runner
+
+    source = inspect.getsource(ds_runner.main)
+    assert "if multi_node_exec and not args.no_ssh_check and not args.no_ssh:" in source
+    asked = []
+    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    check = preflight.check_ssh(Target(hosts={"node1": 2, "node2": 2}, launcher="slurm"))
+    assert asked == ["node1"] and not check.ok and "node1" in check.detail
+
+
+def test_mvapich_needs_mvapich2_gdr_as_deepspeeds_backend_does(monkeypatch, tmp_path):
+    from deepspeed.launcher.multinode_runner import MVAPICHRunner
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, out in (("mpiname", "MVAPICH2 2.3.7"), ("mpirun", "")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho '{out}'\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert MVAPICHRunner.backend_exists(object.__new__(MVAPICHRunner)) is False  # DeepSpeed: "not installed"
+    check = preflight.check_launcher(Target(hosts={"node1": 2, "node2": 2}, launcher="mvapich"))
+    assert not check.ok and "MVAPICH2-GDR" in check.detail
+    (bin_dir / "mpiname").write_text("#!/bin/sh\necho 'MVAPICH2-GDR 2.3.7'\n")
+    assert MVAPICHRunner.backend_exists(object.__new__(MVAPICHRunner)) is True
+    assert preflight.check_launcher(Target(hosts={"node1": 2, "node2": 2}, launcher="mvapich")).ok

@@ -1043,13 +1043,30 @@ def check_launcher(t: Target) -> Check | None:
     if missing:
         return Check(f"launcher {t.launcher}", False, f"{', '.join(missing)} not on PATH",
                      LAUNCHER_INSTALL[t.launcher])
+    if t.launcher == "mvapich":  # MVAPICHRunner.backend_exists: mpiname must name MVAPICH2-GDR, else "not installed"
+        name = probe_mpiname()
+        if "MVAPICH2-GDR" not in name:
+            return Check("launcher mvapich", False, f"mpiname says {name[:60]!r}, and DeepSpeed's mvapich backend runs "
+                         "only on MVAPICH2-GDR (its runner refuses the rest as 'not installed')",
+                         "install MVAPICH2-GDR, or use --launcher openmpi or pdsh")
     return Check(f"launcher {t.launcher}", True, ", ".join(shutil.which(b) or b for b in LAUNCHER_BINARIES[t.launcher]))
 
 
+def probe_mpiname() -> str:
+    """What `mpiname` prints (stripped), '' when it fails."""
+    try:
+        out = subprocess.run(["mpiname"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
 def check_ssh(t: Target) -> Check | None:
-    if not t.multi_node or t.launcher == "slurm" or t.no_ssh:
+    if not t.multi_node or t.no_ssh:
         return None
     hosts = list(t.hosts)
+    if t.launcher == "slurm":  # srun reaches the nodes, but the runner ssh-checks the first host and asks it for its
+        hosts = hosts[:1]      # address (`ssh HOST hostname -I`) whatever the backend (deepspeed/launcher/runner.py)
     with ThreadPoolExecutor(max_workers=min(SSH_PARALLEL, len(hosts))) as pool:
         results = dict(zip(hosts, pool.map(probe_ssh, hosts)))
     failed = [f"{h} ({why or 'refused'})" for h, (ok, why) in results.items() if not ok]

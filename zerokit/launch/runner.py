@@ -483,6 +483,10 @@ def notes(spec: LaunchSpec) -> list[str]:
         out.append(f"with --launcher {spec.launcher} the ranks find rank 0 through DeepSpeed's MPI discovery, which "
                    "needs mpi4py (built against the job's MPI) on every node and uses port "
                    f"{DEFAULT_MASTER_PORT} on rank 0's node; --master-addr/--master-port do not reach them")
+    if spec.remote_shell and spec.launcher == "slurm" and spec.include is None and spec.exclude is None:
+        out.append("with --launcher slurm, srun places the ranks on the nodes of the SLURM allocation this runs in "
+                   "(DeepSpeed passes srun no --nodelist): the hosts listed count the ranks, and must be that "
+                   "allocation's nodes")
     if spec.visible_devices is not None and (spec.multi_node or spec.no_ssh):
         out.append(f"{VISIBLE_DEVICES}={spec.visible_devices} does not pick the GPUs of a job with a hostfile: "
                    "DeepSpeed's runner starts a rank on every slot it lists (and the other nodes never see this "
