@@ -814,3 +814,23 @@ def test_a_slurm_job_says_srun_places_the_ranks_on_the_allocation():
     said = notes(spec(hosts=(("node1", 2), ("node2", 2)), launcher="slurm"))
     assert any("srun places the ranks on the nodes of the SLURM allocation" in n for n in said)
     assert not any("srun places" in n for n in notes(spec(hosts=(("node1", 2), ("node2", 2)))))
+
+
+def test_a_one_node_launch_is_not_taken_over_by_deepspeeds_default_hostfile(tmp_path, monkeypatch):
+    """Without --hostfile DeepSpeed reads /job/hostfile where it exists, and a one-node `--gpus-per-node 2` became
+    `pdsh -w nodeA,nodeB ...`: zerokit points it at /dev/null, which the runner reads as no hostfile."""
+    from deepspeed.launcher import runner as ds_runner
+
+    from zerokit.launch import runner
+
+    assert ds_runner.DLTS_HOSTFILE == runner.DEEPSPEED_DEFAULT_HOSTFILE
+    default = tmp_path / "hostfile"
+    default.write_text("nodeA slots=2\nnodeB slots=2\n")
+    monkeypatch.setattr(runner, "DEEPSPEED_DEFAULT_HOSTFILE", str(default))
+    argv, _ = build_command(spec(gpus_per_node=2))
+    assert argv[1:3] == ["--hostfile", os.devnull]
+    assert ds_runner.fetch_hostfile(os.devnull) is None  # the machine's own devices
+    assert "--hostfile" not in build_command(spec(gpus_per_node=2, hosts=(("nodeA", 2), ("nodeB", 2)),
+                                                  files_dir=str(tmp_path)))[0][3:]
+    monkeypatch.setattr(runner, "DEEPSPEED_DEFAULT_HOSTFILE", str(tmp_path / "none"))
+    assert "--hostfile" not in build_command(spec(gpus_per_node=2))[0]

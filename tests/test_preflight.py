@@ -1032,3 +1032,19 @@ def test_mvapich_needs_mvapich2_gdr_as_deepspeeds_backend_does(monkeypatch, tmp_
     (bin_dir / "mpiname").write_text("#!/bin/sh\necho 'MVAPICH2-GDR 2.3.7'\n")
     assert MVAPICHRunner.backend_exists(object.__new__(MVAPICHRunner)) is True
     assert preflight.check_launcher(Target(hosts={"node1": 2, "node2": 2}, launcher="mvapich")).ok
+
+
+def test_without_gpus_per_node_the_batch_size_is_checked_against_the_devices(tmp_path, capsys):
+    """DeepSpeed starts a rank on every device without --num_gpus; the check was skipped, and a train_batch_size of
+    4 at micro-batch 1 passed on this one-device machine, to assert at initialize."""
+    accelerator = pytest.importorskip("deepspeed.accelerator").get_accelerator()
+    count = preflight.probe_device_count()
+    assert count == (len(preflight.probe_gpus() or []) or accelerator.device_count())
+    config = tmp_path / "bs.json"
+    config.write_text(json.dumps({"train_batch_size": 4 * count + 1, "train_micro_batch_size_per_gpu": 1,
+                                  "gradient_accumulation_steps": 1}))
+    check = preflight.check_batch_size(preflight.make_target(config=str(config)))
+    assert not check.ok and f"x world size {count} = {count}" in check.detail and "every device" in check.detail
+    config.write_text(json.dumps({"train_batch_size": count, "train_micro_batch_size_per_gpu": 1,
+                                  "gradient_accumulation_steps": 1}))
+    assert preflight.check_batch_size(preflight.make_target(config=str(config))).ok

@@ -219,6 +219,20 @@ def probe_import(module: str) -> tuple[str | None, str]:
     return str(getattr(mod, "__version__", "?")), ""
 
 
+def probe_device_count() -> int | None:
+    """The devices DeepSpeed's runner counts on this machine without --num_gpus: the GPUs CUDA_VISIBLE_DEVICES
+    leaves, else its accelerator's count (the CPU accelerator: NUMA nodes with cores); None where neither is known."""
+    gpus = probe_gpus()
+    if gpus:
+        return len(visible_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")))
+    if "deepspeed.accelerator" not in sys.modules:  # the imports check failed: nothing to count with
+        return None
+    try:
+        return int(sys.modules["deepspeed.accelerator"].get_accelerator().device_count()) or None
+    except Exception:  # noqa: BLE001 - an accelerator that cannot count is the accelerator check's to report
+        return None
+
+
 def probe_accelerator() -> str:
     from deepspeed.accelerator import get_accelerator
 
@@ -798,9 +812,13 @@ def check_batch_size(t: Target) -> Check | None:
     if not any(k in t.config for k in keys):
         return None
     world = t.world_size
+    counted = ""
+    if world is None and not t.hosts:  # one node without --gpus-per-node: DeepSpeed starts a rank on every device
+        world = probe_device_count()
+        counted = " (every device of this machine, which DeepSpeed starts a rank on without --gpus-per-node)"
     hits = list(batch_size_mismatch(Document("ds_config", t.config), Context(world_size=world)))
     if hits:
-        return Check("batch size", False, f"{hits[0].message} (lint: ZK201)",
+        return Check("batch size", False, f"{hits[0].message}{counted} (lint: ZK201)",
                      f"set train_batch_size to {hits[0].suggestion}, or change the ranks" if hits[0].suggestion else
                      "make train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
                      "world size")

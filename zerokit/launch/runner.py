@@ -45,6 +45,9 @@ BINDING_LAUNCHERS = ("impi",)
 """Multi-node backends whose command binds the ranks to cores under --bind_cores_to_rank (numactl before each rank,
 OMP_NUM_THREADS its share); pdsh's, openmpi's, mpich's, mvapich's and slurm's drop the flag without a word
 (deepspeed/launcher/multinode_runner.py). One node, and each node of a --no_ssh job, binds in DeepSpeed's launch.py."""
+DEEPSPEED_DEFAULT_HOSTFILE = "/job/hostfile"
+"""The hostfile DeepSpeed's runner reads when it is given none (launcher/runner.py DLTS_HOSTFILE): where it exists, a
+one-node launch is pointed at /dev/null instead (not a regular file: the runner takes the machine's devices)."""
 GRACE_SECONDS = 10.0
 """After forwarding SIGINT/SIGTERM, how long the ranks get to exit before the process group is SIGKILLed."""
 
@@ -609,6 +612,9 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
     validate(spec)
     argv = [spec.runner]
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}  # ranks' output streams through as it comes
+    if not spec.multi_node and not spec.no_ssh and os.path.isfile(DEEPSPEED_DEFAULT_HOSTFILE):
+        # one node: DeepSpeed would read its default hostfile and start the job on the hosts there instead
+        argv += ["--hostfile", os.devnull]
     if spec.no_ssh:  # the runner starts this node's ranks itself, with this environment: no .deepspeed_env
         argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--no_ssh", "--node_rank", str(spec.node_rank),
                  "--master_addr", str(spec.master_addr)]
