@@ -466,6 +466,20 @@ def test_exit_code_of_the_job_becomes_ours(tmp_path):
     assert run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], {}) == 128 + 15
 
 
+def test_a_rank_killed_by_a_signal_is_128_plus_n_not_deepspeeds_256_minus_n(capfd):
+    """DeepSpeed's launch.py ends with sys.exit(process.returncode), -9 for a SIGKILLed (OOM-killed) rank: the
+    runner exited 247."""
+    import inspect
+
+    from deepspeed.launcher import launch
+
+    assert "sys.exit(last_return_code)" in inspect.getsource(launch)
+    assert run([sys.executable, "-c", "import sys; sys.exit(-9)"], {}) == 137
+    assert "a rank died of SIGKILL (the kernel's OOM killer, or a kill -9) (DeepSpeed's launcher exits 247 for it); " \
+           "exit 137" in capfd.readouterr().err
+    assert run([sys.executable, "-c", "import sys; sys.exit(-11)"], {}) == 139
+
+
 def test_missing_runner_is_bad_input():
     with pytest.raises(BadInput, match="cannot start /nonexistent/deepspeed"):
         run(["/nonexistent/deepspeed"], {})

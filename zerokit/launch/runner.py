@@ -939,7 +939,18 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         if code == 0 and pdsh_watch is not None and pdsh_watch.failed is not None:
             code = pdsh_watch.failed[1]  # pdsh said a node failed, whatever the runner's own code
+        killed = RANK_SIGNALS.get(256 - code)
+        if killed is not None:  # DeepSpeed's launch.py exits with the dead rank's returncode, -N: 256 - N
+            print(f"zerokit launch: a rank died of {killed} (DeepSpeed's launcher exits {code} for it); exit "
+                  f"{128 + 256 - code}, as a shell reports a signal", file=sys.stderr, flush=True)
+            code = 128 + 256 - code
     return watch.finish(code) if watch is not None else code
+
+
+RANK_SIGNALS = {int(signal.SIGKILL): "SIGKILL (the kernel's OOM killer, or a kill -9)", int(signal.SIGSEGV): "SIGSEGV",
+                int(signal.SIGABRT): "SIGABRT", int(signal.SIGBUS): "SIGBUS", int(signal.SIGTERM): "SIGTERM"}
+"""Signals a rank dies of that DeepSpeed's launcher turns into exit 256 - N (sys.exit of the negative returncode):
+reported as 128 + N, the shell's convention (an OOM kill is 137, not 247)."""
 
 
 SHM_DIR = "/dev/shm"
