@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
@@ -86,13 +85,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                    nodes=nodes, include=include, exclude=exclude,
                                    bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
     checks = preflight.run_checks(target)
-    if (include is not None or exclude is not None) and not spec.multi_node \
-            and "deepspeed.accelerator" in sys.modules:  # one node: the filter against the devices, as launch does
-        try:
-            runner.check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
-        except BadInput as e:
-            problem, _, fix = str(e).partition("; ")
-            checks.append(preflight.Check("include", False, problem + " (DeepSpeed's runner refuses it)", fix))
+    filtered = preflight.check_filter_devices(spec)
+    if filtered is not None:
+        checks.append(filtered)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))
     else:

@@ -219,6 +219,22 @@ def probe_import(module: str) -> tuple[str | None, str]:
     return str(getattr(mod, "__version__", "?")), ""
 
 
+def check_filter_devices(spec: Any) -> Check | None:
+    """A one-node job's --include/--exclude against the devices DeepSpeed counts (`runner.check_include_devices`,
+    which launch raises after its preflight), as a check: `spec` is the job's `runner.LaunchSpec`. None where
+    there is no filter, the job spans nodes, or the accelerator was not imported (the imports check failed)."""
+    if (spec.include is None and spec.exclude is None) or spec.multi_node or "deepspeed.accelerator" not in sys.modules:
+        return None
+    from zerokit.launch.runner import check_include_devices
+
+    try:
+        check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
+    except BadInput as e:
+        problem, _, fix = str(e).partition("; ")
+        return Check("include", False, problem + " (DeepSpeed's runner refuses it)", fix)
+    return None
+
+
 def probe_device_count() -> int | None:
     """The devices DeepSpeed's runner counts on this machine without --num_gpus: the GPUs CUDA_VISIBLE_DEVICES
     leaves, else its accelerator's count (the CPU accelerator: NUMA nodes with cores); None where neither is known."""
