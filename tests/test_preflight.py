@@ -1048,3 +1048,27 @@ def test_without_gpus_per_node_the_batch_size_is_checked_against_the_devices(tmp
     config.write_text(json.dumps({"train_batch_size": count, "train_micro_batch_size_per_gpu": 1,
                                   "gradient_accumulation_steps": 1}))
     assert preflight.check_batch_size(preflight.make_target(config=str(config))).ok
+
+
+def test_cpu_ranks_need_their_shared_memory_buffers_in_dev_shm(monkeypatch):
+    """Each rank on DeepSpeed's CPU accelerator maps a 69 MB allreduce workspace in /dev/shm (the files measure
+    69,206,024 bytes): 400 ranks passed the preflight on this 23.5 GiB /dev/shm."""
+    import re as re_
+    from pathlib import Path
+
+    import deepspeed
+
+    source = Path(deepspeed.__file__).parent / "ops" / "csrc" / "cpu" / "comm" / "shm.cpp"
+    text = source.read_text()
+    assert re_.search(r"#define NAIVE_ALLREDUCE_THRESHOLD 1048576\b", text)
+    assert "#define MAX_BUF_SIZE 1048576 * 32" in text
+    assert "char buffer[2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE];" in text
+    assert preflight.SHM_CPU_RANK_BYTES - (2 * 2**20 + 2 * 32 * 2**20) == 8  # the two coll_state ints
+    monkeypatch.setattr(preflight, "probe_accelerator", lambda: "cpu")
+    monkeypatch.setattr(preflight, "probe_shm", lambda: 24 * 2**30)
+    monkeypatch.setattr(preflight, "probe_shm_free", lambda: 24 * 2**30)
+    check = preflight.check_shm(Target(gpus_per_node=400))
+    assert not check.ok and "400 ranks on DeepSpeed's CPU accelerator map 25.8 GiB" in check.detail
+    assert preflight.check_shm(Target(gpus_per_node=2)).ok
+    monkeypatch.setattr(preflight, "probe_shm_free", lambda: 100 * 2**20)  # stale buffers fill it
+    assert "remove stale /dev/shm/deepspeed_allreduce_buffer_*" in preflight.check_shm(Target(gpus_per_node=2)).fix

@@ -32,6 +32,9 @@ from zerokit.perf.machine import oversubscribed
 from zerokit.units import MAX_SIZE, format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20
+SHM_CPU_RANK_BYTES = 69_206_024
+"""The shared-memory allreduce workspace each rank on DeepSpeed's CPU accelerator maps in /dev/shm
+(ops/csrc/cpu/comm/shm.cpp: two states, 2 x 1 MiB and 2 x 32 MiB of buffers, as the files measure)."""
 """DeepSpeed's env_report warns below this /dev/shm size (docker's default is 64 MB)."""
 SSH_TIMEOUT_S = 5
 LAUNCHER_BINARIES = {
@@ -444,6 +447,15 @@ def probe_shm() -> int | None:
     except OSError:
         return None
     return st.f_blocks * st.f_frsize
+
+
+def probe_shm_free() -> int | None:
+    """Bytes of /dev/shm a new file can still take."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def probe_ram() -> tuple[int, int]:
@@ -1040,6 +1052,16 @@ def check_shm(t: Target) -> Check | None:
     if size is None:
         return Check("/dev/shm", False, "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=1g)")
     ok = size >= SHM_MIN_BYTES
+    if ok and not t.multi_node:  # several ranks on DeepSpeed's CPU accelerator each map an allreduce workspace
+        ranks = t.world_size or probe_device_count() or 0
+        free = probe_shm_free()
+        need = ranks * SHM_CPU_RANK_BYTES
+        if ranks >= 2 and free is not None and free < need and probe_accelerator() == "cpu":
+            return Check("/dev/shm", False, f"{format_bytes(free, binary=True)} free of "
+                         f"{format_bytes(size, binary=True)}; {ranks} ranks on DeepSpeed's CPU accelerator map "
+                         f"{format_bytes(need, binary=True)} of shared-memory allreduce buffers (69 MB a rank)",
+                         "remove stale /dev/shm/deepspeed_allreduce_buffer_* files no job maps, or enlarge /dev/shm "
+                         "(mount -o remount,size=... /dev/shm; docker: --shm-size)")
     return Check("/dev/shm", ok, f"{format_bytes(size, binary=True)}" + ("" if ok else " (DeepSpeed wants >= 512 MiB)"),
                  "" if ok else "docker run --shm-size=1g ..., or mount -o remount,size=1G /dev/shm")
 
