@@ -32,10 +32,10 @@ from zerokit.perf.machine import oversubscribed
 from zerokit.units import MAX_SIZE, format_bytes
 
 SHM_MIN_BYTES = 512 * 2**20
+"""DeepSpeed's env_report warns below this /dev/shm size (docker's default is 64 MB)."""
 SHM_CPU_RANK_BYTES = 69_206_024
 """The shared-memory allreduce workspace each rank on DeepSpeed's CPU accelerator maps in /dev/shm
 (ops/csrc/cpu/comm/shm.cpp: two states, 2 x 1 MiB and 2 x 32 MiB of buffers, as the files measure)."""
-"""DeepSpeed's env_report warns below this /dev/shm size (docker's default is 64 MB)."""
 SSH_TIMEOUT_S = 5
 LAUNCHER_BINARIES = {
     # What DeepSpeed's multinode_runner checks in backend_exists(), plus the program it then starts.

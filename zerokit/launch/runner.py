@@ -669,9 +669,10 @@ def local_filtered_slots(spec: LaunchSpec) -> list[int]:
         if text is None:
             continue
         picked = [s for named in parse_resource_filter(_localhost_filter(text), option).values() for s in named]
-        whole = not picked  # a host named without slots: all of them
-        slots = (slots if whole else [s for s in slots if s in picked]) if option == "--include" else \
-            ([] if whole else [s for s in slots if s not in picked])
+        if option == "--include":  # a host named without slots: all of them
+            slots = [s for s in slots if s in picked] if picked else slots
+        else:
+            slots = [s for s in slots if s not in picked] if picked else []
     return slots
 
 
