@@ -980,10 +980,14 @@ def scheduler_total_steps(doc: Document, ctx: Context) -> Iterator[Hit]:
     if total == AUTO:
         return
     key = ("scheduler", "params", "total_num_steps")
-    auto = " or \"auto\" (the Trainer fills it)" if fills(ctx.target, "scheduler.params.total_num_steps") else ""
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total):
+    auto = (f" or \"auto\" ({TARGET_NAMES[ctx.target]} fills it)"
+            if fills(ctx.target, "scheduler.params.total_num_steps") else "")
+    if isinstance(total, bool) or not isinstance(total, (int, float)):
         yield Hit(key, f"total_num_steps must be the run's number of optimizer steps, got {schema_mod._show(total)}: "
                   f"{name} compares it with warmup_num_steps at initialize, a TypeError; write the steps{auto}", None)
+    elif not math.isfinite(total):
+        yield Hit(key, f"total_num_steps is {total}: {name} decays the rate over a number of steps; write the run's "
+                  f"optimizer steps{auto}", None)
     elif total <= 0:
         yield Hit(key, f"total_num_steps {total}: {name} decays the rate over it, so from the end of the warmup on the "
                   "rate sits at the schedule's floor (warmup_min_lr; cos_min_ratio for WarmupCosineLR) and the run "
