@@ -405,7 +405,8 @@ def rule_forced(ctx: Context) -> tuple[None, str | None]:
         raise BadInput(f"--offload-param {param} needs ZeRO stage 3 (DeepSpeed partitions parameters only at "
                        f"stage 3); drop --zero-stage {stage} or --offload-param")
     if opt not in (None, "none") and stage == 0:
-        raise BadInput(f"--offload-optimizer {opt} needs ZeRO stage 1 or higher; use --zero-stage auto")
+        need = "stage 3 (ZeRO-Infinity)" if opt == "nvme" else "stage 1 or higher"
+        raise BadInput(f"--offload-optimizer {opt} needs ZeRO {need}; use --zero-stage auto")
     if "nvme" in (opt, param) and stage is not None and stage < 3:
         raise BadInput(f"NVMe offload needs ZeRO stage 3 (ZeRO-Infinity); drop --zero-stage {stage}")
     if "nvme" in (opt, param) and not hw.nvme_path:
@@ -992,21 +993,21 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                             mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
+            rung = level
             if not level:
                 at_auto[ck] = mb
-            perf = ctx.step(stage, opt, param, level, mb, ck)
+            else:  # the first rung of the ladder that holds this option is its fastest: it is priced there, as the
+                # options it competes with are (priced at the most frugal rung, a faster option lost to a slower one)
+                rung = next((i for i in range(1, last) if ctx.need(stage, opt, param, i, mb, ck) <= cap), last)
+            perf = ctx.step(stage, opt, param, rung, mb, ck)
             if best is None or perf.tokens_per_s > best[0]:
-                best = (perf.tokens_per_s, level, mb, ck, perf)
+                best = (perf.tokens_per_s, rung, mb, ck, perf)
     if best is None:
         pick, mb = last, ctx.batch.micro_batches[0]  # nothing fits: report the most frugal setting
         ck = forced if forced is not None else True
         performance = None
     else:
         _, pick, mb, ck, performance = best
-        for i in range(1, pick):  # the first setting of the ladder that holds this option is the fastest one
-            if ctx.need(stage, opt, param, i, mb, ck) <= cap:
-                pick, performance = i, ctx.step(stage, opt, param, i, mb, ck)
-                break
     accumulation = ctx.accumulation_steps(mb)
     costs = ctx.costs(stage, opt, param, pick, accumulation, ck)
     if ctx.activation_model is None:  # the analytic figures as they are, no ActivationEstimate to build
