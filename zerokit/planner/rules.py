@@ -998,7 +998,9 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 at_auto[ck] = mb
             else:  # the first rung of the ladder that holds this option is its fastest: it is priced there, as the
                 # options it competes with are (priced at the most frugal rung, a faster option lost to a slower one)
-                rung = next((i for i in range(1, last) if ctx.need(stage, opt, param, i, mb, ck) <= cap), last)
+                held = 1 if alone and mb == largest else accumulation
+                rung = next((i for i in range(1, last)
+                             if search(limit_of(stage, opt, param, i, held, bare), stage, ck, (mb,)) is not None), last)
             perf = ctx.step(stage, opt, param, rung, mb, ck)
             if best is None or perf.tokens_per_s > best[0]:
                 best = (perf.tokens_per_s, rung, mb, ck, perf)
