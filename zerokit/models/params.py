@@ -618,17 +618,26 @@ def check_shape(config: Mapping[str, Any], full: Mapping[str, Any]) -> None:
     given_head_dim = config["head_dim"] if "head_dim" in config else family.defaults.get("head_dim")
     head_dim_derived = given_head_dim is None or full["head_dim"] != given_head_dim
     c = full
-    hidden, heads, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    if head_dim_derived and hidden % heads:
+    experts = c.get("num_local_experts", c.get("num_experts"))
+    top_k = c.get("num_experts_per_tok")
+    check_heads_and_experts(model_type, c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"],
+                            head_dim_derived, experts if isinstance(experts, int) else None,
+                            top_k if isinstance(top_k, int) else None)
+
+
+def check_heads_and_experts(model_type: str, hidden: int | None, heads: int | None, kv: int | None,
+                            head_dim_derived: bool, experts: int | None, top_k: int | None) -> None:
+    """`check_shape`'s rules on the counts themselves (None: not given), for the families zerokit counts and those it
+    builds on the meta device alike: without an explicit head_dim the heads split hidden_size, the key/value heads
+    divide the query heads, top-k picks at most all experts."""
+    if head_dim_derived and hidden and heads and hidden % heads:
         raise BadInput(f"{model_type} config: hidden_size {hidden} is not divisible by num_attention_heads {heads}: "
                        "each head gets hidden_size / num_attention_heads dimensions; fix the config.json")
-    if heads % kv:
+    if heads and kv and heads % kv:
         raise BadInput(f"{model_type} config: num_key_value_heads {kv} does not divide num_attention_heads {heads}: "
                        "each key/value head serves num_attention_heads / num_key_value_heads query heads; fix the "
                        "config.json")
-    experts = c.get("num_local_experts", c.get("num_experts"))
-    top_k = c.get("num_experts_per_tok")
-    if isinstance(experts, int) and isinstance(top_k, int) and top_k > experts:
+    if experts is not None and top_k is not None and top_k > experts:
         raise BadInput(f"{model_type} config: num_experts_per_tok {top_k} is more than the {experts} experts; fix the "
                        "config.json")
 

@@ -20,6 +20,7 @@ from zerokit.models.params import (
     FAMILIES,
     KNOWN_FAMILIES,
     check_config_values,
+    check_heads_and_experts,
     check_shape,
     complete_config,
     count_parameters,
@@ -186,26 +187,16 @@ def _known_model_types() -> Any:
 
 
 def _check_meta_shape(hf_config: Any, model_type: str) -> None:
-    """`check_shape`'s rules for a family zerokit does not count, read off transformers' config object: the heads
-    split hidden_size (without an explicit head_dim), the key/value heads divide the query heads, top-k picks at
-    most all experts. transformers builds such a model, and it fails in its first forward."""
+    """`check_shape`'s rules (`check_heads_and_experts`) for a family zerokit does not count, read off transformers'
+    config object. transformers builds such a model, and it fails in its first forward."""
     def whole(key: str) -> int | None:
         value = getattr(hf_config, key, None)
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
-    hidden, heads, kv = whole("hidden_size"), whole("num_attention_heads"), whole("num_key_value_heads")
-    if hidden and heads and getattr(hf_config, "head_dim", None) is None and hidden % heads:
-        raise BadInput(f"{model_type} config: hidden_size {hidden} is not divisible by num_attention_heads {heads}: "
-                       "each head gets hidden_size / num_attention_heads dimensions; fix the config.json")
-    if heads and kv and heads % kv:
-        raise BadInput(f"{model_type} config: num_key_value_heads {kv} does not divide num_attention_heads {heads}: "
-                       "each key/value head serves num_attention_heads / num_key_value_heads query heads; fix the "
-                       "config.json")
-    experts = whole("num_local_experts") or whole("num_experts") or whole("n_routed_experts")
-    top_k = whole("num_experts_per_tok")
-    if experts and top_k and top_k > experts:
-        raise BadInput(f"{model_type} config: num_experts_per_tok {top_k} is more than the {experts} experts; fix the "
-                       "config.json")
+    check_heads_and_experts(model_type, whole("hidden_size"), whole("num_attention_heads"),
+                            whole("num_key_value_heads"), getattr(hf_config, "head_dim", None) is None,
+                            whole("num_local_experts") or whole("num_experts") or whole("n_routed_experts"),
+                            whole("num_experts_per_tok"))
 
 
 def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
