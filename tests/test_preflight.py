@@ -1065,10 +1065,9 @@ def test_cpu_ranks_need_their_shared_memory_buffers_in_dev_shm(monkeypatch):
     assert "char buffer[2 * NAIVE_ALLREDUCE_THRESHOLD + 2 * MAX_BUF_SIZE];" in text
     assert preflight.SHM_CPU_RANK_BYTES - (2 * 2**20 + 2 * 32 * 2**20) == 8  # the two coll_state ints
     monkeypatch.setattr(preflight, "probe_accelerator", lambda: "cpu")
-    monkeypatch.setattr(preflight, "probe_shm", lambda: 24 * 2**30)
-    monkeypatch.setattr(preflight, "probe_shm_free", lambda: 24 * 2**30)
+    monkeypatch.setattr(preflight, "probe_shm", lambda: (24 * 2**30, 24 * 2**30))
     check = preflight.check_shm(Target(gpus_per_node=400))
     assert not check.ok and "400 ranks on DeepSpeed's CPU accelerator map 25.8 GiB" in check.detail
     assert preflight.check_shm(Target(gpus_per_node=2)).ok
-    monkeypatch.setattr(preflight, "probe_shm_free", lambda: 100 * 2**20)  # stale buffers fill it
+    monkeypatch.setattr(preflight, "probe_shm", lambda: (24 * 2**30, 100 * 2**20))  # stale buffers fill it
     assert "remove stale /dev/shm/deepspeed_allreduce_buffer_*" in preflight.check_shm(Target(gpus_per_node=2)).fix

@@ -214,8 +214,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         if not all(c.ok for c in checks):
             click.echo("zerokit launch: preflight failed; fix the ✗ above or pass --no-preflight", err=True)
             return watch.finish(EXIT_PREFLIGHT) if watch is not None else EXIT_PREFLIGHT
-        if "deepspeed.accelerator" in sys.modules:  # the preflight imported it: no import added to the launch
-            runner.check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
+        count = preflight.accelerator_device_count()  # the preflight imported it: no import added to the launch
+        if count is not None:
+            runner.check_include_devices(spec, count)
     from zerokit.fileio import write_atomic
 
     try:

@@ -52,7 +52,7 @@ def command(files: tuple[str, ...], target: str, world_size: str | None, gpu_mem
     from zerokit.lint.render import render, summary
 
     ranks = parse_positive_int(world_size, "--world-size", maximum=MAX_WORLD_SIZE) if world_size is not None else None
-    memory = _gpu_memory(gpu_memory) if gpu_memory is not None else None
+    memory = parse_gpu_memory_option(gpu_memory) if gpu_memory is not None else None
     if list(files).count(STDIN) > 1:
         raise BadInput("'-' (stdin) can be given only once")
     stdin = getattr(sys.stdin, "buffer", None) if STDIN in files else None  # None: stdin is closed (<&-)
@@ -65,8 +65,3 @@ def command(files: tuple[str, ...], target: str, world_size: str | None, gpu_mem
     if fmt == "text":
         click.echo(summary(result.findings, result.files), err=True)
     return result.exit_code(strict)
-
-
-def _gpu_memory(text: str) -> int:
-    """parse_gpu_memory_option (`80` is refused, as by plan), bounded by what a GPU can have."""
-    return parse_gpu_memory_option(text)

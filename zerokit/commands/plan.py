@@ -177,8 +177,8 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
         from zerokit.models.resolve import model_file
 
         check_output_path(output, force, {"--model config.json": model_file(model), "--hardware": hardware_profile})
-    if unless_auto(gpu_memory) is not None:
-        parse_gpu_memory_option(gpu_memory)  # 80TB for 80GB would plan every setup to fit: refused as lint does
+    if unless_auto(gpu_memory) is not None:  # 80TB for 80GB would plan every setup to fit: refused as lint does
+        gpu_memory = parse_gpu_memory_option(gpu_memory)
     gpu = _gpu_preset(gpu, gpu_memory)
     from zerokit.hardware import resolve_hardware
     from zerokit.models.resolve import resolve_model
@@ -288,7 +288,7 @@ def build_perf(gpu: str | None, profile: str | None, intra: str | None, inter: s
     return machine, memory, notes
 
 
-def _gpu_preset(gpu: str | None, gpu_memory: str | None) -> str | None:
+def _gpu_preset(gpu: str | None, gpu_memory: str | int | None) -> str | None:
     """`--gpu custom` (what the plan calls a GPU given by --gpu-memory alone) means no preset."""
     if gpu is None or gpu.strip().lower() != "custom":
         return gpu

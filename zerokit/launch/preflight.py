@@ -226,12 +226,15 @@ def check_filter_devices(spec: Any) -> Check | None:
     """A one-node job's --include/--exclude against the devices DeepSpeed counts (`runner.check_include_devices`,
     which launch raises after its preflight), as a check: `spec` is the job's `runner.LaunchSpec`. None where
     there is no filter, the job spans nodes, or the accelerator was not imported (the imports check failed)."""
-    if (spec.include is None and spec.exclude is None) or spec.multi_node or "deepspeed.accelerator" not in sys.modules:
+    if (spec.include is None and spec.exclude is None) or spec.multi_node:
+        return None
+    count = accelerator_device_count()
+    if count is None:
         return None
     from zerokit.launch.runner import check_include_devices
 
     try:
-        check_include_devices(spec, sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
+        check_include_devices(spec, count)
     except BadInput as e:
         problem, _, fix = str(e).partition("; ")
         return Check("include", False, problem + " (DeepSpeed's runner refuses it)", fix)
@@ -244,12 +247,18 @@ def probe_device_count() -> int | None:
     gpus = probe_gpus()
     if gpus:
         return len(visible_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")))
-    if "deepspeed.accelerator" not in sys.modules:  # the imports check failed: nothing to count with
-        return None
     try:
-        return int(sys.modules["deepspeed.accelerator"].get_accelerator().device_count()) or None
+        return accelerator_device_count() or None
     except Exception:  # noqa: BLE001 - an accelerator that cannot count is the accelerator check's to report
         return None
+
+
+def accelerator_device_count() -> int | None:
+    """The devices DeepSpeed's accelerator counts (what its runner reads --include/--exclude against), where the
+    preflight has imported it; None where it has not (the imports check failed), so that nothing adds the import."""
+    if "deepspeed.accelerator" not in sys.modules:
+        return None
+    return int(sys.modules["deepspeed.accelerator"].get_accelerator().device_count())
 
 
 def probe_accelerator() -> str:
@@ -441,21 +450,13 @@ def probe_path(path: str) -> tuple[str, bool, int | None]:
     return "directory", os.access(path, os.W_OK | os.X_OK), st.f_bavail * st.f_frsize
 
 
-def probe_shm() -> int | None:
+def probe_shm() -> tuple[int, int] | None:
+    """(size, bytes a new file can still take) of /dev/shm; None where it is not mounted."""
     try:
         st = os.statvfs("/dev/shm")
     except OSError:
         return None
-    return st.f_blocks * st.f_frsize
-
-
-def probe_shm_free() -> int | None:
-    """Bytes of /dev/shm a new file can still take."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def probe_ram() -> tuple[int, int]:
@@ -1048,15 +1049,15 @@ def check_nvme(t: Target) -> Check | None:
 
 
 def check_shm(t: Target) -> Check | None:
-    size = probe_shm()
-    if size is None:
+    shm = probe_shm()
+    if shm is None:
         return Check("/dev/shm", False, "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=1g)")
+    size, free = shm
     ok = size >= SHM_MIN_BYTES
     if ok and not t.multi_node:  # several ranks on DeepSpeed's CPU accelerator each map an allreduce workspace
         ranks = t.world_size or probe_device_count() or 0
-        free = probe_shm_free()
         need = ranks * SHM_CPU_RANK_BYTES
-        if ranks >= 2 and free is not None and free < need and probe_accelerator() == "cpu":
+        if ranks >= 2 and free < need and probe_accelerator() == "cpu":
             return Check("/dev/shm", False, f"{format_bytes(free, binary=True)} free of "
                          f"{format_bytes(size, binary=True)}; {ranks} ranks on DeepSpeed's CPU accelerator map "
                          f"{format_bytes(need, binary=True)} of shared-memory allreduce buffers (69 MB a rank)",
