@@ -7,8 +7,9 @@ In-process: every preset model x a mix of hardware x two sequence lengths, model
 the CLI's job), `plan()` timed alone, which includes the activation model and the step-time model (the ds_config is
 the caller's to build). Every round plans inputs the process has not planned before: both sequence lengths (one
 even, one odd) move up by 2 tokens a round, so a memo keyed on the inputs (the step-time model keeps one) cannot
-turn a repeated plan into a lookup. Only what depends on the model alone (its FLOP and parameter tables) is shared
-across rounds, as it is across the plans of a real session. A model with learned positions refuses a longer sequence
+turn a repeated plan into a lookup. Only what does not depend on the sequence is shared across rounds, as it is
+across the plans of a real session: the model's FLOP and parameter tables, and each setup's memory apart from
+activations on the same hardware (`Context.share_setups`: full training's model states, buffers and host memory). A model with learned positions refuses a longer sequence
 (gpt2's 1,024, opt's 2,048: `check_positions`, bad input), so its two lengths are its own longest and one less, moving
 down by 2 tokens a round instead (anew after about limit/2 rounds, 512 for gpt2). The target is >= 10,000 plans per
 CPU second.

@@ -767,3 +767,34 @@ def test_an_option_that_fits_only_with_smaller_buffers_is_priced_at_its_first_ru
     best = plan(resolve_model(name), hw, Training(seq_len=2048, **forced))
     assert auto.decision == best.decision
     assert auto.performance.tokens_per_s == pytest.approx(best.performance.tokens_per_s)
+
+
+def test_plans_share_setup_costs_only_within_one_model_hardware_precision_and_reserve():
+    """`Context.share_setups`: full-training plans of one model on one machine share what a setup holds apart from
+    activations, which the sequence does not change; a sweep then plans exactly what fresh plans would."""
+    from zerokit.planner import rules
+    from zerokit.planner.engine import run_rules
+
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8, cpu_memory="512GB")
+    sweep = [Training(seq_len=s) for s in (1024, 4096, 2047)] + [Training(seq_len=4096, global_batch=64),
+                                                                Training(seq_len=4096, precision="fp16")]
+    shared = [plan(LLAMA13, hw, t) for t in sweep]
+    for t, p in zip(sweep, shared):
+        rules._SETUPS._store.clear()
+        fresh = plan(LLAMA13, hw, t)
+        assert (p.decision, p.candidates, p.memory, p.reasons) == (fresh.decision, fresh.candidates, fresh.memory,
+                                                                  fresh.reasons)
+
+    def limits(model, hardware, training):
+        return run_rules(model, hardware, training)[0]._limits
+
+    base = limits(LLAMA13, hw, Training(seq_len=1024))
+    assert base and limits(LLAMA13, hw, Training(seq_len=3000)) is base
+    others = [limits(LLAMA13, replace(hw, gpu_memory_bytes=40 * 10**9), Training(seq_len=1024)),
+              limits(LLAMA13, replace(hw, nodes=2), Training(seq_len=1024)),
+              limits(LLAMA13, hw, Training(seq_len=1024, precision="fp16")),
+              limits(LLAMA13, hw, Training(seq_len=1024, overhead_bytes=10**9)),
+              limits(LLAMA7, hw, Training(seq_len=1024)),
+              limits(LLAMA13, hw, Training(seq_len=1024, peft="lora"))]
+    assert all(o is not base for o in others)
+    assert len({id(o) for o in others}) == len(others)

@@ -39,6 +39,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from zerokit._dataclass import dataclass
+from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, analytic_figures
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, default_overhead
@@ -141,6 +142,8 @@ class Context:
     """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
     _limits: dict = field(default_factory=dict)
     """A setup's (StepCosts, whether the fit test may compare figures, `StepCosts.headroom` of the GPU)."""
+    _hosts: dict = field(default_factory=dict)
+    """(stage, optimizer offload, parameter offload) -> HostMemory."""
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -149,6 +152,31 @@ class Context:
             self.overhead = t.overhead_bytes
         else:  # DeepSpeed's CPU accelerator has no CUDA context, NCCL or caching allocator to reserve for
             self.overhead = 0 if hw.accelerator == "cpu" else default_overhead(hw.gpu_memory_bytes)
+
+    def share_setups(self) -> None:
+        """Take `_limits` and `_hosts` from the plans before this one of the same model, hardware, precision and
+        reserve (`_SETUPS`): what a setup holds apart from activations does not depend on the sequence, so a sweep
+        over sequence lengths or batches (or `batch_by_speed`'s second pass) prices each setup once. Full training
+        with no custom activation model only (LoRA's adapters are planned anew each time, and a custom model
+        decides whether the search may compare figures)."""
+        if self.peft is not None or self.activation_model is not None or self._limits or self._hosts:
+            return
+        key = (id(self.model), self.hardware, self.precision, self.overhead)
+        shared = _SETUPS.get(key, self.model)
+        if shared is None:
+            shared = _SETUPS.put(key, self.model, ({}, {}))
+        self._limits, self._hosts = shared
+
+    def host(self, stage: int, opt: str, param: str) -> HostMemory:
+        """A setup's host memory (`host_memory`), computed once per model and hardware (`share_setups`)."""
+        key = (stage, opt, param)
+        hit = self._hosts.get(key)
+        if hit is None:
+            m, hw = self.model, self.hardware
+            hit = self._hosts[key] = host_memory(m.parameters, m.largest_layer_parameters, hw.gpus_per_node,
+                                                 hw.nodes, stage, opt, param, DTYPE_BYTES[self.precision],
+                                                 self.trainable, self.load_width, self.qlora)
+        return hit
 
     def levels(self, stage: int) -> tuple[BufferSettings, ...]:
         """The buffer ladder for a stage (`buffer_ladder`, which depends on the model's hidden size alone)."""
@@ -369,6 +397,11 @@ class Context:
     def gpu_label(self) -> str:
         hw = self.hardware
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
+
+
+_SETUPS = IdentityMemo(64)
+"""(model, hardware, precision, overhead reserve) -> (`Context._limits`, `Context._hosts`) shared by full-training
+plans (`Context.share_setups`); the model is held by identity, the rest by value."""
 
 
 def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int, bare: bool = False) -> tuple:
@@ -630,6 +663,7 @@ def rule_candidates(ctx: Context) -> tuple[tuple, str]:
 
 def rule_evaluate(ctx: Context) -> tuple[tuple, str]:
     """Every candidate at its best micro-batch, checkpointing and buffer setting."""
+    ctx.share_setups()
     evaluations = tuple(_evaluate(ctx, *c) for c in ctx.candidates)
     n_fit = sum(e.candidate.fits for e in evaluations)
     if len(evaluations) == 1:
@@ -959,8 +993,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     """
     model, hw = ctx.model, ctx.hardware
     cap = hw.gpu_memory_bytes
-    host = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, stage, opt,
-                       param, DTYPE_BYTES[ctx.precision], ctx.trainable, ctx.load_width, ctx.qlora)
+    host = ctx.host(stage, opt, param)
     levels = buffer_ladder(model.hidden_size, stage)
     last = len(levels) - 1
     forced = ctx.training.gradient_checkpointing
