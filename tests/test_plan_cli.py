@@ -719,6 +719,17 @@ def test_sizes_and_counts_print_in_the_unit_their_rounded_value_belongs_to(n, si
     assert (format_bytes(n), format_count(n)) == (size, count)
 
 
+@pytest.mark.parametrize("n, binary, text", [
+    (0, False, "0 B"), (999.4, False, "999 B"), (999.5, False, "1.0 KB"), (1023.6, True, "1.0 KiB"),
+    (1023, True, "1023 B"), (-999_960, False, "-1.0 MB"), (80 * 2**30, True, "80.0 GiB"),
+    (10**21, False, "1000000.0 PB"), (float("inf"), False, "inf PB"),
+])
+def test_sizes_print_bytes_whole_and_larger_units_to_a_tenth_up_to_petabytes(n, binary, text):
+    from zerokit.units import format_bytes
+
+    assert format_bytes(n, binary) == text
+
+
 def test_batch_reasons_count_one_gpu_and_one_sample_in_the_singular(capsys):
     """'30 x 1 x 1 GPUs' and '1 samples per GPU' read wrong; the sums stay as computed by hand."""
     _, one = run_json(capsys, "plan", "--model", "gpt2", "--gpu", "a100-80gb", "--seq-len", "1024", "--global-batch", "30")

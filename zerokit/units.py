@@ -209,15 +209,23 @@ def _canon(unit: str) -> str:
     return {"b": "B"}.get(unit, unit[0].upper() + unit[1:-1] + "B") if unit.endswith("b") else unit
 
 
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_DECIMAL_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
+
+
 def format_bytes(n: float, binary: bool = False) -> str:
     """`80.0 GB` (decimal, as GPU vendors sell it) or `74.5 GiB`."""
-    base, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else (1000.0, ["B", "KB", "MB", "GB", "TB", "PB"])
-    value, i = float(n), 0
+    base, units = (1024.0, _BINARY_UNITS) if binary else (1000.0, _DECIMAL_UNITS)
+    value = float(n)
+    if not abs(round(value, 0)) >= base:
+        return f"{value:.0f} B"
     # by the value as printed: 999,960 bytes is `1.0 MB`, not `1000.0 KB`
-    while abs(round(value, 1 if i else 0)) >= base and i < len(units) - 1:
+    value /= base
+    i = 1
+    while i < 5 and abs(round(value, 1)) >= base:
         value /= base
         i += 1
-    return f"{value:.0f} {units[i]}" if i == 0 else f"{value:.1f} {units[i]}"
+    return f"{value:.1f} {units[i]}"
 
 
 def format_count(n: float) -> str:

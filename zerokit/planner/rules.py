@@ -399,7 +399,7 @@ class Context:
         return hw.gpu_name if hw.gpu_name != "custom" else format_bytes(hw.gpu_memory_bytes)
 
 
-_SETUPS = IdentityMemo(64)
+_SETUPS = IdentityMemo(1024)
 """(model, hardware, precision, overhead reserve) -> (`Context._limits`, `Context._hosts`) shared by full-training
 plans (`Context.share_setups`); the model is held by identity, the rest by value."""
 
