@@ -16,7 +16,7 @@ import socket
 import tempfile
 
 import pytest
-from _support import one_rank_gloo_group
+from _support import free_port, one_rank_gloo_group
 
 from zerokit.launch.runner import remove_shm_buffers
 from zerokit.lint.engine import lint_document
@@ -261,6 +261,77 @@ def test_zk201_batch_not_divisible(ds):
         ds_config(cfg, mpu=DataParallel(2))
     assert codes({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}) \
         == {"ZK201"}  # 30 is no multiple of 16: no world size works
+
+
+SEQUENCE_PARALLEL_RANKS = """
+import copy, json, os, sys
+import deepspeed
+from deepspeed import comm as dist
+from deepspeed.runtime.config import DeepSpeedConfig
+from deepspeed.runtime.sequence_parallel import parallel_state_sp
+
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+said = []
+for cfg in json.loads(sys.argv[1]):
+    try:
+        said.append(DeepSpeedConfig(copy.deepcopy(cfg)).world_size)
+    except AssertionError as e:
+        said.append(str(e))
+for shape in ((1, 2), (2, 2)):  # what deepspeed.initialize builds from data_parallel_size, sequence_parallel_size
+    try:
+        said.append(dist.get_world_size(dist.initialize_mesh_device(shape, ("data_parallel", "sequence_parallel"))
+                                        .get_group(mesh_dim="data_parallel")))
+    except RuntimeError as e:
+        said.append(str(e))
+try:
+    parallel_state_sp.initialize_sequence_parallel(3)  # Ulysses' groups
+except RuntimeError as e:
+    said.append(str(e))
+if dist.get_rank() == 0:
+    print("RESULT " + json.dumps(said), flush=True)
+dist.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def test_zk201_sequence_parallel_ranks_are_not_data_parallel(ds, tmp_path):
+    """DeepSpeedConfig checks the batch against the ranks divided by sequence_parallel_size, or, with
+    data_parallel_size beside it, against the data axis of the mesh deepspeed.initialize builds. Two real gloo
+    ranks: lint's world size 2 is one data-parallel rank here (it used to ask for a batch of 4, which fails)."""
+    import subprocess
+    import sys
+
+    sp = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+          "sequence_parallel_size": 2}
+    old_fix = dict(sp, train_batch_size=4)
+    assert lint(sp, world_size=2) == []
+    [f] = lint(old_fix, world_size=2)
+    assert (f.code, f.suggestion) == ("ZK201", "2") and "(2 ranks / sequence_parallel_size 2)" in f.message
+    mesh = dict(sp, data_parallel_size=1)
+    assert lint(mesh, world_size=2) == []
+    [f] = lint(dict(sp, data_parallel_size=2), world_size=2)
+    assert (f.code, f.key, f.suggestion) == ("ZK201", "data_parallel_size", "1")
+    [f] = lint(dict(sp, sequence_parallel_size=3), world_size=2)
+    assert (f.code, f.key) == ("ZK201", "sequence_parallel_size") and "does not divide the world size 2" in f.message
+    script = tmp_path / "sp.py"
+    script.write_text(SEQUENCE_PARALLEL_RANKS)
+    port = str(free_port())
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    procs = [subprocess.Popen([sys.executable, str(script), json.dumps([sp, old_fix])], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
+             for r in range(2)]
+    try:
+        out = [p.communicate(timeout=600) for p in procs]
+    finally:
+        remove_shm_buffers(int(port))
+    assert procs[0].returncode == 0, out[0][1][-3000:]
+    said = json.loads(next(line[7:] for line in out[0][0].splitlines() if line.startswith("RESULT ")))
+    assert said[0] == 1.0  # 2 ranks / sequence_parallel_size 2
+    assert "4 != 2 * 1 * 1.0" in said[1]
+    assert said[2] == 1  # the (1, 2) mesh: one data-parallel rank
+    assert "Mesh should not be bigger than default world size 2, but found 4 ranks" in said[3]
+    assert "world_size (2) is less than sequence_parallel_size 3" in said[4]
 
 
 def test_zk202_no_batch_size_for_deepspeed(ds):

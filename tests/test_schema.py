@@ -129,7 +129,7 @@ def deepspeed_keys() -> set[tuple]:
         keys |= pydantic_paths(model, prefix)
     keys |= {(k,) for k in ds_config._REMOVED_TOP_LEVEL_CONFIG_KEYS}
     keys |= {("zero_optimization", k) for k in ds_config._REMOVED_ZERO_CONFIG_KEYS}
-    # read outside the recorded path: pipeline defaults and the pipe engine, AutoEP, Ulysses world size
+    # read outside the recorded path: pipeline defaults and the pipe engine, AutoEP, Ulysses world size and mesh
     from deepspeed.module_inject import auto_ep_config
     from deepspeed.runtime.pipe import engine as pipe_engine
 
@@ -139,6 +139,11 @@ def deepspeed_keys() -> set[tuple]:
                                                         inspect.getsource(auto_ep_config.parse_autoep_config))}
     assert '"sequence_parallel_size" in config' in inspect.getsource(DeepSpeedConfig.__init__)
     keys.add(("sequence_parallel_size",))
+    import deepspeed  # initialize builds a device mesh from data_parallel_size beside sequence_parallel_size
+
+    assert '"sequence_parallel_size" in config and "data_parallel_size" in config' in inspect.getsource(
+        deepspeed.initialize)
+    keys.add(("data_parallel_size",))
     return keys
 
 

@@ -215,13 +215,18 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
     t, m, g = _int(tbs), _int(mbs), _int(gas)
     if any(v is not None and v <= 0 for v in (t, m, g)):
         return  # ZK105 reports it
-    w = ctx.world_size
     key = ("train_batch_size",)
+    w, why = ctx.world_size, ""
+    if w is not None:
+        w, why, hit = _data_parallel_size(cfg, w)
+        if hit is not None:
+            yield hit
+            return
     if t is not None and m is not None and g is not None:
         if w is not None and t != m * g * w:
             yield Hit(key, f"train_batch_size {t} != micro batch {m} x gradient_accumulation_steps {g} x world size "
-                      f"{w} = {m * g * w}; DeepSpeed asserts this at initialize; set train_batch_size to {m * g * w}",
-                      str(m * g * w))
+                      f"{w}{why} = {m * g * w}; DeepSpeed asserts this at initialize; set train_batch_size to "
+                      f"{m * g * w}", str(m * g * w))
         elif w is None and t % (m * g):
             yield Hit(key, f"train_batch_size {t} is not a multiple of micro batch {m} x gradient_accumulation_steps "
                       f"{g} = {m * g}, so no world size satisfies DeepSpeed's batch assertion; fix one of the three")
@@ -232,14 +237,42 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
                       "gradient accumulation satisfy DeepSpeed's batch assertion; fix one of the two")
         return
     if t is not None and m is not None and t % (m * w):
-        yield Hit(key, f"train_batch_size {t} is not divisible by micro batch {m} x world size {w}: DeepSpeed derives "
-                  f"gradient_accumulation_steps = {t // m // w} and its batch assertion fails")
+        yield Hit(key, f"train_batch_size {t} is not divisible by micro batch {m} x world size {w}{why}: DeepSpeed "
+                  f"derives gradient_accumulation_steps = {t // m // w} and its batch assertion fails")
     elif t is not None and g is not None and t % (g * w):
-        yield Hit(key, f"train_batch_size {t} is not divisible by gradient_accumulation_steps {g} x world size {w}: "
-                  "DeepSpeed's derived micro batch fails its batch assertion")
+        yield Hit(key, f"train_batch_size {t} is not divisible by gradient_accumulation_steps {g} x world size "
+                  f"{w}{why}: DeepSpeed's derived micro batch fails its batch assertion")
     elif t is not None and m is None and g is None and t % w:
-        yield Hit(key, f"train_batch_size {t} is not divisible by world size {w}: DeepSpeed's derived micro batch "
-                  f"{t // w} fails its batch assertion")
+        yield Hit(key, f"train_batch_size {t} is not divisible by world size {w}{why}: DeepSpeed's derived micro "
+                  f"batch {t // w} fails its batch assertion")
+
+
+def _data_parallel_size(cfg: dict, ranks: int) -> tuple[int, str, Hit | None]:
+    """The world size DeepSpeedConfig checks the batch against, the words saying where it came from, and the Hit
+    when the ranks cannot be split so. With sequence_parallel_size it divides the ranks by it (config.py, without an
+    mpu; a Ulysses mpu gives the same); with data_parallel_size too, deepspeed.initialize builds a
+    (data_parallel_size, sequence_parallel_size) device mesh, which must hold every rank, and counts its data axis."""
+    sp = _int(cfg.get("sequence_parallel_size"))
+    if sp is None or sp < 1:
+        return ranks, "", None  # absent, "auto" or out of range: ZK103/ZK105 report a bad one
+    dp = _int(cfg.get("data_parallel_size"))
+    if "data_parallel_size" in cfg and dp is not None and dp >= 1:
+        if dp * sp != ranks:
+            fix = str(ranks // sp) if ranks % sp == 0 else None
+            return ranks, "", Hit(("data_parallel_size",), f"data_parallel_size {dp} x sequence_parallel_size {sp} = "
+                                  f"{dp * sp}, not the world size {ranks}: deepspeed.initialize builds its device "
+                                  "mesh from the two and fails; "
+                                  + (f"set data_parallel_size to {fix}" if fix else "make their product the world size"),
+                                  fix)
+        return dp, f" (data_parallel_size {dp})", None
+    if sp == 1:
+        return ranks, "", None
+    if ranks % sp:
+        return ranks, "", Hit(("sequence_parallel_size",), f"sequence_parallel_size {sp} does not divide the world size "
+                              f"{ranks}: DeepSpeed's sequence-parallel groups (Ulysses' initialize_sequence_parallel, "
+                              "AutoSP's mesh) refuse it, and its batch check divides the ranks into a fraction; use a "
+                              "divisor of the world size")
+    return ranks // sp, f" ({ranks} ranks / sequence_parallel_size {sp})", None
 
 
 def batch_size_missing(doc: Document, ctx: Context) -> Iterator[Hit]:

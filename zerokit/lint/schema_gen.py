@@ -88,6 +88,9 @@ DICT_SECTIONS: dict[str, dict] = {
                       enum=["debug", "info", "warning", "error", "critical", None], **{"x-ignore-case": True}),
     "sequence_parallel_size": leaf(I, 1, "Ulysses sequence-parallel degree; the data-parallel world size is the "
                                    "world size divided by it.", minimum=1),
+    "data_parallel_size": leaf(I, None, "Data-parallel degree of the (data_parallel_size, sequence_parallel_size) "
+                               "device mesh deepspeed.initialize builds when both are given (their product must be "
+                               "the world size); read only beside sequence_parallel_size.", minimum=1),
     "datastates_ckpt": {"description": "DataStates-LLM asynchronous checkpointing settings (any value but false "
                         "enables it).", "type": ["object", "boolean"], "additionalProperties": True},
     "optimizer": section("Optimizer DeepSpeed builds when none is passed to initialize.", {
