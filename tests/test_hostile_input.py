@@ -749,6 +749,23 @@ def test_a_deeply_nested_hardware_profile_is_one_line(capsys, tmp_path):
     one_line_error(err, "plan", "not a probe profile (nested too deeply)")
 
 
+@pytest.mark.parametrize(("key", "value", "fragment"), [
+    ("h2d_pinned", 10**400, "h2d_pinned must be a finite number >= 0, got 1000"),
+    ("matmul", {"bf16": [[512, -10**400]]}, "matmul.bf16: point [512, -1000"),
+    ("name", "NVIDIA\nH100\x1b[31m", "name must be one line of printable text"),
+])
+def test_a_hardware_profile_with_a_figure_json_can_hold_and_python_cannot_is_one_line(capsys, tmp_path, key, value,
+                                                                                     fragment):
+    """A JSON integer of 400 digits was an internal error (exit 70: math.isfinite overflowed); a name with a newline
+    split the plan's warnings, and its escape codes reached the terminal."""
+    profile = json.loads((ROOT / "tests" / "data" / "gpu" / "profile.json").read_text())
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({**profile, key: value}))
+    code, out, err = zk(capsys, *PLAN, "--hardware", str(path))
+    assert code == 2 and out == ""
+    one_line_error(err, "plan", f"--hardware {path}: {fragment}")
+
+
 @pytest.mark.parametrize(("argv", "example"), [([*PLAN, "-o", "-"], "ds_config.json"),
                                                (["launch", "--gpus-per-node", "1", "--emit-script", "-", "t.py"],
                                                 "run.sh")])

@@ -200,11 +200,44 @@ def test_profile_round_trip(tmp_path):
     ({"host_optimizer_s": -1}, "host_optimizer_s must be a finite number >= 0"),
     ({"comm_overlaps_compute": "yes"}, "comm_overlaps_compute must be true or false"),
     ({"ranks_measured": 0}, "ranks_measured must be a whole number 1..1024"),
-    ({"sources": {"a": 1}}, "sources must map figure names to strings"),
+    ({"sources": {"a": 1}}, "sources must map figure names to one line of printable text"),
+    # JSON integers beyond a float's range: math.isfinite raised OverflowError, exit 70 (zerokit probe fuzz)
+    ({"h2d_pinned": 10**400}, r"h2d_pinned must be a finite number >= 0, got 10000000000000000000000000+\.\.\.; "),
+    ({"collective_efficiency": -10**400}, "collective_efficiency must be a finite number >= 0, got -1000"),
+    ({"matmul": {"bf16": [[512, 10**400]]}}, r"matmul.bf16: point \[512, 10000000000+\.\.\. is not"),
+    ({"elementwise": [[10**400, 1e9]]}, r"elementwise: point \[10000000000+\.\.\. is not"),
+    # the plan's table and warnings print these: a newline split a warning, an escape code reached the terminal
+    ({"name": "NVIDIA\nH100"}, r"name must be one line of printable text, at most 200 .*got 'NVIDIA\\nH100'"),
+    ({"name": "\x1b[31mH100"}, "name must be one line of printable text"),
+    ({"name": "H100 " * 100}, "name must be one line of printable text"),
+    ({"sources": {"pcie": "measured\nby hand"}}, "sources must map figure names to one line of printable text"),
 ])
 def test_profile_refuses(tmp_path, changes, message):
     with pytest.raises(BadInput, match=message):
         load_profile(_profile(tmp_path, **changes))
+
+
+@pytest.mark.parametrize("changes", [{"device": "x" * 200_000}, {"h2d_pinned": "x" * 200_000},
+                                     {"h2d_pinned": [1.0] * 50_000}, {"matmul": {"x" * 200_000: [[1, 1e12]]}},
+                                     {"elementwise": [["x" * 200_000, 1e9]]}, {"ranks_measured": 10**400},
+                                     {f"bogus{i}" + "x" * 1000: 1 for i in range(100)}])
+def test_a_profile_error_quotes_at_most_a_few_words_of_the_value(tmp_path, changes):
+    """The value was quoted whole: one error line of 200 KB for a hand-edited profile."""
+    with pytest.raises(BadInput) as e:
+        load_profile(_profile(tmp_path, **changes))
+    assert len(str(e.value)) < 400 and "..." in str(e.value), str(e.value)[:500]
+
+
+def test_a_key_given_twice_in_a_profile_is_refused(tmp_path):
+    """JSON keeps the last of two: a hand edit's appended figure silently replaced the measured one, or not."""
+    path = Path(_profile(tmp_path))
+    path.write_text(path.read_text()[:-1] + ', "h2d_pinned": 1e3}')
+    with pytest.raises(BadInput, match=r"'h2d_pinned' is given twice in one object; keep the figure you mean"):
+        load_profile(str(path))
+    path = Path(_profile(tmp_path))
+    path.write_text(path.read_text().replace('"sources": {', '"sources": {"pcie": "a", '))
+    with pytest.raises(BadInput, match="is given twice in one object"):  # nested objects too
+        load_profile(str(path))
 
 
 def test_a_profile_without_the_optional_rates_takes_what_the_probe_would_have_assumed(tmp_path):
@@ -927,6 +960,8 @@ def test_a_plan_from_a_profile_probed_oversubscribed_says_so(tmp_path, capsys):
              (cpu, {"ranks": 4, "threads_per_rank": 56, "cores": 56}, [note.replace("2 ranks x 2 OpenMP threads on 2",
               "4 ranks x 56 OpenMP threads on 56").replace("=1", "=14")]),
              (cpu, {"ranks": "2", "threads_per_rank": True, "cores": None}, []),
+             # no machine's counts: not a measurement (the warning quoted the 400-digit number whole)
+             (cpu, {"ranks": 10**400, "threads_per_rank": 2, "cores": 2}, []),
              (json.loads((Path(__file__).parent / "data" / "gpu" / "2026-11-27-h100" / "profile.json").read_text()),
               {"ranks": 1, "threads_per_rank": 16, "cores": 4}, []))
     for profile, measured, expected in cases:

@@ -14,6 +14,7 @@ import operator
 import os
 import re
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import field, fields, replace
 from typing import Any
@@ -28,6 +29,7 @@ PROFILE_VERSION = 1
 COMPUTE_SCALE_BOUNDS = (0.25, 8.0)
 """The range a profile's `compute_scale` may take (the probe holds its measurement to it): beyond it the kernel
 figures, not the engine, are what is off."""
+MAX_CORES = 1 << 16  # more ranks, threads or cores than any node has: a profile saying so is not a measurement
 MAX_PROFILE_BYTES = 1 << 20  # a probe profile is a few KB; anything near a MiB is not one
 DTYPES = ("bf16", "fp16", "fp32", "tf32")
 HOST_CAST_PER_ADAM = 2.5  # host fp32 -> bf16 casts per CPU-Adam parameter step, where the probe did not measure it
@@ -521,7 +523,8 @@ def profile_warnings(perf: MachinePerf, measured: Mapping[str, Any]) -> list[str
     threads outnumbered the cores (torch's default under the runner), where small ops stall and the kernel
     figures, and the step times built on them, describe only another run as oversubscribed."""
     ranks, threads, cores = (measured.get(k) for k in ("ranks", "threads_per_rank", "cores"))
-    if perf.device != "cpu" or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+    # counts no machine has are not a measurement (a hand-edited 400-digit one was quoted whole in the warning)
+    if perf.device != "cpu" or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CORES
                                        for v in (ranks, threads, cores)):
         return []
     per_rank = oversubscribed(ranks, threads, cores)
@@ -557,14 +560,18 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
     known = {f.name for f in fields(MachinePerf)} | {"zerokit_profile", "measurements"}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise BadInput(f"{where}: unknown key(s) {', '.join(unknown)}; write a fresh one with `zerokit probe`")
+        listed = ", ".join(_shown(key, quote=False) for key in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise BadInput(f"{where}: unknown key(s) {listed}; write a fresh one with `zerokit probe`")
     values: dict[str, Any] = {}
     for key in ("name", "device"):
         if not isinstance(data[key], str) or not data[key].strip():
             raise BadInput(f"{where}: {key} must be a non-empty string")
         values[key] = data[key]
     if values["device"] not in ("gpu", "cpu"):
-        raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {data['device']!r}")
+        raise BadInput(f"{where}: device must be \"gpu\" or \"cpu\", got {_shown(data['device'])}")
+    if not _plain_text(values["name"], MAX_NAME):  # the plan's table and warnings print it: a newline split one
+        raise BadInput(f"{where}: name must be one line of printable text, at most {MAX_NAME} characters (the probe "
+                       f"writes the device's name), got {_shown(values['name'])}; re-run `zerokit probe`")
     values["matmul"] = _matmul_from_json(data["matmul"], where)
     for key in ("matmul_forward", "matmul_input_grad", "attention"):
         if data.get(key) is not None and data[key] != {}:  # absent, null or {}: not measured
@@ -574,13 +581,13 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         if key not in data:
             continue
         value = data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise BadInput(f"{where}: {key} must be a finite number >= 0, got {value!r}")
+        if not _finite(value) or value < 0:
+            raise BadInput(f"{where}: {key} must be a finite number >= 0, got {_shown(value)}; re-run `zerokit probe`")
         # a rate (bytes or parameters per second) is 0 (not measured; refused below where the model needs it) or
         # at least MIN_RATE: a denormal one made the time model divide by zero
         low, high = PROFILE_RANGES.get(key, (MIN_RATE, MAX_BANDWIDTH))
         if not (low <= value <= high or (value == 0 and key not in PROFILE_RANGES)):
-            raise BadInput(f"{where}: {key} = {value!r} is outside {low:g}..{high:g}; re-run `zerokit probe`")
+            raise BadInput(f"{where}: {key} = {_shown(value)} is outside {low:g}..{high:g}; re-run `zerokit probe`")
         values[key] = float(value)
     # The probe always writes these; a profile without one (written by hand, or cut) takes what the probe would
     # have assumed, not 0, which the time model divides by.
@@ -602,11 +609,14 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         values["comm_overlaps_compute"] = data["comm_overlaps_compute"]
     ranks = data.get("ranks_measured")
     if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1024):
-        raise BadInput(f"{where}: ranks_measured must be a whole number 1..1024, got {ranks!r}")
+        raise BadInput(f"{where}: ranks_measured must be a whole number 1..1024, got {_shown(ranks)}")
     values["ranks_measured"] = ranks
     sources = data.get("sources", {})
-    if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
-        raise BadInput(f"{where}: sources must map figure names to strings")
+    # the plan's warnings quote them (`unmeasured_links`): a newline split one in two
+    if not isinstance(sources, dict) or not all(isinstance(k, str) and _plain_text(v, MAX_SOURCE)
+                                                for k, v in sources.items()):
+        raise BadInput(f"{where}: sources must map figure names to one line of printable text each, at most "
+                       f"{MAX_SOURCE} characters; re-run `zerokit probe`")
     values["sources"] = {**{k: "probe" for k in _NUMBER_FIELDS if k in values}, "matmul": "probe", **sources}
     for key in ("host_cast_params_per_s", "h2d_cast_params_per_s"):
         if key not in values:  # a profile from before the probe measured it
@@ -730,7 +740,7 @@ def _read_profile(path: str) -> Any:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_PROFILE_BYTES + 1)
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _one_of_each(pairs, path))
     except UnicodeDecodeError:
         raise BadInput(f"--hardware {path}: not UTF-8 text; give the profile JSON `zerokit probe` wrote") from None
     except json.JSONDecodeError as e:
@@ -743,13 +753,25 @@ def _read_profile(path: str) -> Any:
         raise BadInput(f"--hardware {path}: cannot read it ({e.strerror}); check the permissions") from None
 
 
+def _one_of_each(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
+    """A JSON object of the profile, refused where it gives a key twice: the probe never does, and of a hand edit's
+    two figures JSON keeps the last without a word."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadInput(f"--hardware {path}: {_shown(key)} is given twice in one object; keep the figure you "
+                           "mean, or re-run `zerokit probe`")
+        out[key] = value
+    return out
+
+
 def _matmul_from_json(value: Any, where: str, what: str = "matmul") -> dict[str, tuple[tuple[float, float], ...]]:
     if not isinstance(value, dict) or not value:
         raise BadInput(f"{where}: {what} must map dtypes ({', '.join(DTYPES)}) to [[size, FLOP/s], ...]")
     out = {}
     for dtype, curve in value.items():
         if dtype not in DTYPES:
-            raise BadInput(f"{where}: {what} has unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+            raise BadInput(f"{where}: {what} has unknown dtype {_shown(dtype)}; known: {', '.join(DTYPES)}")
         out[dtype] = _curve_from_json(curve, f"{where}: {what}.{dtype}", 1e18, MAX_KERNEL_SIZE)
     return out
 
@@ -766,13 +788,36 @@ def _curve_from_json(curve: Any, what: str, high: float, max_size: float = MAX_S
     points = []
     for point in curve:
         if (not isinstance(point, list) or len(point) != 2
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-                           for x in point) or not MIN_RATE <= point[1] <= high):
-            raise BadInput(f"{what}: point {point!r} is not [size > 0, rate {MIN_RATE:g}..{high:g}]")
+                or not all(_finite(x) and x > 0 for x in point) or not MIN_RATE <= point[1] <= high):
+            raise BadInput(f"{what}: point {_shown(point)} is not [size > 0, rate {MIN_RATE:g}..{high:g}]")
         if not 1 <= point[0] <= max_size:
-            raise BadInput(f"{what}: point {point!r} has a size outside 1..{max_size:g}; re-run `zerokit probe`")
+            raise BadInput(f"{what}: point {_shown(point)} has a size outside 1..{max_size:g}; re-run `zerokit probe`")
         points.append((float(point[0]), float(point[1])))
     sizes = [s for s, _ in points]
     if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
         raise BadInput(f"{what}: sizes must be strictly ascending")
     return tuple(points)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a JSON value is a number (not true or false) that is finite as a float. An integer of 400 digits is
+    one to JSON, and `math.isfinite` raised OverflowError on it (exit 70)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
+
+
+MAX_NAME, MAX_SOURCE = 200, 1000
+"""The longest name and source a profile may give: the probe writes a device's name (`NVIDIA H100 80GB HBM3`, `cpu:
+` and the CPU's model), and sources of at most a DEFAULT_NOTES sentence (about 500 characters)."""
+
+
+def _plain_text(value: Any, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit and value.isprintable()
+
+
+def _shown(value: Any, quote: bool = True) -> str:
+    """A profile's value as an error quotes it, cut to 40 characters: a 200 KB string or a 400-digit number was
+    echoed whole, one line of that length."""
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
