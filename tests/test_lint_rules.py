@@ -431,6 +431,24 @@ def test_zk210_an_initial_scale_of_2_64_or_more_overflows_at_the_first_backward(
     train(initialize(fp16_on_cpu, ok), steps=1, dtype=torch.half)
 
 
+def test_zk211_unmanaged_accumulation_with_deepcompile_or_early_overlap(ds):
+    deepcompile = with_(ADAGRAD, {"managed_gradient_accumulation": False, "compile": {"deepcompile": True},
+                                  "zero_optimization": {"stage": 1}})
+    overlap = with_(ADAGRAD, {"managed_gradient_accumulation": False,
+                              "zero_optimization": {"stage": 1, "overlap_comm": True}})
+    [f] = lint(deepcompile)
+    assert (f.code, f.key) == ("ZK211", "managed_gradient_accumulation")
+    [f] = lint(overlap)
+    assert (f.code, f.key, f.suggestion) == ("ZK211", "zero_optimization.overlap_comm", "false")
+    with pytest.raises(AssertionError, match="not supported with DeepCompile"):
+        initialize(ds, deepcompile)
+    with pytest.raises(AssertionError, match="supports ZeRO overlap_comm only with ZeRO stage 2"):
+        initialize(ds, overlap)
+    fine = with_(ADAGRAD, {"managed_gradient_accumulation": False, "zero_optimization": {"stage": 2, "overlap_comm": True}})
+    assert lint(fine) == []
+    assert initialize(ds, fine).managed_gradient_accumulation() is False
+
+
 # ---------------------------------------------------------------- ZeRO and offload
 
 
@@ -675,6 +693,58 @@ def test_zk310_compute_grad_norm_off_at_stage3(ds):
     assert codes(cfg) == {"ZK310"}
     with pytest.raises(ValidationError, match="compute_grad_norm=false is supported only"):
         ds_config(cfg)
+
+
+def compiled(deepspeed, cfg: dict, client_optimizer: bool = False) -> str:
+    """engine.compile() on the tiny model (eager backend): what it raised, or whether DeepCompile took over."""
+    engine = initialize(deepspeed, cfg, client_optimizer)
+    try:
+        engine.compile(backend="eager")
+    except (NotImplementedError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return f"compiled, DeepCompile active: {engine.is_deepcompile_active()}"
+
+
+def test_zk701_compile_settings_engine_compile_refuses(ds):
+    """DeepSpeed starts with each of these; engine.compile() raises."""
+    z1, z3 = {"zero_optimization": {"stage": 1}}, {"zero_optimization": {"stage": 3}}
+    cases = [
+        (with_(ADAGRAD, z1, {"compile": {"deepcompile": True, "passes": ["autotp", "autosp"]}}), "compile.passes",
+         "NotImplementedError: The AutoTP compile pass cannot yet be combined with AutoSP"),
+        (with_(ADAGRAD, z1, {"compile": {"deepcompile": True, "autoep_non_moe": True}}), "compile.autoep_non_moe",
+         "ValueError: compile.autoep_non_moe=True uses vanilla torch.compile and cannot be combined with DeepCompile"),
+        (with_(ADAGRAD, z3, {"compile": {"autoep_non_moe": True}}), "compile.autoep_non_moe",
+         "ValueError: compile.autoep_non_moe=True does not support ZeRO Stage 3"),
+        (with_(ADAGRAD, z3, {"compile": {"deepcompile": True, "offload_activation": True, "offload_parameters": True}}),
+         "compile.offload_activation", "ValueError: compile.offload_activation cannot be combined with offload_param"),
+    ]
+    for cfg, key, raised in cases:
+        assert [(f.code, f.key) for f in lint(cfg) if f.code != "ZK309"] == [("ZK701", key)]
+        assert compiled(ds, cfg).startswith(raised)
+    # a client optimizer: DeepSpeed's own would build its CPU Adagrad first (JIT)
+    offload = with_({"zero_force_ds_cpu_optimizer": False, "compile": {"deepcompile": True, "offload_opt_states": True},
+                     "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})
+    assert [(f.code, f.key) for f in lint(offload) if f.code not in ("ZK309", "ZK403")] == \
+        [("ZK701", "compile.offload_opt_states")]
+    assert "compile.offload_opt_states cannot be combined with ZeRO's" in compiled(ds, offload, client_optimizer=True)
+
+
+def test_zk702_compile_settings_engine_compile_passes_over(ds):
+    """engine.compile() compiles these with plain torch.compile, DeepCompile never active."""
+    cases = [
+        (with_(ADAGRAD, {"compile": {"passes": ["autosp"]}}), "compile.passes"),
+        (with_(ADAGRAD, {"compile": {"free_activation": True}}), "compile.free_activation"),
+        (with_(ADAGRAD, {"compile": {"deepcompile": True}}), "compile.deepcompile"),  # ZeRO stage 0
+        (with_(ADAGRAD, {"zero_optimization": {"stage": 2}}, {"compile": {"deepcompile": True, "passes": ["autosp"]}}),
+         "compile.passes"),
+        (with_(ADAGRAD, {"zero_optimization": {"stage": 1}}, {"compile": {"deepcompile": True, "passes": ["autotp"]}}),
+         "compile.passes"),  # no tensor_parallel.autotp_size
+    ]
+    for cfg, key in cases:
+        [f] = lint(cfg)
+        assert (f.code, f.severity, f.key) == ("ZK702", "warning", key)
+        assert compiled(ds, cfg) == "compiled, DeepCompile active: False"
+    assert lint(with_(ADAGRAD, {"compile": {"deepcompile": False, "passes": [], "double_buffer": True}})) == []
 
 
 # ---------------------------------------------------------------- optimizer and scheduler
@@ -1165,7 +1235,7 @@ def test_data_types_take_every_dtype_enum_spelling_and_only_those(ds):
 
 
 def test_zk308_sum_allreduce_with_deepcompile(ds):
-    cfg = with_({"gradient_allreduce_op": "sum", "compile": {"deepcompile": True}})
+    cfg = with_({"gradient_allreduce_op": "sum", "compile": {"deepcompile": True}, "zero_optimization": {"stage": 1}})
     assert codes(cfg) == {"ZK308"}
     with pytest.raises(ValueError, match="DeepCompile"):
         ds_config(cfg)

@@ -1079,6 +1079,109 @@ def compute_grad_norm_off(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "(zero_optimization.zenflow): DeepSpeed raises ValueError at initialize; remove one of them", "true")
 
 
+def unmanaged_accumulation(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """engine._do_sanity_check asserts at initialize: managed_gradient_accumulation false neither with DeepCompile nor
+    with overlap_comm below ZeRO stage 2."""
+    cfg = doc.data
+    if cfg.get("managed_gradient_accumulation") is not False:
+        return
+    stage = _stage(cfg)
+    if _is_true(_section(cfg, "compile").get("deepcompile")):
+        yield Hit(("managed_gradient_accumulation",), "managed_gradient_accumulation false is not supported with "
+                  "DeepCompile (compile.deepcompile): DeepSpeed asserts at initialize; remove "
+                  "managed_gradient_accumulation or set compile.deepcompile to false", "true")
+    elif stage in (0, 1) and _is_true(_zero(cfg).get("overlap_comm")):
+        yield Hit(("zero_optimization", "overlap_comm"), f"overlap_comm with managed_gradient_accumulation false "
+                  f"needs ZeRO stage 2 or 3: at stage {stage} DeepSpeed asserts at initialize; set "
+                  "zero_optimization.overlap_comm to false", "false")
+
+
+# ---------------------------------------------------------------- DeepCompile and engine.compile()
+
+
+def _compile(cfg: dict) -> tuple[dict, bool, list[str]]:
+    """The compile section, whether DeepCompile is on, and its pass names."""
+    sec = _section(cfg, "compile")
+    passes = sec.get("passes")
+    return sec, _is_true(sec.get("deepcompile")), [p for p in passes if isinstance(p, str)] if isinstance(
+        passes, list) else []
+
+
+def compile_fails(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """What engine.compile() raises on, though DeepSpeed starts with the config (engine.py compile,
+    get_deepspeed_compile_backend; compile/init_z3.py validates its offloads before it compiles)."""
+    cfg = doc.data
+    sec, deepcompile, passes = _compile(cfg)
+    stage = _stage(cfg)
+    with_autotp = sorted({"autosp", "z1", "z3"} & set(passes))
+    if deepcompile and "autotp" in passes and with_autotp:
+        yield Hit(("compile", "passes"), "compile.passes combines 'autotp' with " + ", ".join(
+                  f"'{p}'" for p in with_autotp) + ": engine.compile() raises NotImplementedError (the AutoTP pass "
+                  "does not compose yet); keep 'autotp' alone or drop it")
+    if _is_true(sec.get("autoep_non_moe")):
+        offloaded = [w for w in ("optimizer", "param") if _offload(cfg, w)[0] not in (None, "none")]
+        why, other = (("DeepCompile", "set compile.deepcompile to false") if deepcompile else
+                      ("ZeRO stage 3", "use ZeRO stage 1 or 2") if stage == 3 else
+                      (f"zero_optimization.offload_{offloaded[0]}", "remove the offload") if offloaded else
+                      (None, None))
+        if why:
+            yield Hit(("compile", "autoep_non_moe"), f"compile.autoep_non_moe does not support {why}: "
+                      f"engine.compile() raises ValueError; set compile.autoep_non_moe to false, or {other}", "false")
+        return  # engine.compile() takes the AutoEP path: DeepCompile's own checks never run
+    if not deepcompile or stage != 3 or "autosp" in passes or "autotp" in passes:
+        return
+    zero = _zero(cfg)
+    both_cpu = all(isinstance(zero.get(f"offload_{w}"), dict) and zero[f"offload_{w}"].get("device") == "cpu"
+                   for w in ("param", "optimizer"))  # get_deepcompile_backend turns offload_parameters on then
+    if _is_true(sec.get("offload_activation")):
+        other = ("offload_opt_states" if _is_true(sec.get("offload_opt_states")) else
+                 "offload_parameters" if _is_true(sec.get("offload_parameters")) else
+                 "offload_parameters (DeepCompile sets it with offload_param and offload_optimizer both on cpu)"
+                 if both_cpu else None)
+        if other:
+            yield Hit(("compile", "offload_activation"), f"compile.offload_activation cannot be combined with {other}: "
+                      "engine.compile() raises ValueError; keep one offloading target", "false")
+    if _is_true(sec.get("offload_opt_states")) and _offload(cfg, "optimizer")[0] in ("cpu", "nvme"):
+        yield Hit(("compile", "offload_opt_states"), "compile.offload_opt_states cannot be combined with "
+                  "zero_optimization.offload_optimizer on cpu or nvme (both manage the optimizer states): "
+                  "engine.compile() raises ValueError; enable one of them", "false")
+
+
+def compile_ignored(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """compile settings engine.compile() passes over without an error, compiling with plain torch.compile: every key
+    but autoep_non_moe is read on the DeepCompile path alone, which needs ZeRO stage 1-3 (AutoSP: 0 or 1; AutoTP:
+    tensor_parallel.autotp_size above 1), each fallback logged at info level."""
+    cfg = doc.data
+    sec, deepcompile, passes = _compile(cfg)
+    if not deepcompile:
+        props = (schema_mod.node_at(("compile",)) or {}).get("properties", {})
+        for key, value in sec.items():
+            if key in ("deepcompile", "autoep_non_moe") or key not in props or value == AUTO:
+                continue
+            if value != props[key].get("default") and not (key == "passes" and value == []):
+                yield Hit(("compile", key), f"compile.{key} is a DeepCompile setting and compile.deepcompile is not "
+                          "true: DeepSpeed ignores it (engine.compile() runs plain torch.compile); set "
+                          f"compile.deepcompile to true or delete compile.{key}", "compile.deepcompile")
+        return
+    if _is_true(sec.get("autoep_non_moe")):
+        return  # compile_fails reports the clash
+    stage = _stage(cfg)
+    if "autosp" in passes:
+        if stage in (2, 3):
+            yield Hit(("compile", "passes"), f"the AutoSP pass does not compose with ZeRO stage {stage}: "
+                      "engine.compile() falls back to plain torch.compile without sequence parallelism; use ZeRO "
+                      "stage 0 or 1", "zero_optimization.stage")
+    elif "autotp" in passes:
+        tp = _section(cfg, "tensor_parallel").get("autotp_size", 0)
+        if isinstance(tp, (int, float)) and not isinstance(tp, bool) and tp <= 1:
+            yield Hit(("compile", "passes"), "the AutoTP pass needs tensor_parallel.autotp_size above 1: "
+                      "engine.compile() falls back to plain torch.compile; set tensor_parallel.autotp_size",
+                      "tensor_parallel.autotp_size")
+    elif stage == 0:
+        yield Hit(("compile", "deepcompile"), "DeepCompile needs ZeRO stage 1, 2 or 3: at stage 0 engine.compile() "
+                  "falls back to plain torch.compile; set zero_optimization.stage", "zero_optimization.stage")
+
+
 # ---------------------------------------------------------------- "auto"
 
 
@@ -1184,6 +1287,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK208", WARNING, "fp16-static-scale-dynamic-keys", fp16_static_scale_dynamic_keys),
     Rule("ZK209", ERROR, "fp16-hysteresis-below-1", fp16_hysteresis),
     Rule("ZK210", ERROR, "fp16-scale-power-overflow", fp16_scale_power),
+    Rule("ZK211", ERROR, "unmanaged-accumulation", unmanaged_accumulation),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),
@@ -1217,6 +1321,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK408", WARNING, "scheduler-warmup-type", scheduler_warmup_type),
     Rule("ZK409", WARNING, "scheduler-warmup-past-total", scheduler_warmup_past_total),
     Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),
+    Rule("ZK701", ERROR, "compile-fails", compile_fails),
+    Rule("ZK702", WARNING, "compile-ignored", compile_ignored),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
     Rule("ZK503", WARNING, "auto-from-accelerate-defaults", auto_from_accelerate_defaults),
