@@ -444,7 +444,8 @@ def test_zk211_unmanaged_accumulation_with_deepcompile_or_early_overlap(ds):
         initialize(ds, deepcompile)
     with pytest.raises(AssertionError, match="supports ZeRO overlap_comm only with ZeRO stage 2"):
         initialize(ds, overlap)
-    fine = with_(ADAGRAD, {"managed_gradient_accumulation": False, "zero_optimization": {"stage": 2, "overlap_comm": True}})
+    fine = with_(ADAGRAD, {"managed_gradient_accumulation": False,
+                           "zero_optimization": {"stage": 2, "overlap_comm": True}})
     assert lint(fine) == []
     assert initialize(ds, fine).managed_gradient_accumulation() is False
 
@@ -511,6 +512,55 @@ def test_zk311_stage12_keys_at_stage3_are_ignored(ds):
     stage3 = inspect.signature(DeepSpeedZeroOptimizer_Stage3).parameters  # ...and never handed to stage 3
     stage12 = inspect.signature(DeepSpeedZeroOptimizer).parameters
     assert all(k in stage12 and k not in stage3 for k in STAGE12_KEYS)
+
+
+QUANTIZED_INIT = """
+import copy, json, sys
+import deepspeed
+import torch
+
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+for cfg in json.loads(sys.argv[1]):
+    try:
+        with deepspeed.zero.Init(config_dict_or_path=copy.deepcopy(cfg)):
+            model = torch.nn.Linear(16, 16)
+        print("RESULT quantized:", getattr(model.weight, "weight_quantized", False), flush=True)
+    except (KeyError, AssertionError) as e:
+        print(f"RESULT {type(e).__name__}: {e}", flush=True)
+"""
+
+
+def test_zk317_quantized_initialization_is_read_by_zero_init_alone(ds):
+    """zero.Init quantizes each Linear weight as the model is built, with Quantizer's four keys, whatever
+    weight_quantization.enabled says. In a process of its own: the quantized init leaves torch.nn.functional.linear
+    wrapped for good."""
+    import subprocess
+    import sys
+
+    good = {"num_bits": 8, "group_size": 8, "group_dim": 1, "symmetric": False}
+
+    def config(init: dict, enabled: bool = True) -> dict:
+        return with_({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True},
+                      "weight_quantization": {"enabled": enabled, "quantized_initialization": init}})
+
+    key = "weight_quantization.quantized_initialization"
+    cases = [(config(good), [], "quantized: True"),
+             (config({"num_bits": 8, "group_size": 8}), [("ZK317", "error", key)], "KeyError: 'symmetric'"),
+             (config(dict(good, symmetric=True)), [("ZK317", "error", key + ".symmetric")],
+              "AssertionError: Only asymmetric quantization is supported"),
+             (config(dict(good, num_bits=2)), [("ZK317", "error", key + ".num_bits")],
+              "AssertionError: Only INT4 and INT8 quantization is supported"),
+             (config(good, enabled=False), [("ZK317", "warning", "weight_quantization.enabled")], "quantized: True")]
+    for cfg, found, _ in cases:
+        assert [(f.code, f.severity, f.key) for f in lint(cfg)] == found
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    proc = subprocess.run([sys.executable, "-c", QUANTIZED_INIT, json.dumps([c for c, _, _ in cases])],
+                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    said = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(said) == len(cases), proc.stderr[-3000:]
+    for (_, _, raised), got in zip(cases, said):
+        assert got.startswith(raised)
 
 
 def test_zk303_nvme_without_path_fails_at_initialize(ds):

@@ -262,16 +262,17 @@ def _data_parallel_size(cfg: dict, ranks: int) -> tuple[int, str, Hit | None]:
             return ranks, "", Hit(("data_parallel_size",), f"data_parallel_size {dp} x sequence_parallel_size {sp} = "
                                   f"{dp * sp}, not the world size {ranks}: deepspeed.initialize builds its device "
                                   "mesh from the two and fails; "
-                                  + (f"set data_parallel_size to {fix}" if fix else "make their product the world size"),
+                                  + (f"set data_parallel_size to {fix}" if fix else
+                                     "make their product the world size"),
                                   fix)
         return dp, f" (data_parallel_size {dp})", None
     if sp == 1:
         return ranks, "", None
     if ranks % sp:
-        return ranks, "", Hit(("sequence_parallel_size",), f"sequence_parallel_size {sp} does not divide the world size "
-                              f"{ranks}: DeepSpeed's sequence-parallel groups (Ulysses' initialize_sequence_parallel, "
-                              "AutoSP's mesh) refuse it, and its batch check divides the ranks into a fraction; use a "
-                              "divisor of the world size")
+        return ranks, "", Hit(("sequence_parallel_size",), f"sequence_parallel_size {sp} does not divide the world "
+                              f"size {ranks}: DeepSpeed's sequence-parallel groups (Ulysses' "
+                              "initialize_sequence_parallel, AutoSP's mesh) refuse it, and its batch check divides the "
+                              "ranks into a fraction; use a divisor of the world size")
     return ranks // sp, f" ({ranks} ranks / sequence_parallel_size {sp})", None
 
 
@@ -541,6 +542,38 @@ def offload_optimizer_stage0(doc: Document, ctx: Context) -> Iterator[Hit]:
     if _stage(doc.data) == 0 and dev in ("cpu", "nvme"):
         yield Hit(key, f"optimizer offload to {dev} needs ZeRO stage 1, 2 or 3; at stage 0 DeepSpeed ignores it; set "
                   "zero_optimization.stage", "zero_optimization.stage")
+
+
+QUANTIZED_INIT_KEYS = ("num_bits", "group_size", "group_dim", "symmetric")
+"""What inference/quantization/utils.Quantizer reads off weight_quantization.quantized_initialization."""
+
+
+def quantized_initialization(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """zero.Init (partition_parameters.py) quantizes every Linear and Embedding weight as the model is built whenever
+    weight_quantization.quantized_initialization is non-empty; its Quantizer asserts num_bits 4 or 8 and symmetric
+    false and indexes the four keys, and nothing reads weight_quantization.enabled."""
+    sec = _section(doc.data, "weight_quantization")
+    init = sec.get("quantized_initialization")
+    if not isinstance(init, dict) or not init:
+        return
+    key = ("weight_quantization", "quantized_initialization")
+    missing = [k for k in QUANTIZED_INIT_KEYS if k not in init]
+    if missing:
+        yield Hit(key, f"weight_quantization.quantized_initialization lacks {', '.join(missing)}: zero.Init raises "
+                  "KeyError as it builds the model; give num_bits, group_size, group_dim and symmetric, e.g. "
+                  '{"num_bits": 8, "group_size": 64, "group_dim": 1, "symmetric": false}')
+    if "num_bits" in init and init["num_bits"] not in (4, 8):
+        yield Hit(key + ("num_bits",), f"quantized_initialization.num_bits {schema_mod._show(init['num_bits'])}: "
+                  "zero.Init asserts 'Only INT4 and INT8 quantization is supported' as it builds the model; write 4 or "
+                  "8", "8")
+    if "symmetric" in init and init["symmetric"] not in (False,):
+        yield Hit(key + ("symmetric",), "quantized_initialization.symmetric must be false: zero.Init asserts 'Only "
+                  "asymmetric quantization is supported' as it builds the model; write false", "false")
+    if sec.get("enabled") is False:
+        yield Hit(("weight_quantization", "enabled"), "weight_quantization.enabled false does not turn "
+                  "quantized_initialization off: DeepSpeed never reads enabled, and zero.Init quantizes the weights "
+                  "all the same; delete quantized_initialization to train unquantized", "quantized_initialization",
+                  WARNING)
 
 
 def odd_allgather_bucket(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -1295,6 +1328,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK302", WARNING, "stage3-key-below-stage3", stage3_keys_below_stage3),
     Rule("ZK311", WARNING, "stage12-key-at-stage3", stage12_keys_at_stage3),
     Rule("ZK316", ERROR, "legacy-stage1", legacy_stage1),
+    Rule("ZK317", ERROR, "quantized-initialization", quantized_initialization),
     Rule("ZK303", ERROR, "nvme-without-path", nvme_without_path),
     Rule("ZK304", ERROR, "partial-offload-below-stage3", partial_offload_below_stage3),
     Rule("ZK305", ERROR, "offload-optimizer-stage0", offload_optimizer_stage0),
