@@ -60,6 +60,16 @@ def test_output_path_is_checked_before_measuring(tmp_path, capsys):
     assert existing.read_text() == "{}"
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux procfs")
+@pytest.mark.parametrize("path", ["/proc/zerokit-profile.json", "/proc/version"])
+def test_an_output_directory_that_refuses_a_file_exits_2_before_measuring(capsys, path):
+    """As root, access() calls /proc writable: the probe measured for a minute, then could not write its profile."""
+    assert main(["probe", "--quick", "--force", "-o", path]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"zerokit probe: error: -o {path}: cannot create a file in /proc (no such file or directory); "
+                   "write elsewhere\n"), err  # and no progress line: nothing was measured
+
+
 def test_probe_is_listed(capsys):
     with pytest.raises(SystemExit):
         from zerokit.cli import cli

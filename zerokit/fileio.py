@@ -155,6 +155,26 @@ def check_target(path: str, what: str, force: bool = False, example: str = "ds_c
         raise BadInput(f"{what} {path}: directory {parent} is not writable; choose another path")
 
 
+def check_creatable(path: str, what: str) -> None:
+    """That a file can be created beside `path`, tried with one that is removed at once: for a command that works a
+    while before it writes (`zerokit probe`, a minute). `check_target` asks `os.access`, which passes root everywhere:
+    /proc and /sys refused the temp file only when the measuring was done."""
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as e:
+        raise _cannot_create(what, path, parent, e) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
+
+def _cannot_create(what: str, path: str, parent: str, e: OSError) -> BadInput:
+    return BadInput(f"{what} {path}: cannot create a file in {parent} ({_why(e)}); write elsewhere")
+
+
 def _mode_for(path: str, mode: int) -> int:
     """The permission bits of the file that replaces `path`: those of the regular file there now (the execute bits of
     `mode` added), else `mode`."""
@@ -198,7 +218,7 @@ def write_atomic(path: str, data: str | bytes, what: str, force: bool = False, m
         tmp = None
     except OSError as e:
         if tmp is None:  # the temp file itself: /proc, a filesystem without new files
-            raise BadInput(f"{what} {path}: cannot create a file in {parent} ({_why(e)}); write elsewhere") from None
+            raise _cannot_create(what, path, parent, e) from None
         raise BadInput(f"{what} {path}: cannot write: {_why(e)}") from None
     finally:
         if tmp is not None:

@@ -13,7 +13,7 @@ import click
 
 from zerokit.commands.preflight import binding_options
 from zerokit.errors import EXIT_OK
-from zerokit.fileio import check_target, write_atomic
+from zerokit.fileio import check_creatable, check_target, write_atomic
 
 
 def render_table(perf, raw: dict) -> str:
@@ -192,6 +192,7 @@ def command(output: str | None, force: bool, nvme_path: str | None, ranks: str |
 
     if output is not None:
         check_target(output, "-o", force, example="profile.json")  # refused before a minute of measuring
+        check_creatable(output, "-o")
     from zerokit.perf import profile_to_json
     from zerokit.perf.probe import MAX_RANKS, run_probe
 
