@@ -38,6 +38,24 @@ def test_an_nvme_path_that_refuses_a_file_exits_2_before_measuring(capsys):
     assert ("cannot create a file there (Permission denied)" in err or "not writable" in err) and "[1/12]" not in err
 
 
+@pytest.mark.parametrize("quick, size", [(["--quick"], "16.0 MiB"), ([], "512.0 MiB")])
+def test_an_nvme_path_without_room_for_the_test_file_exits_2_before_measuring(tmp_path, capsys, monkeypatch, quick,
+                                                                                 size):
+    """A drive with too little free space: rank 0 failed a minute in, at the NVMe step ("probe rank 0 failed:
+    [rank0]: OSError: [Errno 28] No space left on device"), which said neither what nor how to fix it."""
+    real = os.statvfs
+
+    def nearly_full(path):
+        st = real(path)
+        return os.statvfs_result((st.f_bsize, 4096, st.f_blocks, 16, 16, *st[5:]))
+
+    monkeypatch.setattr(os, "statvfs", nearly_full)
+    assert main(["probe", *quick, "--nvme-path", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"zerokit probe: error: --nvme-path {tmp_path}: 65.5 KB free, and the probe "
+                                       f"writes a {size} test file there; free some space or choose another "
+                                       "directory on the NVMe drive\n")
+
+
 def test_output_path_is_checked_before_measuring(tmp_path, capsys):
     existing = tmp_path / "profile.json"
     existing.write_text("{}")

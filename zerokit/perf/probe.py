@@ -47,6 +47,8 @@ CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 MAX_RANKS = 64
+NVME_TEST_BYTES = {False: 512 << 20, True: 16 << 20}
+"""What the NVMe measurement writes to --nvme-path (and removes), by --quick."""
 """The most local ranks one probe starts (`--ranks`)."""
 WORKER_TIMEOUT_S = 600
 STOP_GRACE_S = 10.0
@@ -127,6 +129,13 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         except OSError as e:
             raise BadInput(f"--nvme-path {nvme_path}: cannot create a file there ({e.strerror}); choose a directory "
                            "on the NVMe drive you can write") from None
+        st = os.statvfs(nvme_path)
+        if st.f_bavail * st.f_frsize < NVME_TEST_BYTES[quick]:  # the rank failed with ENOSPC a minute in
+            from zerokit.units import format_bytes
+
+            raise BadInput(f"--nvme-path {nvme_path}: {format_bytes(st.f_bavail * st.f_frsize)} free, and the probe "
+                           f"writes a {format_bytes(NVME_TEST_BYTES[quick], binary=True)} test file there; free some "
+                           "space or choose another directory on the NVMe drive")
     if ranks is None:
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= MAX_RANKS:
@@ -1257,7 +1266,7 @@ class _Worker:
             return None
         result = None
         if self.rank == 0:  # the drive is the node's: one writer, like ZeRO-Infinity's swapper per rank share
-            size = (16 << 20) if self.quick else (512 << 20)
+            size = NVME_TEST_BYTES[self.quick]
             chunk = os.urandom(8 << 20)
             fd, name = tempfile.mkstemp(dir=path, prefix=".zerokit-probe-")
             os.unlink(name)  # the open file stays usable; nothing is left on the drive however the probe dies
