@@ -370,13 +370,17 @@ def eager_score_bytes(e: int, softcap: bool = False) -> tuple[int, int]:
 
 def _mfu_peak(perf: MachinePerf, dtype: str) -> float:
     """MFU's denominator: the GPU's published dense peak (`MachinePerf.dense_peak`), as PaLM's MFU and every
-    published MFU use it; without one, the best rate the machine showed: the matmul or attention figures' best
-    (both price FLOPs MFU counts), over compute_scale where that is below 1 (a profile whose DeepSpeed step ran
-    faster than its kernel figures reached 1 / compute_scale of them), so that MFU stays at most 100%."""
+    published MFU use it; without one, the best rate the machine showed: the best of its matmul, forward-product,
+    input-gradient-product and attention figures (all price FLOPs MFU counts: a frozen LoRA base runs only forward
+    and input-gradient products, which may outrun the square-product curve), over compute_scale where that is
+    below 1 (a profile whose DeepSpeed step ran faster than its kernel figures reached 1 / compute_scale of them),
+    so that MFU stays at most 100%."""
     published = perf.dense_peak.get(dtype)
     if published:
         return published
-    best = max((perf.peak_flops(dtype), *(f for _, f in perf.attention.get(dtype, ()))))
+    best = max((perf.peak_flops(dtype), *(f for _, f in perf.attention.get(dtype, ())),
+                *(f for _, f in perf.matmul_forward.get(dtype, ())),
+                *(f for _, f in perf.matmul_input_grad.get(dtype, ()))))
     return best / min(1.0, perf.compute_scale)
 
 
