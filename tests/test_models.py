@@ -334,6 +334,19 @@ def test_a_folders_config_json_that_is_a_folder(tmp_path):
                                "--model at a transformers config.json (or a folder holding one)")
 
 
+def test_a_config_with_a_byte_order_mark_is_refused_as_transformers_refuses_it(tmp_path):
+    """transformers reads config.json as UTF-8 and json.loads it: AutoConfig.from_pretrained raises "not a valid JSON
+    file" on a byte-order mark (checked with the installed transformers), so zerokit says what the mark is."""
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model_type": "llama", **S}).encode())
+    with pytest.raises(BadInput, match="starts with a UTF-8 byte-order mark.*save it as UTF-8 without BOM"):
+        resolve_model(str(path))
+    from transformers import AutoConfig
+
+    with pytest.raises(OSError, match="not a valid JSON file"):
+        AutoConfig.from_pretrained(str(tmp_path))
+
+
 def test_malformed_json_names_path_and_line(tmp_path):
     path = _write(tmp_path, '{\n  "model_type": "llama",\n  "hidden_size": 64,,\n}')
     # Line 3 is `  "hidden_size": 64,,`: the second comma is column 21.

@@ -110,6 +110,8 @@ def test_parse_bandwidth(text, value):
     ("100b/s", "below 1 kB/s"),
     ("25iB/s", "'i' needs a prefix"),
     (float("nan"), "must be a positive bandwidth"),
+    ("1e400GB/s", "above 100 TB/s"),  # an infinite rate, which read as "must be a positive bandwidth"
+    (float("inf"), "above 100 TB/s"),
 ])
 def test_parse_bandwidth_refuses(text, message):
     with pytest.raises(BadInput, match=message):

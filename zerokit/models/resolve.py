@@ -107,6 +107,9 @@ def spec_from_path(path: str) -> ModelSpec:
     try:
         config = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as e:
+        if raw.startswith(b"\xef\xbb\xbf"):  # transformers reads config.json as plain UTF-8 and fails on it too
+            raise BadInput(f"{file} starts with a UTF-8 byte-order mark, which transformers' json.loads refuses "
+                           "too; save it as UTF-8 without BOM") from None
         raise BadInput(f"{file}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file") from None
     except UnicodeDecodeError:
         raise BadInput(f"{file} is not UTF-8 text, so it is not a config.json; point --model at one") from None

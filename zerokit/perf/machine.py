@@ -329,7 +329,7 @@ def parse_bandwidth(text: str | float, what: str = "bandwidth") -> float:
         if m["i"] and not m["prefix"]:
             raise BadInput(f"{what} {text!r}: 'i' needs a prefix, e.g. 25GiB/s")
         value = float(m["num"]) * scale / (8 if m["unit"] == "b" else 1)
-    if not math.isfinite(value) or value <= 0:
+    if math.isnan(value) or value <= 0:
         raise BadInput(f"{what} {text!r} must be a positive bandwidth, e.g. 300GB/s")
     if value < MIN_RATE:
         raise BadInput(f"{what} {text!r} is below 1 kB/s, slower than any link; check the unit "
