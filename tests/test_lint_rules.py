@@ -287,21 +287,43 @@ try:
     parallel_state_sp.initialize_sequence_parallel(3)  # Ulysses' groups
 except RuntimeError as e:
     said.append(str(e))
-if dist.get_rank() == 0:
-    print("RESULT " + json.dumps(said), flush=True)
+print("RESULT " + json.dumps(said), flush=True)
 dist.destroy_process_group()
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(0)
 """
 
 
+def gloo_ranks(tmp_path, source: str, ranks: int, arg) -> list:
+    """Runs `source` as `ranks` real gloo ranks of one job, `arg` as JSON in argv[1]; what each rank printed after
+    RESULT, parsed (a rank that printed none fails the test)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ranks.py"
+    script.write_text(source)
+    port = str(free_port())
+    env = dict(os.environ, WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=port)
+    procs = [subprocess.Popen([sys.executable, str(script), json.dumps(arg)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
+             for r in range(ranks)]
+    try:
+        out = [p.communicate(timeout=600) for p in procs]
+    finally:
+        remove_shm_buffers(int(port))
+    said = []
+    for p, (stdout, stderr) in zip(procs, out):
+        lines = [line[7:] for line in stdout.splitlines() if line.startswith("RESULT ")]
+        assert p.returncode == 0 and lines, stderr[-3000:]
+        said.append(json.loads(lines[0]))
+    return said
+
+
 def test_zk201_sequence_parallel_ranks_are_not_data_parallel(ds, tmp_path):
     """DeepSpeedConfig checks the batch against the ranks divided by sequence_parallel_size, or, with
     data_parallel_size beside it, against the data axis of the mesh deepspeed.initialize builds. Two real gloo
     ranks: lint's world size 2 is one data-parallel rank here (it used to ask for a batch of 4, which fails)."""
-    import subprocess
-    import sys
-
     sp = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
           "sequence_parallel_size": 2}
     old_fix = dict(sp, train_batch_size=4)
@@ -314,24 +336,65 @@ def test_zk201_sequence_parallel_ranks_are_not_data_parallel(ds, tmp_path):
     assert (f.code, f.key, f.suggestion) == ("ZK201", "data_parallel_size", "1")
     [f] = lint(dict(sp, sequence_parallel_size=3), world_size=2)
     assert (f.code, f.key) == ("ZK201", "sequence_parallel_size") and "does not divide the world size 2" in f.message
-    script = tmp_path / "sp.py"
-    script.write_text(SEQUENCE_PARALLEL_RANKS)
-    port = str(free_port())
-    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    procs = [subprocess.Popen([sys.executable, str(script), json.dumps([sp, old_fix])], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
-             for r in range(2)]
-    try:
-        out = [p.communicate(timeout=600) for p in procs]
-    finally:
-        remove_shm_buffers(int(port))
-    assert procs[0].returncode == 0, out[0][1][-3000:]
-    said = json.loads(next(line[7:] for line in out[0][0].splitlines() if line.startswith("RESULT ")))
+    said = gloo_ranks(tmp_path, SEQUENCE_PARALLEL_RANKS, 2, [sp, old_fix])[0]
     assert said[0] == 1.0  # 2 ranks / sequence_parallel_size 2
     assert "4 != 2 * 1 * 1.0" in said[1]
     assert said[2] == 1  # the (1, 2) mesh: one data-parallel rank
     assert "Mesh should not be bigger than default world size 2, but found 4 ranks" in said[3]
     assert "world_size (2) is less than sequence_parallel_size 3" in said[4]
+
+
+AUTOTP_RANKS = """
+import json, sys
+import deepspeed
+import torch
+from deepspeed import comm as dist
+from transformers import LlamaConfig, LlamaForCausalLM
+
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+said = []
+for autotp_size, batch in json.loads(sys.argv[1]):
+    cfg = {"train_batch_size": batch, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "tensor_parallel": {"autotp_size": autotp_size}}
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    try:
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    except (AssertionError, IndexError) as e:
+        said.append(f"{type(e).__name__}: {e}")
+        continue
+    ids = torch.randint(0, 64, (2, 4))
+    engine.backward(engine(input_ids=ids, labels=ids).loss)
+    engine.step()
+    said.append([engine.dp_world_size, engine.train_batch_size(), list(model.model.layers[0].mlp.up_proj.weight.shape)])
+print("RESULT " + json.dumps(said), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_zk201_autotp_ranks_count_in_the_batch_and_must_fill_the_mesh(ds, tmp_path):
+    """AutoTP does not change DeepSpeed's batch check: DeepSpeedConfig counts every rank, though the engine's
+    data-parallel world size is the ranks / autotp_size. Its (ranks // autotp_size, autotp_size) device mesh must
+    hold every rank: an autotp_size above the world size is an AssertionError, one that leaves ranks outside the mesh
+    an IndexError on those. Two and three real gloo ranks on a tiny Llama that AutoTP shards."""
+    pytest.importorskip("transformers")
+    tp = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+          "tensor_parallel": {"autotp_size": 2}}
+    assert lint(tp, world_size=2) == []
+    [f] = lint(dict(tp, train_batch_size=2), world_size=2)  # not divided by autotp_size: DeepSpeed asserts it
+    assert (f.code, f.suggestion) == ("ZK201", "4") and "tensor_parallel.autotp_size 2 shares" in f.message
+    [f] = lint(dict(tp, tensor_parallel={"autotp_size": 3}), world_size=2)
+    assert (f.code, f.key) == ("ZK201", "tensor_parallel.autotp_size") and "an AssertionError on every" in f.message
+    [f] = lint(dict(tp, train_batch_size=6), world_size=3)
+    assert (f.code, f.key) == ("ZK201", "tensor_parallel.autotp_size") and "IndexError on the 1 of 3" in f.message
+    [said, _] = gloo_ranks(tmp_path, AUTOTP_RANKS, 2, [[3, 4], [2, 2], [2, 4]])
+    assert said[0] == "AssertionError: "  # torch's mesh layout, asked for a (0, 3) mesh of 2 ranks
+    assert said[1].endswith("2 != 2 * 1 * 2")
+    assert said[2] == [1, 4, [16, 16]]  # one data-parallel rank, a batch of 4, up_proj's 32 rows halved
+    said = gloo_ranks(tmp_path, AUTOTP_RANKS, 3, [[2, 6]])
+    assert said[:2] == [[[1, 6, [16, 16]]]] * 2 and said[2] == ["IndexError: list index out of range"]
 
 
 def test_zk202_no_batch_size_for_deepspeed(ds):

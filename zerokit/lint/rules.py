@@ -208,6 +208,8 @@ def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
 def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
     """DeepSpeedConfig._batch_assertion: train_batch_size == micro * accumulation * data-parallel world size."""
     cfg = doc.data
+    if ctx.world_size is not None:
+        yield from _autotp_split(cfg, ctx.world_size)
     tbs, mbs, gas = (cfg.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                           "gradient_accumulation_steps"))
     if AUTO in (tbs, mbs, gas):
@@ -222,6 +224,9 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
         if hit is not None:
             yield hit
             return
+        if not why and _autotp_size(cfg) > 1:
+            why = (f" (every rank, though each group of tensor_parallel.autotp_size {_autotp_size(cfg)} shares its "
+                   "micro batches: DeepSpeed's batch check counts them all)")
     if t is not None and m is not None and g is not None:
         if w is not None and t != m * g * w:
             yield Hit(key, f"train_batch_size {t} != micro batch {m} x gradient_accumulation_steps {g} x world size "
@@ -274,6 +279,19 @@ def _data_parallel_size(cfg: dict, ranks: int) -> tuple[int, str, Hit | None]:
                               "initialize_sequence_parallel, AutoSP's mesh) refuse it, and its batch check divides the "
                               "ranks into a fraction; use a divisor of the world size")
     return ranks // sp, f" ({ranks} ranks / sequence_parallel_size {sp})", None
+
+
+def _autotp_split(cfg: dict, ranks: int) -> Iterator[Hit]:
+    """AutoTP groups the ranks in a (ranks // autotp_size, autotp_size) data x tensor-parallel device mesh
+    (utils/groups.py _init_tp_mesh_device, from DeepSpeedEngine.__init__), which must hold every rank. The batch
+    check is not affected: DeepSpeedConfig counts every rank, the tensor-parallel ones too."""
+    tp = _autotp_size(cfg)
+    if tp > 1 and ranks % tp:
+        fails = ("an AssertionError on every rank" if tp > ranks else
+                 f"an IndexError on the {ranks % tp} of {ranks} ranks left outside it")
+        yield Hit(("tensor_parallel", "autotp_size"), f"tensor_parallel.autotp_size {tp} does not divide the world "
+                  f"size {ranks}: deepspeed.initialize builds a ({ranks // tp}, {tp}) data x tensor-parallel device "
+                  f"mesh from it and fails ({fails}); use a divisor of the world size")
 
 
 def batch_size_missing(doc: Document, ctx: Context) -> Iterator[Hit]:
