@@ -860,6 +860,58 @@ def test_zk702_compile_settings_engine_compile_passes_over(ds):
     assert lint(with_(ADAGRAD, {"compile": {"deepcompile": False, "passes": [], "double_buffer": True}})) == []
 
 
+HYBRID_ENGINE_RANKS = """
+import json, sys
+import deepspeed
+from deepspeed import comm as dist
+from transformers import LlamaConfig, LlamaForCausalLM
+
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+said = []
+for hybrid in json.loads(sys.argv[1]):
+    cfg = {"train_batch_size": 2 * dist.get_world_size(), "train_micro_batch_size_per_gpu": 2,
+           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "hybrid_engine": hybrid}
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    try:
+        deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+        said.append("initialized")
+    except (ZeroDivisionError, AttributeError, ValueError) as e:
+        said.append(f"{type(e).__name__}: {e}")
+print("RESULT " + json.dumps(said), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_zk801_hybrid_engine_inference_tp_size(ds, tmp_path):
+    """deepspeed.initialize builds DeepSpeedHybridEngine when hybrid_engine.enabled; for a model DeepSpeed has an
+    inference policy for (a tiny Llama here) it makes an inference container per layer with inference_tp_size as
+    its degree, and without an mpu groups the ranks in blocks of it. Three real gloo ranks: 0 is a
+    ZeroDivisionError (module_inject/containers/base.py create_ds_model_config, heads % mp_size), 2 leaves rank 2 in
+    no group and 4 every rank (AttributeError: runtime/hybrid_engine.py new_inference_container reads self.mp_group,
+    which create_inference_module sets only on ranks inside a block). A fitting degree gets past the grouping to the
+    inference kernels, which DeepSpeed's CPU accelerator lacks (ValueError): the engine itself needs CUDA.
+    enable_cuda_graph beside ZeRO-3, release_inference_cache or inference_tp_size above 1 is not reported: the
+    engine logs a warning that it runs without CUDA graphs (hybrid_engine.py, validate_cuda_graph_support)."""
+    pytest.importorskip("transformers")
+    cases = [{"enabled": True, "inference_tp_size": 0}, {"enabled": True, "inference_tp_size": 2},
+             {"enabled": True, "inference_tp_size": 4}, {"enabled": False, "inference_tp_size": 0}]
+    key = "hybrid_engine.inference_tp_size"
+    assert [[(f.code, f.key, f.suggestion) for f in lint(with_({"hybrid_engine": c}), world_size=3)] for c in cases] \
+        == [[("ZK801", key, "1")], [("ZK801", key, None)], [("ZK801", key, None)], []]
+    assert "the 1 of 3 ranks left over get no group" in lint(with_({"hybrid_engine": cases[1]}), world_size=3)[0].message
+    assert lint(with_({"hybrid_engine": cases[1]}), world_size=4) == []
+    assert lint(with_({"hybrid_engine": cases[1]})) == []  # no --world-size: nothing to divide
+    assert lint(with_({"hybrid_engine": dict(cases[1], enable_cuda_graph=True,
+                                             release_inference_cache=True)}), world_size=2) == []
+    said = gloo_ranks(tmp_path, HYBRID_ENGINE_RANKS, 3, cases)
+    no_group = "AttributeError: 'DeepSpeedHybridEngine' object has no attribute 'mp_group'"
+    no_kernel = "ValueError: This op had not been implemented on CPU backend."
+    assert said[0] == said[1] == ["ZeroDivisionError: integer modulo by zero", no_kernel, no_group, "initialized"]
+    assert said[2] == ["ZeroDivisionError: integer modulo by zero", no_group, no_group, "initialized"]
+
+
 # ---------------------------------------------------------------- optimizer and scheduler
 
 

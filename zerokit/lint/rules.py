@@ -1233,6 +1233,32 @@ def compile_ignored(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "falls back to plain torch.compile; set zero_optimization.stage", "zero_optimization.stage")
 
 
+# ---------------------------------------------------------------- hybrid engine
+
+
+def hybrid_engine_tp(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """DeepSpeedHybridEngine (chosen by deepspeed.initialize when hybrid_engine.enabled) gives each inference
+    container inference_tp_size as its tensor-parallel degree and, without an mpu, groups the ranks in blocks of
+    it (runtime/hybrid_engine.py create_inference_module). A degree of 0, or blocks that leave ranks out, fail as
+    the engine is built, for any model DeepSpeed has an inference policy for (module_inject/replace_policy.py: Llama,
+    GPT-NeoX, BLOOM, ...); other models never read the key."""
+    sec = _section(doc.data, "hybrid_engine")
+    tp = _int(sec.get("inference_tp_size"))
+    if sec.get("enabled") is not True or tp is None:
+        return
+    key = ("hybrid_engine", "inference_tp_size")
+    if tp == 0:
+        yield Hit(key, "hybrid_engine.inference_tp_size 0: deepspeed.initialize raises ZeroDivisionError building the "
+                  "hybrid engine's inference containers (the heads are divided among 0 ranks); write 1 for no "
+                  "inference tensor parallelism", "1")
+    elif tp > 1 and ctx.world_size is not None and ctx.world_size % tp:
+        w = ctx.world_size
+        left = "every rank" if tp > w else f"the {w % tp} of {w} ranks left over"
+        yield Hit(key, f"hybrid_engine.inference_tp_size {tp} does not divide the world size {w}: the hybrid engine "
+                  f"groups the ranks in blocks of {tp}, and {left} get no group (AttributeError: no attribute "
+                  "'mp_group' at deepspeed.initialize, unless an mpu is passed); use a divisor of the world size")
+
+
 # ---------------------------------------------------------------- "auto"
 
 
@@ -1375,6 +1401,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK410", WARNING, "adam-is-adamw", adam_is_adamw),
     Rule("ZK701", ERROR, "compile-fails", compile_fails),
     Rule("ZK702", WARNING, "compile-ignored", compile_ignored),
+    Rule("ZK801", ERROR, "hybrid-engine-tp", hybrid_engine_tp),
     Rule("ZK501", ERROR, "unfilled-auto", unfilled_auto),
     Rule("ZK502", ERROR, "accelerate-needs-zero-section", accelerate_needs_zero_section),
     Rule("ZK503", WARNING, "auto-from-accelerate-defaults", auto_from_accelerate_defaults),
