@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import tempfile
+from pathlib import Path
 
 import pytest
 from _support import free_port, one_rank_gloo_group
@@ -624,6 +625,64 @@ def test_zk317_quantized_initialization_is_read_by_zero_init_alone(ds):
     assert len(said) == len(cases), proc.stderr[-3000:]
     for (_, _, raised), got in zip(cases, said):
         assert got.startswith(raised)
+
+
+WEIGHT_QUANTIZATION_UNREAD = """
+import copy, json, sys
+import deepspeed
+import torch
+from deepspeed.inference.quantization.quantization import _init_group_wise_weight_quantization
+
+deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+top_level, post_init, settings = json.loads(sys.argv[1])
+with deepspeed.zero.Init(config_dict_or_path=copy.deepcopy(top_level)):
+    model = torch.nn.Linear(16, 16)
+print("RESULT zero.Init quantized:", getattr(model.weight, "weight_quantized", False), flush=True)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=copy.deepcopy(post_init))
+print("RESULT initialize:", type(engine.module[0]).__name__, flush=True)
+for post_init_quant in ({"0": settings}, settings):
+    model = _init_group_wise_weight_quantization(torch.nn.Sequential(torch.nn.Linear(16, 16)).half(),
+                                                 {"weight_quantization": {"post_init_quant": post_init_quant}})
+    print("RESULT post_init_quant:", type(model[0]).__name__, flush=True)
+"""
+
+
+def test_zk317_weight_quantization_keys_training_never_reads(ds):
+    """weight_quantization.num_bits, q_type and q_groups parse (WeightQuantConfig) and nothing reads them: zero.Init
+    builds unquantized weights beside them. post_init_quant is read only by _init_group_wise_weight_quantization,
+    which deepspeed.initialize does not call (its Linear stays a Linear) and transformers and Accelerate never name;
+    that function matches post_init_quant's keys against module names, so quantized_initialization's flat shape
+    quantizes nothing and raises nothing. In a process of its own, as the quantized init wraps torch functions."""
+    import subprocess
+    import sys
+
+    import accelerate
+    import transformers
+
+    settings = {"num_bits": 8, "group_size": 8, "group_dim": 1, "symmetric": False}
+    top_level = with_({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True},
+                       "weight_quantization": {"num_bits": 4, "q_type": "asymmetric", "q_groups": 8}})
+    assert [(f.code, f.severity, f.key) for f in lint(top_level)] == [
+        ("ZK317", "warning", f"weight_quantization.{k}") for k in ("num_bits", "q_type", "q_groups")]
+    post_init = with_(ADAGRAD, {"weight_quantization": {"post_init_quant": {"0": settings}}})
+    assert lint(post_init) == []  # a script of its own may call _init_group_wise_weight_quantization
+    for target in ("trainer", "accelerate"):
+        [f] = lint(with_(post_init, ZERO0), target)
+        assert (f.code, f.severity, f.key) == ("ZK317", "warning", "weight_quantization.post_init_quant")
+    [f] = lint(with_(ADAGRAD, {"weight_quantization": {"post_init_quant": settings}}))
+    assert (f.code, f.severity) == ("ZK317", "warning") and "it matches no module" in f.message
+    for package in (transformers, accelerate):
+        assert not any("post_init_quant" in path.read_text(errors="replace")
+                       for path in Path(package.__file__).parent.rglob("*.py"))
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()))
+    proc = subprocess.run([sys.executable, "-c", WEIGHT_QUANTIZATION_UNREAD,
+                           json.dumps([top_level, post_init, settings])],
+                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    said = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert said == ["zero.Init quantized: False", "initialize: Linear", "post_init_quant: QuantizedLinear",
+                    "post_init_quant: Linear"], proc.stderr[-3000:]
 
 
 def test_zk303_nvme_without_path_fails_at_initialize(ds):

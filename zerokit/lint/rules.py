@@ -571,6 +571,7 @@ def quantized_initialization(doc: Document, ctx: Context) -> Iterator[Hit]:
     weight_quantization.quantized_initialization is non-empty; its Quantizer asserts num_bits 4 or 8 and symmetric
     false and indexes the four keys, and nothing reads weight_quantization.enabled."""
     sec = _section(doc.data, "weight_quantization")
+    yield from _weight_quantization_unread(sec, ctx)
     init = sec.get("quantized_initialization")
     if not isinstance(init, dict) or not init:
         return
@@ -592,6 +593,35 @@ def quantized_initialization(doc: Document, ctx: Context) -> Iterator[Hit]:
                   "quantized_initialization off: DeepSpeed never reads enabled, and zero.Init quantizes the weights "
                   "all the same; delete quantized_initialization to train unquantized", "quantized_initialization",
                   WARNING)
+
+
+def _weight_quantization_unread(sec: dict, ctx: Context) -> Iterator[Hit]:
+    """WeightQuantConfig parses num_bits, q_type and q_groups, and training reads none of them: zero.Init takes
+    quantized_initialization alone (partition_parameters.py). post_init_quant is read only by
+    _init_group_wise_weight_quantization(model, ds_config), which neither deepspeed.initialize, the HF Trainer nor
+    Accelerate calls; it maps module-name substrings to Quantizer settings, so a flat section matches no module."""
+    for name in ("num_bits", "q_type", "q_groups"):
+        if name in sec:
+            yield Hit(("weight_quantization", name), f"weight_quantization.{name} is parsed but never read in "
+                      "training: the only weight quantization DeepSpeed applies is quantized_initialization, which "
+                      "zero.Init reads with its own num_bits, group_size, group_dim and symmetric; set those there, "
+                      "or delete it", "weight_quantization.quantized_initialization", WARNING)
+    post = sec.get("post_init_quant")
+    if not isinstance(post, dict) or not post:
+        return
+    key = ("weight_quantization", "post_init_quant")
+    if ctx.target != "deepspeed":
+        yield Hit(key, f"{TARGET_NAMES[ctx.target]} never applies weight_quantization.post_init_quant: only "
+                  "deepspeed.inference.quantization.quantization._init_group_wise_weight_quantization(model, "
+                  "ds_config) reads it, called by a script itself; to quantize while the model is built use "
+                  "quantized_initialization", None, WARNING)
+    flat = sorted(k for k, v in post.items() if not isinstance(v, dict))
+    if flat:
+        yield Hit(key, f"weight_quantization.post_init_quant maps parts of module names to quantization settings, "
+                  f"and {', '.join(repr(k) for k in flat[:4])} hold no settings: written flat like "
+                  "quantized_initialization, it matches no module and _init_group_wise_weight_quantization quantizes "
+                  'nothing, silently; write {"<module name part>": {"num_bits": 8, "group_size": 64, "group_dim": 1, '
+                  '"symmetric": false}}', None, WARNING)
 
 
 def odd_allgather_bucket(doc: Document, ctx: Context) -> Iterator[Hit]:
