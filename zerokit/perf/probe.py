@@ -47,9 +47,9 @@ CPU_SIZES = {"bf16": (64, 128, 256, 512), "fp32": (64, 128, 256, 512, 1024)}
 GPU_SIZES = {d: (256, 512, 1024, 2048, 4096, 8192) for d in ("bf16", "fp16", "fp32", "tf32")}
 QUICK_SIZES = {"bf16": (32, 64), "fp32": (32, 64)}
 MAX_RANKS = 64
+"""The most local ranks one probe starts (`--ranks`)."""
 NVME_TEST_BYTES = {False: 512 << 20, True: 16 << 20}
 """What the NVMe measurement writes to --nvme-path (and removes), by --quick."""
-"""The most local ranks one probe starts (`--ranks`)."""
 WORKER_TIMEOUT_S = 600
 STOP_GRACE_S = 10.0
 """How long an interrupted probe's ranks have to unwind (`stop_ranks`) before they are killed."""
