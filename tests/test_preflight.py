@@ -1071,3 +1071,25 @@ def test_cpu_ranks_need_their_shared_memory_buffers_in_dev_shm(monkeypatch):
     assert preflight.check_shm(Target(gpus_per_node=2)).ok
     monkeypatch.setattr(preflight, "probe_shm", lambda: (24 * 2**30, 100 * 2**20))  # stale buffers fill it
     assert "remove stale /dev/shm/deepspeed_allreduce_buffer_*" in preflight.check_shm(Target(gpus_per_node=2)).fix
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
+def test_a_hostfile_that_is_no_file_fails_preflights_check_and_is_bad_input_to_launch(tmp_path, capsys, kind):
+    """preflight reports every hostfile problem as its failed hostfile check (exit 3), launch refuses each as bad
+    input (exit 2). A directory used to stop at click's type check instead (exit 2 in preflight, where a missing
+    file was exit 3)."""
+    path = tmp_path / "hosts"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    config = tmp_path / "ds.json"
+    config.write_text('{"train_batch_size": 8, "zero_optimization": {"stage": 2}}')
+    said = {"missing": "no such file", "directory": "is a directory, not a regular file",
+            "fifo": "is a FIFO (named pipe), not a regular file"}[kind]
+    assert main(["preflight", "--config", str(config), "--hostfile", str(path)]) == 3
+    out = capsys.readouterr().out
+    assert f"✗ hostfile: --hostfile {path}: {said}" in out
+    (tmp_path / "train.py").write_text("")
+    assert main(["launch", "--config", str(config), "--hostfile", str(path), str(tmp_path / "train.py")]) == 2
+    assert capsys.readouterr().err == f"zerokit launch: error: --hostfile {path}: {said}\n"

@@ -18,7 +18,7 @@ def target_options(f):
         click.option("--plan", "plan_file", type=click.Path(dir_okay=False),
                      help="`zerokit plan --format json` output: adds the GPU, RAM and NVMe sizes the plan needs, and "
                           "checks that it fits and that the job's GPUs and the config's ZeRO settings are its own."),
-        click.option("--hostfile", type=click.Path(dir_okay=False), help="DeepSpeed hostfile ('HOST slots=N' lines)."),
+        click.option("--hostfile", type=click.Path(), help="DeepSpeed hostfile ('HOST slots=N' lines)."),
         click.option("--hosts", help="Hosts instead of a hostfile: node1:8,node2:8 (or node1,node2 with --gpus-per-node)."),
         click.option("--gpus-per-node", type=click.IntRange(1, MAX_SLOTS),
                      help="Ranks per node; on a host without GPUs, ranks on DeepSpeed's CPU accelerator."),
