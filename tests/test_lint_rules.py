@@ -345,6 +345,100 @@ def test_zk201_sequence_parallel_ranks_are_not_data_parallel(ds, tmp_path):
     assert "world_size (2) is less than sequence_parallel_size 3" in said[4]
 
 
+SEQUENCE_PARALLEL_BEHIND_HF = """
+import json, os, sys, torch, transformers
+from accelerate import Accelerator, PartialState
+from accelerate.parallelism_config import ParallelismConfig
+from accelerate.state import AcceleratorState
+from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig, DummyOptim
+
+configs = json.loads(sys.argv[1])
+conf = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, num_key_value_heads=2)
+conf._attn_implementation = "sdpa"
+data = [{"input_ids": torch.arange(8), "labels": torch.arange(8), "position_ids": torch.arange(8)}] * 4
+said = []
+for cfg in configs["trainer"]:
+    kw = {}
+    if cfg.pop("parallelism_config", None):  # Ulysses through TrainingArguments: its groups, its mpu
+        kw["parallelism_config"] = ParallelismConfig(sp_backend="deepspeed", sp_size=2, sp_handler=(
+            DeepSpeedSequenceParallelConfig(sp_attn_implementation="sdpa")))
+    try:
+        args = transformers.TrainingArguments(output_dir=os.path.join(os.path.dirname(__file__), "out"), use_cpu=True,
+                                              deepspeed=cfg, per_device_train_batch_size=1, max_steps=1,
+                                              save_strategy="no", report_to=[], **kw)
+        trainer = transformers.Trainer(model=transformers.LlamaForCausalLM(conf), args=args, train_dataset=data)
+        seen = []  # the tokens each rank's step computes the loss of
+        trainer.compute_loss = lambda model, inputs, *a, _loss=trainer.compute_loss, **k: (
+            seen.append(inputs["input_ids"].shape[-1]), _loss(model, inputs, *a, **k))[1]
+        trainer.train()
+        said.append(["trained", trainer.model_wrapped.train_batch_size(), seen])
+    except (AssertionError, ValueError) as e:
+        said.append(f"{type(e).__name__}: {e}")
+os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+for cfg in configs["accelerate"]:
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState(cpu=True)  # the gloo group over both ranks, as TrainingArguments(use_cpu=True) sets it up
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=cfg))
+    model = torch.nn.Linear(8, 8)
+    try:
+        engine, _, _ = acc.prepare(model, DummyOptim(model.parameters()),
+                                   torch.utils.data.DataLoader(torch.randn(8, 8), batch_size=1))
+        said.append(["prepared", engine.train_batch_size()])
+    except AssertionError as e:
+        said.append(f"{type(e).__name__}: {e}")
+print("RESULT " + json.dumps(said), flush=True)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def test_zk212_sequence_parallel_size_behind_the_trainer_or_accelerate(ds, tmp_path):
+    """Behind the HF Trainer or Accelerate, sequence parallelism is their parallelism_config's: a ds_config's
+    sequence_parallel_size builds no Ulysses groups, yet DeepSpeed's batch check still divides the ranks by it,
+    against the "auto" train_batch_size they fill for every rank (and, the Trainer, against any number it checks).
+    Two real gloo ranks with a tiny Llama: each failure, the run that starts unsharded, and the fix that shards."""
+    pytest.importorskip("accelerate")
+    base = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 0}, "sequence_parallel_size": 2}
+    number = dict(base, train_batch_size=1)  # what DeepSpeed counts: 1 x 1 x (2 ranks / 2)
+    absent = {k: v for k, v in base.items() if k != "train_batch_size"}
+    fixed = {k: v for k, v in base.items() if k != "sequence_parallel_size"}
+    for target, how in (("trainer", "TrainingArguments"), ("accelerate", "Accelerator")):
+        [f] = lint(base, target, world_size=2)
+        assert (f.code, f.severity, f.key) == ("ZK212", "error", "sequence_parallel_size")
+        assert f.message.endswith(f'configure sequence parallelism with {how}(parallelism_config=ParallelismConfig('
+                                  'sp_backend="deepspeed", sp_size=2)) and delete sequence_parallel_size')
+        [f] = lint(absent, target, world_size=2)
+        assert (f.code, f.severity) == ("ZK212", "warning") and "shards no sequence" in f.message
+        assert lint(fixed, target, world_size=2) == []
+    [f] = lint(number, "trainer", world_size=2)
+    assert (f.code, f.severity) == ("ZK212", "error") and "mismatch ValueError" in f.message
+    assert [(f.code, f.severity) for f in lint(number, "accelerate", world_size=2)] == [("ZK212", "warning")]
+    # ZK201's fix for DeepSpeed's count (1) is one the Trainer refuses: ZK212 alone speaks for it
+    full = dict(number, train_batch_size=2, train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1)
+    assert [f.code for f in lint(full, "trainer", world_size=2)] == ["ZK212"]
+    assert [f.code for f in lint(full, "accelerate", world_size=2)] == ["ZK201", "ZK212"]
+    assert "ZK212" not in codes(full, world_size=2)
+    adagrad = {"optimizer": {"type": "Adagrad", "params": {"lr": "auto"}}}
+    said = gloo_ranks(tmp_path, SEQUENCE_PARALLEL_BEHIND_HF, 2, {
+        "trainer": [base, number, absent, dict(fixed, parallelism_config=True)],
+        "accelerate": [dict(base, **adagrad), dict(number, **adagrad)]})
+    assert said[0] == said[1]
+    trainer_auto, trainer_number, trainer_absent, trainer_fixed, accelerate_auto, accelerate_number = said[0]
+    assert trainer_auto == accelerate_auto == ("AssertionError: Check batch related parameters. train_batch_size is "
+                                               "not equal to micro_batch_per_gpu * gradient_acc_step * world_size "
+                                               "2 != 1 * 1 * 1.0")
+    assert trainer_number.startswith("ValueError: Please correct the following DeepSpeed config values that mismatch "
+                                     "TrainingArguments values:\n- ds train_batch_size=1 vs hf train_batch_size "
+                                     "(calculated)=2")
+    assert trainer_absent == ["trained", 1.0, [8]]  # every rank its whole 8 tokens, DeepSpeed counting half the batch
+    assert trainer_fixed == ["trained", 1, [4]]  # Ulysses: each rank half the sequence
+    assert accelerate_number == ["prepared", 1]  # starts (ZK201 checks the number), sharding nothing
+
+
 AUTOTP_RANKS = """
 import json, sys
 import deepspeed

@@ -212,8 +212,9 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
         yield from _autotp_split(cfg, ctx.world_size)
     tbs, mbs, gas = (cfg.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                           "gradient_accumulation_steps"))
-    if AUTO in (tbs, mbs, gas):
-        return
+    if AUTO in (tbs, mbs, gas) or (ctx.target == "trainer" and "train_batch_size" in cfg
+                                   and _sequence_parallel_size(cfg) > 1):
+        return  # ZK212 reports the Trainer's: no train_batch_size passes both it and DeepSpeed
     t, m, g = _int(tbs), _int(mbs), _int(gas)
     if any(v is not None and v <= 0 for v in (t, m, g)):
         return  # ZK105 reports it
@@ -292,6 +293,42 @@ def _autotp_split(cfg: dict, ranks: int) -> Iterator[Hit]:
         yield Hit(("tensor_parallel", "autotp_size"), f"tensor_parallel.autotp_size {tp} does not divide the world "
                   f"size {ranks}: deepspeed.initialize builds a ({ranks // tp}, {tp}) data x tensor-parallel device "
                   f"mesh from it and fails ({fails}); use a divisor of the world size")
+
+
+def _sequence_parallel_size(cfg: dict) -> int:
+    """The ds_config's sequence_parallel_size, 0 where absent or not an integer."""
+    return _int(cfg.get("sequence_parallel_size")) or 0
+
+
+def sequence_parallel_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """A ds_config's sequence_parallel_size behind the HF Trainer or Accelerate. Only their parallelism_config
+    (sp_backend "deepspeed") builds Ulysses' groups and hands deepspeed.initialize the mpu (accelerator.py
+    _prepare_deepspeed); without it DeepSpeedConfig still divides the ranks by the key for its batch check (config.py,
+    no mpu), while the Trainer sets train_batch_size to micro x accumulation x every rank (trainer_config_process:
+    fills "auto", records any other number as a mismatch unless auto_find_batch_size) and Accelerate fills "auto" so.
+    Two real gloo ranks show the assertion, the Trainer's ValueError, and that a config that starts trains
+    data-parallel, unsharded."""
+    cfg = doc.data
+    sp = _sequence_parallel_size(cfg)
+    if ctx.target not in ("trainer", "accelerate") or sp <= 1:
+        return
+    who = TARGET_NAMES[ctx.target]
+    fix = (f"configure sequence parallelism with {'TrainingArguments' if ctx.target == 'trainer' else 'Accelerator'}"
+           f"(parallelism_config=ParallelismConfig(sp_backend=\"deepspeed\", sp_size={sp})) and delete "
+           "sequence_parallel_size")
+    key = ("sequence_parallel_size",)
+    if cfg.get("train_batch_size") == AUTO:
+        yield Hit(key, f"sequence_parallel_size {sp} behind {who}: it fills \"auto\" train_batch_size with micro batch "
+                  f"x gradient_accumulation_steps x every rank, DeepSpeed checks it against the ranks / {sp}, and its "
+                  f"batch assertion fails at initialize; {fix}")
+    elif ctx.target == "trainer" and "train_batch_size" in cfg:
+        yield Hit(key, f"sequence_parallel_size {sp} behind the HF Trainer: it wants train_batch_size = micro batch x "
+                  f"gradient_accumulation_steps x every rank, DeepSpeed the ranks / {sp}, so any number fails one of "
+                  f"the two (the Trainer's mismatch ValueError or DeepSpeed's batch assertion); {fix}")
+    else:
+        yield Hit(key, f"sequence_parallel_size {sp} in the ds_config shards no sequence behind {who} (only its "
+                  "parallelism_config builds DeepSpeed's Ulysses groups): the ranks train data-parallel while "
+                  f"DeepSpeed's batch count divides them by {sp}; {fix}", severity=WARNING)
 
 
 def batch_size_missing(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -1395,6 +1432,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK209", ERROR, "fp16-hysteresis-below-1", fp16_hysteresis),
     Rule("ZK210", ERROR, "fp16-scale-power-overflow", fp16_scale_power),
     Rule("ZK211", ERROR, "unmanaged-accumulation", unmanaged_accumulation),
+    Rule("ZK212", ERROR, "sequence-parallel-behind-hf", sequence_parallel_behind_hf),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),
