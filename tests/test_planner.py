@@ -778,12 +778,15 @@ def test_plans_share_setup_costs_only_within_one_model_hardware_precision_and_re
     hw = resolve_hardware("a100-80gb", gpus_per_node=8, cpu_memory="512GB")
     sweep = [Training(seq_len=s) for s in (1024, 4096, 2047)] + [Training(seq_len=4096, global_batch=64),
                                                                 Training(seq_len=4096, precision="fp16")]
-    shared = [plan(LLAMA13, hw, t) for t in sweep]
-    for t, p in zip(sweep, shared):
+    small = resolve_hardware("a100-80gb", gpu_memory="16GB", cpu_memory="64GB")  # nothing fits: `missing` says why
+    cases = [(hw, t) for t in sweep] + [(small, Training(seq_len=s)) for s in (512, 4096, 1023)]
+    shared = [plan(LLAMA13, h, t) for h, t in cases]
+    assert not shared[-1].decision.fits and shared[-1].missing
+    for (h, t), p in zip(cases, shared):
         rules._SETUPS._store.clear()
-        fresh = plan(LLAMA13, hw, t)
-        assert (p.decision, p.candidates, p.memory, p.reasons) == (fresh.decision, fresh.candidates, fresh.memory,
-                                                                  fresh.reasons)
+        fresh = plan(LLAMA13, h, t)
+        assert (p.decision, p.candidates, p.memory, p.reasons, p.missing) == (
+            fresh.decision, fresh.candidates, fresh.memory, fresh.reasons, fresh.missing)
 
     def limits(model, hardware, training):
         return run_rules(model, hardware, training)[0]._limits

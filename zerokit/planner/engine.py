@@ -12,10 +12,8 @@ from dataclasses import replace
 
 from zerokit.errors import BadInput
 from zerokit.memory.activations import ActivationEstimate, kernel_run, no_sdpa_note
-from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, buffer_ladder, default_overhead
+from zerokit.memory.buffers import OVERHEAD_FIXED, OVERHEAD_FRACTION, default_overhead
 from zerokit.memory.estimate import costs_of, saves_views
-from zerokit.memory.host import host_memory
-from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.devices import DEVICE_FIGURES
 from zerokit.perf.machine import (
@@ -319,15 +317,12 @@ def missing(ctx: Context) -> str:
                 text += f": {nodes} nodes of {hw.gpus_per_node}"
             text += ")"
         options.append(text)
-    w = DTYPE_BYTES[ctx.precision]
-    full = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3, "cpu",
-                       _param_offload(ctx, "cpu"), w, ctx.trainable, ctx.load_width, ctx.qlora)
+    full = ctx.host_of(3, "cpu", _param_offload(ctx, "cpu"))
     have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
     short = hw.cpu_memory_bytes is not None and full.cpu_bytes > hw.cpu_memory_bytes
     if full_offload_fits_gpu(ctx):
         options.append(f"{format_bytes(full.cpu_bytes)} of CPU RAM per node for full offload{have}")
-        nvme = host_memory(model.parameters, model.largest_layer_parameters, hw.gpus_per_node, hw.nodes, 3,
-                           "nvme", _param_offload(ctx, "nvme"), w, ctx.trainable, ctx.load_width, ctx.qlora)
+        nvme = ctx.host_of(3, "nvme", _param_offload(ctx, "nvme"))
         if not hw.nvme_path:
             if hw.cpu_memory_bytes is None or nvme.cpu_bytes <= hw.cpu_memory_bytes:
                 options.append(f"an NVMe drive with {format_bytes(nvme.nvme_bytes)} free per node "
@@ -405,12 +400,10 @@ def _param_offload(ctx: Context, device: str) -> str:
 def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int) -> int:
     """The cost layer's peak at `world_size` GPUs: the smallest micro-batch (checkpointed unless forced off) and
     the most frugal buffers."""
-    model, hw, t = ctx.model, ctx.hardware, ctx.training
-    frugal = buffer_ladder(model.hidden_size, stage)[-1]
+    t = ctx.training
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
     mb = ctx.batch.micro_batches[0]
-    costs = costs_of(model, world_size, hw.accelerator, stage, opt, param, ctx.accumulation_steps(mb), ctx.precision,
-                     frugal, ctx.overhead, front_released=not ck, saved_views=not ck, **ctx.peft_costs(stage))
+    costs = ctx.frugal_costs(stage, opt, param, world_size, ctx.accumulation_steps(mb), ck)
     return costs.need(ctx.activation(mb, ck, stage))
 
 

@@ -144,6 +144,9 @@ class Context:
     """A setup's (StepCosts, whether the fit test may compare figures, `StepCosts.headroom` of the GPU)."""
     _hosts: dict = field(default_factory=dict)
     """(stage, optimizer offload, parameter offload) -> HostMemory."""
+    _frugal: dict = field(default_factory=dict)
+    """(stage, offloads, world size, accumulation held, checkpointing) -> the most frugal buffers' StepCosts
+    (`frugal_costs`)."""
     overhead: int = 0
 
     def __post_init__(self) -> None:
@@ -154,21 +157,22 @@ class Context:
             self.overhead = 0 if hw.accelerator == "cpu" else default_overhead(hw.gpu_memory_bytes)
 
     def share_setups(self) -> None:
-        """Take `_limits` and `_hosts` from the plans before this one of the same model, hardware, precision and
-        reserve (`_SETUPS`): what a setup holds apart from activations does not depend on the sequence, so a sweep
-        over sequence lengths or batches (or `batch_by_speed`'s second pass) prices each setup once. Full training
-        with no custom activation model only (LoRA's adapters are planned anew each time, and a custom model
-        decides whether the search may compare figures)."""
-        if self.peft is not None or self.activation_model is not None or self._limits or self._hosts:
+        """Take `_limits`, `_hosts` and `_frugal` from the plans before this one of the same model, hardware,
+        precision and reserve (`_SETUPS`): what a setup holds apart from activations does not depend on the
+        sequence, so a sweep over sequence lengths or batches (or `batch_by_speed`'s second pass) prices each setup
+        once. Full training with no custom activation model only (LoRA's adapters are planned anew each time, and a
+        custom model decides whether the search may compare figures)."""
+        if self.peft is not None or self.activation_model is not None or self._limits or self._hosts or self._frugal:
             return
         key = (id(self.model), self.hardware, self.precision, self.overhead)
         shared = _SETUPS.get(key, self.model)
         if shared is None:
-            shared = _SETUPS.put(key, self.model, ({}, {}))
-        self._limits, self._hosts = shared
+            shared = _SETUPS.put(key, self.model, ({}, {}, {}))
+        self._limits, self._hosts, self._frugal = shared
 
-    def host(self, stage: int, opt: str, param: str) -> HostMemory:
-        """A setup's host memory (`host_memory`), computed once per model and hardware (`share_setups`)."""
+    def host_of(self, stage: int, opt: str, param: str) -> HostMemory:
+        """A setup's host memory (`host_memory`), computed once per model and hardware (`share_setups`). Not named
+        `host`: the rules table sets each decision on the context under its rule's name, rule_host's as `host`."""
         key = (stage, opt, param)
         hit = self._hosts.get(key)
         if hit is None:
@@ -176,6 +180,19 @@ class Context:
             hit = self._hosts[key] = host_memory(m.parameters, m.largest_layer_parameters, hw.gpus_per_node,
                                                  hw.nodes, stage, opt, param, DTYPE_BYTES[self.precision],
                                                  self.trainable, self.load_width, self.qlora)
+        return hit
+
+    def frugal_costs(self, stage: int, opt: str, param: str, world_size: int, accumulation: int,
+                     checkpointing: bool) -> StepCosts:
+        """A setup's costs at `world_size` GPUs with the most frugal buffers, what `missing` weighs more GPUs and
+        full offload by; computed once per model and hardware (`share_setups`)."""
+        key = (stage, opt, param, world_size, accumulation > 1, checkpointing)
+        hit = self._frugal.get(key)
+        if hit is None:
+            hit = self._frugal[key] = costs_of(
+                self.model, world_size, self.hardware.accelerator, stage, opt, param, accumulation, self.precision,
+                buffer_ladder(self.model.hidden_size, stage)[-1], self.overhead, front_released=not checkpointing,
+                saved_views=not checkpointing, **self.peft_costs(stage))
         return hit
 
     def levels(self, stage: int) -> tuple[BufferSettings, ...]:
@@ -400,7 +417,7 @@ class Context:
 
 
 _SETUPS = IdentityMemo(1024)
-"""(model, hardware, precision, overhead reserve) -> (`Context._limits`, `Context._hosts`) shared by full-training
+"""(model, hardware, precision, overhead reserve) -> (`Context._limits`, `_hosts`, `_frugal`) shared by full-training
 plans (`Context.share_setups`); the model is held by identity, the rest by value."""
 
 
@@ -993,7 +1010,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     """
     model, hw = ctx.model, ctx.hardware
     cap = hw.gpu_memory_bytes
-    host = ctx.host(stage, opt, param)
+    host = ctx.host_of(stage, opt, param)
     levels = buffer_ladder(model.hidden_size, stage)
     last = len(levels) - 1
     forced = ctx.training.gradient_checkpointing
