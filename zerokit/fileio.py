@@ -155,20 +155,26 @@ def check_target(path: str, what: str, force: bool = False, example: str = "ds_c
         raise BadInput(f"{what} {path}: directory {parent} is not writable; choose another path")
 
 
-def check_creatable(path: str, what: str) -> None:
-    """That a file can be created beside `path`, tried with one that is removed at once: for a command that works a
-    while before it writes (`zerokit probe`, a minute). `check_target` asks `os.access`, which passes root everywhere:
-    /proc and /sys refused the temp file only when the measuring was done."""
+def create_and_remove(directory: str, prefix: str, suffix: str = "") -> None:
+    """Create a file in `directory` and remove it at once; OSError where it cannot be created. `os.access` passes
+    root everywhere: /proc and /sys refuse a file only when one is created."""
     import tempfile
 
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    except OSError as e:
-        raise _cannot_create(what, path, parent, e) from None
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(tmp)
+
+
+def check_creatable(path: str, what: str) -> None:
+    """That a file can be created beside `path` (`create_and_remove`): for a command that works a while before it
+    writes (`zerokit probe`, a minute). `check_target` asks `os.access`, which passes root everywhere: /proc and
+    /sys refused the temp file only when the measuring was done."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        create_and_remove(parent, f".{os.path.basename(path)}.", ".tmp")
+    except OSError as e:
+        raise _cannot_create(what, path, parent, e) from None
 
 
 def _cannot_create(what: str, path: str, parent: str, e: OSError) -> BadInput:

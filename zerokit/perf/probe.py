@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from zerokit.errors import BadInput, ZerokitError
+from zerokit.fileio import create_and_remove
 from zerokit.launch.runner import SHM_DIR, free_port, remove_shm_buffers
 from zerokit.memory.buffers import BufferSettings, buffer_ladder, zero_buffer_keys
 from zerokit.perf.flops import ModelFlops
@@ -123,9 +124,7 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         if not os.access(nvme_path, os.W_OK):
             raise BadInput(f"--nvme-path {nvme_path}: not writable; choose a directory on the NVMe drive you can write")
         try:  # access() passes root everywhere: /sys/kernel refused the file a minute into the probe
-            fd, name = tempfile.mkstemp(dir=nvme_path, prefix=".zerokit-probe-")
-            os.close(fd)
-            os.unlink(name)
+            create_and_remove(nvme_path, ".zerokit-probe-")
         except OSError as e:
             raise BadInput(f"--nvme-path {nvme_path}: cannot create a file there ({e.strerror}); choose a directory "
                            "on the NVMe drive you can write") from None
