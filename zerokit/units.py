@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from typing import TYPE_CHECKING
 
 from zerokit.errors import BadInput
@@ -191,6 +192,14 @@ def _bounded(value: int, what: str, text: object, maximum: int) -> int:
     if value > maximum:
         raise BadInput(f"{what} {_show(text)} is too large; at most {_limit(maximum)}")
     return value
+
+
+def finite_number(value: object) -> bool:
+    """Whether a JSON value is a number (not true or false) that is finite as a float. An integer of 400 digits is
+    one to JSON, and `math.isfinite` raises OverflowError on it."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
 def parse_finite(value: float, what: str, minimum: float | None = None, maximum: float | None = None,

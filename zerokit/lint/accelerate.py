@@ -9,12 +9,12 @@ findings pointing at the YAML lines.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from zerokit.lint.findings import ERROR, Finding
 from zerokit.lint.loader import Document
 from zerokit.lint.schema import _did_you_mean, _show
+from zerokit.units import finite_number
 
 # accelerate/commands/launch.py deepspeed_args
 YAML_DS_KEYS = ("deepspeed_config_file", "zero_stage", "offload_optimizer_device", "offload_param_device",
@@ -95,8 +95,7 @@ def yaml_findings(doc: Document) -> list[Finding]:
                 "passes anything else on as a string DeepSpeed refuses")
     if "gradient_clipping" in ds:
         clip = ds["gradient_clipping"]
-        if clip != "auto" and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not _finite(clip)
-                               or clip < 0):
+        if clip != "auto" and (not finite_number(clip) or clip < 0):
             add(("deepspeed_config", "gradient_clipping"), ERROR, "ZK103", f"deepspeed_config.gradient_clipping is "
                 f"{_show(clip)}; write a number >= 0 (1.0 is usual; 0 turns clipping off)")
     for key in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
@@ -116,14 +115,6 @@ def yaml_findings(doc: Document) -> list[Finding]:
             add(("mixed_precision",), ERROR, "ZK601", "mixed_precision conflicts with deepspeed_config_file: "
                 "Accelerate raises at launch; set fp16/bf16 in the ds_config file and remove mixed_precision here")
     return out
-
-
-def _finite(value: float) -> bool:
-    """math.isfinite, with an int too large for a float (hundreds of digits) counted as not finite."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def config_file(doc: Document) -> str | None:

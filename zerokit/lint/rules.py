@@ -258,8 +258,8 @@ def _data_parallel_size(cfg: dict, ranks: int) -> tuple[int, str, Hit | None]:
     when the ranks cannot be split so. With sequence_parallel_size it divides the ranks by it (config.py, without an
     mpu; a Ulysses mpu gives the same); with data_parallel_size too, deepspeed.initialize builds a
     (data_parallel_size, sequence_parallel_size) device mesh, which must hold every rank, and counts its data axis."""
-    sp = _int(cfg.get("sequence_parallel_size"))
-    if sp is None or sp < 1:
+    sp = _sequence_parallel_size(cfg)
+    if sp < 1:
         return ranks, "", None  # absent, "auto" or out of range: ZK103/ZK105 report a bad one
     dp = _int(cfg.get("data_parallel_size"))
     if "data_parallel_size" in cfg and dp is not None and dp >= 1:

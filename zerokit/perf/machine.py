@@ -14,7 +14,6 @@ import operator
 import os
 import re
 import stat
-import sys
 from collections.abc import Mapping
 from dataclasses import field, fields, replace
 from typing import Any
@@ -23,7 +22,7 @@ from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.perf.devices import DEVICE_FIGURES, DeviceFigures
-from zerokit.units import MAX_SIZE, MIN_GPU_MEMORY
+from zerokit.units import MAX_SIZE, MIN_GPU_MEMORY, finite_number
 
 PROFILE_VERSION = 1
 COMPUTE_SCALE_BOUNDS = (0.25, 8.0)
@@ -581,7 +580,7 @@ def profile_from_json(data: Any, path: str) -> MachinePerf:
         if key not in data:
             continue
         value = data[key]
-        if not _finite(value) or value < 0:
+        if not finite_number(value) or value < 0:
             raise BadInput(f"{where}: {key} must be a finite number >= 0, got {_shown(value)}; re-run `zerokit probe`")
         # a rate (bytes or parameters per second) is 0 (not measured; refused below where the model needs it) or
         # at least MIN_RATE: a denormal one made the time model divide by zero
@@ -788,7 +787,7 @@ def _curve_from_json(curve: Any, what: str, high: float, max_size: float = MAX_S
     points = []
     for point in curve:
         if (not isinstance(point, list) or len(point) != 2
-                or not all(_finite(x) and x > 0 for x in point) or not MIN_RATE <= point[1] <= high):
+                or not all(finite_number(x) and x > 0 for x in point) or not MIN_RATE <= point[1] <= high):
             raise BadInput(f"{what}: point {_shown(point)} is not [size > 0, rate {MIN_RATE:g}..{high:g}]")
         if not 1 <= point[0] <= max_size:
             raise BadInput(f"{what}: point {_shown(point)} has a size outside 1..{max_size:g}; re-run `zerokit probe`")
@@ -797,14 +796,6 @@ def _curve_from_json(curve: Any, what: str, high: float, max_size: float = MAX_S
     if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
         raise BadInput(f"{what}: sizes must be strictly ascending")
     return tuple(points)
-
-
-def _finite(value: Any) -> bool:
-    """Whether a JSON value is a number (not true or false) that is finite as a float. An integer of 400 digits is
-    one to JSON, and `math.isfinite` raised OverflowError on it (exit 70)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
 MAX_NAME, MAX_SOURCE = 200, 1000
