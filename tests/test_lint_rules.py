@@ -290,9 +290,18 @@ except RuntimeError as e:
     said.append(str(e))
 print("RESULT " + json.dumps(said), flush=True)
 dist.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
 """
+
+
+LEAVE_WITHOUT_DESTRUCTORS = """
+# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally abort
+# a gloo rank at exit ("terminate called without an active exception"), as the probe's ranks and
+# examples/train_hf.py do
+import os as _os, sys as _sys
+_sys.stdout.flush(); _sys.stderr.flush()
+_os._exit(0)
+"""
+"""What every `gloo_ranks` script ends with, once it has printed its RESULT and destroyed its process group."""
 
 
 def gloo_ranks(tmp_path, source: str, ranks: int, arg) -> list:
@@ -302,7 +311,7 @@ def gloo_ranks(tmp_path, source: str, ranks: int, arg) -> list:
     import sys
 
     script = tmp_path / "ranks.py"
-    script.write_text(source)
+    script.write_text(source + LEAVE_WITHOUT_DESTRUCTORS)
     port = str(free_port())
     env = dict(os.environ, WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=port)
@@ -390,8 +399,6 @@ for cfg in configs["accelerate"]:
 print("RESULT " + json.dumps(said), flush=True)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
 """
 
 
