@@ -801,3 +801,32 @@ def test_plans_share_setup_costs_only_within_one_model_hardware_precision_and_re
               limits(LLAMA13, hw, Training(seq_len=1024, peft="lora"))]
     assert all(o is not base for o in others)
     assert len({id(o) for o in others}) == len(others)
+
+
+def test_plans_share_step_terms_only_on_one_machine():
+    """A setup's step-time terms apart from the micro-batch's (`step_setup`) are shared by the plans of one model on
+    one machine (`Context.share_setups`): a slower interconnect given for the same hardware is priced anew, never
+    from the preset's terms, and a sweep then times exactly what fresh plans do."""
+    from zerokit.perf.machine import build_machine
+    from zerokit.planner import rules
+    from zerokit.planner.engine import run_rules
+
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8, cpu_memory="512GB")
+    fast, slow = build_machine("a100-80gb"), build_machine("a100-80gb", intra_node_bandwidth="20GB/s")
+    cases = [(m, s) for s in (1024, 4096, 2047) for m in (fast, slow)]
+    shared = [plan(LLAMA13, hw, Training(seq_len=s), machine=m) for m, s in cases]
+    assert shared[0].performance.step_time_s < shared[1].performance.step_time_s  # the link is priced
+    for (m, s), p in zip(cases, shared):
+        rules._SETUPS._store.clear()
+        fresh = plan(LLAMA13, hw, Training(seq_len=s), machine=m)
+        assert (p.decision, p.candidates, p.performance, p.reasons) == (
+            fresh.decision, fresh.candidates, fresh.performance, fresh.reasons)
+
+    def step_setups(machine, training):
+        ctx = run_rules(LLAMA13, hw, training, machine=machine)[0]
+        return ctx._step_setups
+
+    base = step_setups(fast, Training(seq_len=1024))
+    assert base and step_setups(fast, Training(seq_len=3000)) is base
+    assert step_setups(slow, Training(seq_len=1024)) is not base
+    assert step_setups(fast, Training(seq_len=1024, peft="lora")) is not base

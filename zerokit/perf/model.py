@@ -586,7 +586,31 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
                persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
                lora: tuple | None = None, saved: tuple[int, int] = (0, 0), reuse_distance: float = 1e9) -> StepTime:
     """`step_time` with its keyword arguments by position, in its signature's order, not memoised: the planner's
-    entry (it keeps each plan's step times itself; binding twenty keywords showed)."""
+    entry (it keeps each plan's step times itself; binding twenty keywords showed). The setup's own terms
+    (`step_setup`) and then the micro-batch's (`step_time_at`)."""
+    setup = step_setup(mf, perf, parameters, gpus_per_node, nodes, zero_stage, offload_optimizer, offload_param,
+                       precision, overlap_comm, reduce_bucket_size, allgather_bucket_size, prefetch_bucket_size,
+                       persistence_threshold, pin_memory, trainable_parameters, lora, saved, reuse_distance)
+    return step_time_at(setup, mf, perf, seq_len, micro_batch, grad_accum, gradient_checkpointing, attention)
+
+
+# How a setup's per-micro-batch communication hides behind its compute (`step_setup`, `step_time_at`)
+_COMM_FIXED = 0  # exposed as it is: one rank, ZeRO-0 (at the boundary), ZeRO-3 without prefetch
+_COMM_ZERO3_OVERLAP = 1  # ZeRO-3's gathers on their own stream, prefetched
+_COMM_ZERO3_CPU = 2  # ZeRO-3's async gathers on gloo's threads (DeepSpeed's CPU accelerator)
+_COMM_ZERO2 = 3  # the reduce in every backward
+_COMM_ZERO1 = 4  # the reduce after the last backward
+
+
+def step_setup(mf: ModelFlops, perf: MachinePerf, parameters: int, gpus_per_node: int, nodes: int, zero_stage: int,
+               offload_optimizer: str, offload_param: str, precision: str, overlap_comm: bool,
+               reduce_bucket_size: float, allgather_bucket_size: float, prefetch_bucket_size: float,
+               persistence_threshold: float, pin_memory: bool, trainable_parameters: int | None,
+               lora: tuple | None = None, saved: tuple[int, int] = (0, 0), reuse_distance: float = 1e9) -> tuple:
+    """The terms of `step_time_of` that the sequence, micro-batch, accumulation, checkpointing and attention kernel
+    do not change, for `step_time_at`: the collectives' bytes and calls, the offload traffic, the optimizer step.
+    The planner computes them once per setup on a machine (`zerokit.planner.rules.Context.step`) and times every
+    micro-batch of every plan of that model against them. A plain tuple, unpacked whole by `step_time_at`."""
     nbytes = _BYTES.get(precision)
     if nbytes is None:
         raise BadInput(f"precision {precision!r} is not one of bf16, fp16, fp32")
@@ -596,50 +620,23 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         raise BadInput("parameter offload needs ZeRO-3")
     if offload_optimizer != "none" and zero_stage == 0:
         raise BadInput("optimizer offload needs ZeRO-1, 2 or 3")
-    if min(micro_batch, seq_len, grad_accum, gpus_per_node, nodes, parameters) < 1:
+    if min(gpus_per_node, nodes, parameters) < 1:
         raise BadInput("micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1")
     total = float(parameters)
     trainable = total if trainable_parameters is None else float(min(trainable_parameters, parameters))
     share = trainable / total
-    gpn, ga = gpus_per_node, grad_accum
+    gpn = gpus_per_node
     world = gpn * nodes
-
-    # Compute of one micro-batch. LoRA: frozen weights skip their weight gradients; the adapters' own products
-    # (2 FLOPs per trainable parameter and token, three passes) are tiny and run at the peak.
-    fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak, best = _compute_parts(
-        mf, perf, micro_batch, seq_len, precision, attention)
-    tokens = micro_batch * seq_len
     qlora = lora is not None and len(lora) > 3
     quantized = lora[3] if qlora else 0  # QLoRA's 4-bit weights
-    adapter_t = adapter_flops = 0.0
-    adapter_modules = 0
     fp32_adapters = adapters_in_fp32(zero_stage, lora, saved)
-    if share < 1.0:
-        copies, head = saved
-        adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
-                                                                                 tokens, precision, peak,
-                                                                                 fp32_adapters)
-        recompute += adapter_forward
-        if copies:
-            copy_t, copy_flops = _saved_parts(perf, copies, head, tokens, precision)
-            adapter_t += copy_t
-            adapter_flops += copy_flops
-    dequant = 0.0
-    if quantized:  # QLoRA: the 4-bit base, dequantized on every pass
-        dequant = dequantization_s(perf, quantized, lora[4])
-        fwd += dequant
-        recompute += dequant
-    # a frozen base computes no weight gradients: LoRA's trainable parameters are the adapters, priced apart
-    bwd = bwd_in + (bwd_w if share >= 1.0 else 0.0) + adapter_t + dequant
-    rec = recompute if gradient_checkpointing else 0.0
-    micro_compute = fwd + bwd + rec
-    flops_micro = (3.0 if share >= 1.0 else 2.0) * weight_flops + 3.0 * score_flops + adapter_flops
-
-    # ZeRO-3's fetch and release hooks of one pass over the modules (host time: `exposed_hooks`)
-    pass_hooks = (mf.parameter_modules + adapter_modules) * perf.zero3_module_overhead_s
+    # QLoRA: the 4-bit base, dequantized on every pass
+    dequant = dequantization_s(perf, quantized, lora[4]) if quantized else 0.0
 
     # Communication per rank: ring collectives at the bus bandwidth, plus a fixed latency per call.
-    micro_comm = boundary_comm = micro_exposed = boundary_exposed = 0.0
+    kind = _COMM_FIXED
+    micro_comm = boundary_comm = boundary_exposed = forward_ag = backward_ag = reduce = first_gather = 0.0
+    hidden = 0.0  # ZeRO-1/2: what overlap_comm can hide behind the backward at most
     reduce_calls = flushes(mf, trainable, reduce_bucket_size)
     if world > 1:
         bus = perf.intra_node_bandwidth
@@ -672,31 +669,20 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             forward_ag = gathered * per_element + gathers * lat
             backward_ag = again * gathered * per_element + again_calls * gathers * lat
             micro_comm = forward_ag + backward_ag + reduce
+            first_gather = forward_ag / max(gathers, 1)  # the gather prefetch cannot hide: the first one
             if overlap and prefetch_bucket_size > 0:
-                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd) + forward_ag / max(gathers, 1)
-                                    + max(0.0, backward_ag + reduce - bwd - rec))
+                kind = _COMM_ZERO3_OVERLAP
             elif prefetch_bucket_size > 0 and perf.device == "cpu":
-                # DeepSpeed's CPU accelerator has no streams, but ZeRO-3 issues its all-gathers async_op=True
-                # (`_dist_allgather_fn`) and gloo runs them on its own threads: a prefetched gather travels while
-                # the rank computes and runs the hooks of the modules before it. The reduce-scatter waits
-                # (`reduce_scatter_coalesced`). Over a link slower than the compute (benchmarks/step_time_nodes.py)
-                # the rank's hooks hide in the gathers' wait.
-                micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd - pass_hooks) + forward_ag / max(gathers, 1)
-                                    + max(0.0, backward_ag - bwd - rec - pass_hooks) + reduce)
-            else:
-                micro_exposed = micro_comm
+                kind = _COMM_ZERO3_CPU
         else:
             gather = trainable * per_element + max(1.0, math.ceil(trainable / max(allgather_bucket_size, 1.0))) * lat
             # ZeRO-2 reduces in every backward; ZeRO-1 in the last one (overlap_comm) or after it.
-            hidden = min(reduce * (1.0 - 1.0 / reduce_calls), bwd + rec) if overlap else 0.0
+            hidden = reduce * (1.0 - 1.0 / reduce_calls) if overlap else 0.0
             if zero_stage == 2:
-                micro_comm, micro_exposed = reduce, reduce - hidden
+                kind, micro_comm = _COMM_ZERO2, reduce
                 boundary_comm = boundary_exposed = gather
             else:
-                boundary_comm = reduce + gather
-                boundary_exposed = boundary_comm - hidden
-    communication = ga * micro_comm + boundary_comm
-    exposed = ga * micro_exposed + boundary_exposed
+                kind, boundary_comm = _COMM_ZERO1, reduce + gather
 
     # Offload per rank (the node's NVMe is shared by its ranks).
     micro_off = boundary_off = 0.0
@@ -728,7 +714,6 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
             micro_off += fetched * nbytes / h2d
             if offload_param == "nvme":
                 micro_off += fetched * nbytes * gpn / perf.nvme_read
-    offload = ga * micro_off + boundary_off
 
     if offload_optimizer != "none":
         optimizer = shard_t * gpn / perf.cpu_adam_params_per_s  # every local rank steps at once on the node's cores
@@ -737,6 +722,76 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         grad_bytes = owned * 4.0
         optimizer = owned / perf.device_adam_params_per_s + (
             grad_bytes * _OPTIMIZER_PASSES / perf.elementwise_at(grad_bytes))
+    adapted = adapted_linears(lora) if share < 1.0 else 0
+    return (zero_stage, trainable, share, world, lora, saved, quantized, fp32_adapters, dequant, reduce_calls, kind,
+            micro_comm, boundary_comm, boundary_exposed, forward_ag, backward_ag, reduce, first_gather, hidden,
+            micro_off, boundary_off, optimizer, adapted, offload_optimizer != "none", precision)
+
+
+def step_time_at(setup: tuple, mf: ModelFlops, perf: MachinePerf, seq_len: int, micro_batch: int, grad_accum: int,
+                 gradient_checkpointing: bool, attention: str) -> StepTime:
+    """One optimizer step of the setup `step_setup` priced, at this sequence, micro-batch, accumulation,
+    checkpointing and attention kernel, on the same model and machine."""
+    (zero_stage, trainable, share, world, lora, saved, quantized, fp32_adapters, dequant, reduce_calls, kind,
+     micro_comm, boundary_comm, boundary_exposed, forward_ag, backward_ag, reduce, first_gather, hidden, micro_off,
+     boundary_off, optimizer, adapted, offloaded, precision) = setup
+    if micro_batch < 1 or seq_len < 1 or grad_accum < 1:
+        raise BadInput("micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1")
+    ga = grad_accum
+
+    # Compute of one micro-batch. LoRA: frozen weights skip their weight gradients; the adapters' own products
+    # (2 FLOPs per trainable parameter and token, three passes) are tiny and run at the peak.
+    fwd, bwd_in, bwd_w, recompute, weight_flops, score_flops, peak, best = _compute_parts(
+        mf, perf, micro_batch, seq_len, precision, attention)
+    tokens = micro_batch * seq_len
+    adapter_t = adapter_flops = 0.0
+    adapter_modules = 0
+    if share < 1.0:
+        copies, head = saved
+        adapter_t, adapter_flops, adapter_modules, adapter_forward = _lora_parts(perf, lora, trainable - copies,
+                                                                                 tokens, precision, peak,
+                                                                                 fp32_adapters)
+        recompute += adapter_forward
+        if copies:
+            copy_t, copy_flops = _saved_parts(perf, copies, head, tokens, precision)
+            adapter_t += copy_t
+            adapter_flops += copy_flops
+    if quantized:  # QLoRA: the 4-bit base, dequantized on every pass
+        fwd += dequant
+        recompute += dequant
+    # a frozen base computes no weight gradients: LoRA's trainable parameters are the adapters, priced apart
+    bwd = bwd_in + (bwd_w if share >= 1.0 else 0.0) + adapter_t + dequant
+    rec = recompute if gradient_checkpointing else 0.0
+    micro_compute = fwd + bwd + rec
+    flops_micro = (3.0 if share >= 1.0 else 2.0) * weight_flops + 3.0 * score_flops + adapter_flops
+
+    # ZeRO-3's fetch and release hooks of one pass over the modules (host time: `exposed_hooks`)
+    pass_hooks = (mf.parameter_modules + adapter_modules) * perf.zero3_module_overhead_s
+
+    # What of the setup's communication the compute does not hide
+    if kind == _COMM_FIXED:
+        micro_exposed = micro_comm
+    elif kind == _COMM_ZERO3_OVERLAP:
+        micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd) + first_gather
+                            + max(0.0, backward_ag + reduce - bwd - rec))
+    elif kind == _COMM_ZERO3_CPU:
+        # DeepSpeed's CPU accelerator has no streams, but ZeRO-3 issues its all-gathers async_op=True
+        # (`_dist_allgather_fn`) and gloo runs them on its own threads: a prefetched gather travels while
+        # the rank computes and runs the hooks of the modules before it. The reduce-scatter waits
+        # (`reduce_scatter_coalesced`). Over a link slower than the compute (benchmarks/step_time_nodes.py)
+        # the rank's hooks hide in the gathers' wait.
+        micro_exposed = min(micro_comm, max(0.0, forward_ag - fwd - pass_hooks) + first_gather
+                            + max(0.0, backward_ag - bwd - rec - pass_hooks) + reduce)
+    else:
+        hidden = min(hidden, bwd + rec) if hidden else 0.0
+        if kind == _COMM_ZERO2:
+            micro_exposed = reduce - hidden
+        else:
+            micro_exposed = 0.0
+            boundary_exposed = boundary_comm - hidden
+    communication = ga * micro_comm + boundary_comm
+    exposed = ga * micro_exposed + boundary_exposed
+    offload = ga * micro_off + boundary_off
 
     overhead = perf.step_overhead_s
     if zero_stage:
@@ -747,9 +802,8 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
         overhead += ga * exposed_hooks(passes * pass_hooks, micro_compute, world, perf.device)
 
     if perf.host_op_s:
-        adapted = adapted_linears(lora) if share < 1.0 else 0
         overhead += host_excess(perf, mf, zero_stage, ga, micro_compute, reduce_calls if zero_stage else 0, adapted,
-                                gradient_checkpointing, optimizer, offload_optimizer != "none")
+                                gradient_checkpointing, optimizer, offloaded)
     compute = ga * micro_compute
     step = compute + exposed + offload + optimizer + overhead
     tokens_step = tokens * ga * world

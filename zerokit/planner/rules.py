@@ -48,7 +48,7 @@ from zerokit.memory.host import HostMemory, host_memory, load_bytes
 from zerokit.memory.states import DTYPE_BYTES
 from zerokit.models.spec import ModelSpec
 from zerokit.perf.flops import ModelFlops, meta_model_flops, model_flops
-from zerokit.perf.model import StepTime, step_time_of
+from zerokit.perf.model import StepTime, step_setup, step_time_at
 from zerokit.planner.types import Candidate, GpuMemory, Hardware, Setup, Training
 from zerokit.units import format_bytes, format_count, format_rate, format_seconds
 
@@ -138,6 +138,8 @@ class Context:
     """(micro-batch, checkpointing, LoRA at ZeRO-3) -> the analytic model's figures (`analytic_figures`)."""
     _steps: dict = field(default_factory=dict)
     """(stage, optimizer and parameter offload, buffer level, micro-batch, checkpointing) -> StepTime."""
+    _step_setups: dict = field(default_factory=dict)
+    """(stage, optimizer and parameter offload, buffer level) -> `step_setup` on the plan's machine."""
     _figures: dict = field(default_factory=dict)
     """(checkpointing, LoRA at ZeRO-3) -> micro-batch -> `activation_figures`."""
     _limits: dict = field(default_factory=dict)
@@ -158,7 +160,8 @@ class Context:
 
     def share_setups(self) -> None:
         """Take `_limits`, `_hosts` and `_frugal` from the plans before this one of the same model, hardware,
-        precision and reserve (`_SETUPS`): what a setup holds apart from activations does not depend on the
+        precision and reserve (`_SETUPS`), and `_step_setups` from those on the same machine too: what a setup holds
+        apart from activations, and its step's communication, offload and optimizer terms, do not depend on the
         sequence, so a sweep over sequence lengths or batches (or `batch_by_speed`'s second pass) prices each setup
         once. Full training with no custom activation model only (LoRA's adapters are planned anew each time, and a
         custom model decides whether the search may compare figures)."""
@@ -167,8 +170,15 @@ class Context:
         key = (id(self.model), self.hardware, self.precision, self.overhead)
         shared = _SETUPS.get(key, self.model)
         if shared is None:
-            shared = _SETUPS.put(key, self.model, ({}, {}, {}))
-        self._limits, self._hosts, self._frugal = shared
+            shared = _SETUPS.put(key, self.model, ({}, {}, {}, {}))
+        self._limits, self._hosts, self._frugal, machines = shared
+        # the step-time terms of a setup (`step`) are the machine's too: a probe profile or a preset's figures
+        on = machines.get(id(self.machine))
+        if on is None or on[0] is not self.machine:
+            if len(machines) >= 8:
+                machines.clear()
+            on = machines[id(self.machine)] = (self.machine, {})
+        self._step_setups = on[1]
 
     def host_of(self, stage: int, opt: str, param: str) -> HostMemory:
         """A setup's host memory (`host_memory`), computed once per model and hardware (`share_setups`). Not named
@@ -265,23 +275,27 @@ class Context:
         return self.peft is not None or saves_views(self.model)
 
     def step(self, stage: int, opt: str, param: str, level: int, micro_batch: int, checkpointing: bool) -> StepTime:
-        """The predicted time of one optimizer step of this setup, computed once per plan (`step_time`)."""
+        """The predicted time of one optimizer step of this setup, computed once per plan (`step_time_at`), against
+        the setup's own terms (`step_setup`), computed once per model and machine (`share_setups`)."""
         key = (stage, opt, param, level, micro_batch, checkpointing)
         hit = self._steps.get(key)
         if hit is None:
-            b, m, hw, t = buffer_ladder(self.model.hidden_size, stage)[level], self.model, self.hardware, \
-                self.training
-            per_gpu = self.batch.per_gpu_samples
-            # step_time's keyword arguments, in its order (pin_memory: True, the ds_config's)
-            hit = self._steps[key] = step_time_of(
-                self.flops, self.machine, m.parameters, t.seq_len, micro_batch,
-                1 if per_gpu is None else per_gpu // micro_batch, hw.gpus_per_node, hw.nodes, stage, opt, param,
-                checkpointing, self.precision, t.attention, b.overlap_comm, b.reduce_bucket_size,
-                b.allgather_bucket_size, b.prefetch_bucket_size, b.param_persistence_threshold, True,
-                self.model.parameters if self.peft is None else self.peft.trainable,
-                None if self.peft is None else self.peft.lora_work,
-                (0, 0) if self.peft is None else self.peft.saved_work,
-                b.max_live_parameters)  # the ds_config's stage3_max_reuse_distance (`zero_buffer_keys`)
+            setup = self._step_setups.get(key[:4])
+            if setup is None:
+                b, hw = buffer_ladder(self.model.hidden_size, stage)[level], self.hardware
+                # step_setup's arguments, in its order (pin_memory: True, the ds_config's)
+                setup = self._step_setups[key[:4]] = step_setup(
+                    self.flops, self.machine, self.model.parameters, hw.gpus_per_node, hw.nodes, stage, opt, param,
+                    self.precision, b.overlap_comm, b.reduce_bucket_size, b.allgather_bucket_size,
+                    b.prefetch_bucket_size, b.param_persistence_threshold, True,
+                    self.model.parameters if self.peft is None else self.peft.trainable,
+                    None if self.peft is None else self.peft.lora_work,
+                    (0, 0) if self.peft is None else self.peft.saved_work,
+                    b.max_live_parameters)  # the ds_config's stage3_max_reuse_distance (`zero_buffer_keys`)
+            t, per_gpu = self.training, self.batch.per_gpu_samples
+            hit = self._steps[key] = step_time_at(setup, self.flops, self.machine, t.seq_len, micro_batch,
+                                                  1 if per_gpu is None else per_gpu // micro_batch, checkpointing,
+                                                  t.attention)
         return hit
 
     @functools.cached_property
@@ -417,8 +431,9 @@ class Context:
 
 
 _SETUPS = IdentityMemo(1024)
-"""(model, hardware, precision, overhead reserve) -> (`Context._limits`, `_hosts`, `_frugal`) shared by full-training
-plans (`Context.share_setups`); the model is held by identity, the rest by value."""
+"""(model, hardware, precision, overhead reserve) -> (`Context._limits`, `_hosts`, `_frugal`, and per machine, held by
+identity, `_step_setups`) shared by full-training plans (`Context.share_setups`); the model is held by identity, the
+rest by value."""
 
 
 def _costs_key(stage: int, opt: str, param: str, level: int, accumulation: int, bare: bool = False) -> tuple:
