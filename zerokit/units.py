@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sys
@@ -222,8 +223,10 @@ _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _DECIMAL_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
 
 
+@functools.lru_cache(maxsize=4096)
 def format_bytes(n: float, binary: bool = False) -> str:
-    """`80.0 GB` (decimal, as GPU vendors sell it) or `74.5 GiB`."""
+    """`80.0 GB` (decimal, as GPU vendors sell it) or `74.5 GiB`. Memoised: a plan prints the same hardware's and
+    buffers' sizes as every plan before it of that machine."""
     base, units = (1024.0, _BINARY_UNITS) if binary else (1000.0, _DECIMAL_UNITS)
     value = float(n)
     if not abs(round(value, 0)) >= base:
