@@ -474,6 +474,15 @@ def test_a_host_size_without_its_unit_is_refused_not_read_as_bytes(capsys, optio
     assert code in (0, 1) and json.loads(out)["memory"][key]["capacity"] == 64 * 2**30
 
 
+def test_a_gpu_memory_without_its_unit_says_so_as_a_host_size_does(capsys):
+    """`--gpu-memory 80` said '80' is below 1 GiB: not even the CUDA context fits', where `--cpu-memory 64` said the
+    plain number was a byte count: one mistake, one message."""
+    code, out, err = zk(capsys, *PLAN, "--gpu-memory", "80")
+    assert code == 2 and out == ""
+    one_line_error(err, "plan", "--gpu-memory '80' is 80 bytes, below 1 GiB: a plain number is a byte count; give the "
+                                "unit, e.g. 80GB or 80GiB")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--gpu-memory", "0GB"], "--gpu-memory '0GB' is below 1 GiB"),  # it said 'must be at least 1', 0.5GB this
     (["--gpu", "h100-80gb", "--cpu-memory", "0GB"], "--cpu-memory '0GB' is 0 bytes; give a size such as 80GB"),

@@ -460,7 +460,8 @@ def test_values_no_float_holds_are_findings_not_crashes(capsys, tmp_path):
 
 def test_gpu_memory_without_a_unit_is_refused_as_plan_refuses_it(capsys):
     code, out, err = run(capsys, "--gpu-memory", "80", BROKEN)
-    assert code == 2 and out == "" and "--gpu-memory '80' is below 1 GiB" in err and err.count("\n") == 1
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--gpu-memory '80' is 80 bytes, below 1 GiB: a plain number is a byte count; give the unit, e.g. 80GB" in err
 
 
 def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):

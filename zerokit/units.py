@@ -114,6 +114,9 @@ def _size(text: str | int, what: str, maximum: int) -> int:
 def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
     """A GPU's memory (`parse_size`), at least MIN_GPU_MEMORY: `80` is 80 bytes, a size without its unit."""
     memory = _size(text, what, MAX_SIZE)  # 0GB is below 1 GiB as 0.5GB is
+    if memory < MIN_GPU_MEMORY and not isinstance(text, int) and re.fullmatch(_NUMBER, str(text).strip()):
+        raise BadInput(f"{what} {_show(text)} is {memory:,} bytes, below 1 GiB: a plain number is a byte count; give "
+                       f"the unit, e.g. {str(text).strip()}GB or {str(text).strip()}GiB")
     if memory < MIN_GPU_MEMORY:
         raise BadInput(f"{what} {text!r} is below 1 GiB: not even the CUDA context fits; give the GPU's memory with "
                        "a unit, e.g. 80GB or 81920MiB")
