@@ -1036,7 +1036,7 @@ for hybrid in json.loads(sys.argv[1]):
     try:
         deepspeed.initialize(model=model, model_parameters=model.parameters(), config=cfg)
         said.append("initialized")
-    except (ZeroDivisionError, AttributeError, ValueError) as e:
+    except (ZeroDivisionError, AttributeError, ValueError, AssertionError) as e:
         said.append(f"{type(e).__name__}: {e}")
 print("RESULT " + json.dumps(said), flush=True)
 dist.barrier()
@@ -1051,15 +1051,22 @@ def test_zk801_hybrid_engine_inference_tp_size(ds, tmp_path):
     ZeroDivisionError (module_inject/containers/base.py create_ds_model_config, heads % mp_size), 2 leaves rank 2 in
     no group and 4 every rank (AttributeError: runtime/hybrid_engine.py new_inference_container reads self.mp_group,
     which create_inference_module sets only on ranks inside a block). A fitting degree gets past the grouping to the
-    inference kernels, which DeepSpeed's CPU accelerator lacks (ValueError): the engine itself needs CUDA.
+    inference kernels, which DeepSpeed's CPU accelerator lacks (ValueError): the engine itself needs CUDA. A
+    negative degree passes the config and groups no ranks, as 1 does (at -2 rank 2 gets as far as ranks 0 and 1,
+    where 2 left it in no group), yet reaches the containers as their degree: -3 fails the heads % degree assertion
+    (create_ds_model_config) on every rank, -2 divides the 2 heads and goes on to the kernels, -1 heads per rank.
     enable_cuda_graph beside ZeRO-3, release_inference_cache or inference_tp_size above 1 is not reported: the
     engine logs a warning that it runs without CUDA graphs (hybrid_engine.py, validate_cuda_graph_support)."""
     pytest.importorskip("transformers")
     cases = [{"enabled": True, "inference_tp_size": 0}, {"enabled": True, "inference_tp_size": 2},
-             {"enabled": True, "inference_tp_size": 4}, {"enabled": False, "inference_tp_size": 0}]
+             {"enabled": True, "inference_tp_size": 4}, {"enabled": False, "inference_tp_size": 0},
+             {"enabled": True, "inference_tp_size": -2}, {"enabled": True, "inference_tp_size": -3}]
     key = "hybrid_engine.inference_tp_size"
     assert [[(f.code, f.key, f.suggestion) for f in lint(with_({"hybrid_engine": c}), world_size=3)] for c in cases] \
-        == [[("ZK801", key, "1")], [("ZK801", key, None)], [("ZK801", key, None)], []]
+        == [[("ZK801", key, "1")], [("ZK801", key, None)], [("ZK801", key, None)], [], [("ZK801", key, "1")],
+            [("ZK801", key, "1")]]
+    assert "inference_tp_size -3 is negative" in lint(with_({"hybrid_engine": cases[5]}))[0].message
+    assert ds_config(with_({"hybrid_engine": cases[4]})).hybrid_engine.inference_tp_size == -2  # no bound
     assert "the 1 of 3 ranks left over get no group" in lint(with_({"hybrid_engine": cases[1]}), world_size=3)[0].message
     assert lint(with_({"hybrid_engine": cases[1]}), world_size=4) == []
     assert lint(with_({"hybrid_engine": cases[1]})) == []  # no --world-size: nothing to divide
@@ -1068,8 +1075,11 @@ def test_zk801_hybrid_engine_inference_tp_size(ds, tmp_path):
     said = gloo_ranks(tmp_path, HYBRID_ENGINE_RANKS, 3, cases)
     no_group = "AttributeError: 'DeepSpeedHybridEngine' object has no attribute 'mp_group'"
     no_kernel = "ValueError: This op had not been implemented on CPU backend."
-    assert said[0] == said[1] == ["ZeroDivisionError: integer modulo by zero", no_kernel, no_group, "initialized"]
-    assert said[2] == ["ZeroDivisionError: integer modulo by zero", no_group, no_group, "initialized"]
+    heads = "AssertionError: To run the model parallel across the GPUs, the attention_heads require to be divisible"
+    assert said[0][:4] == said[1][:4] == ["ZeroDivisionError: integer modulo by zero", no_kernel, no_group,
+                                          "initialized"]
+    assert said[2][:4] == ["ZeroDivisionError: integer modulo by zero", no_group, no_group, "initialized"]
+    assert all(s[4] == no_kernel and s[5].startswith(heads) for s in said)  # -2, -3: no groups, yet the degree
 
 
 # ---------------------------------------------------------------- optimizer and scheduler

@@ -1308,7 +1308,11 @@ def hybrid_engine_tp(doc: Document, ctx: Context) -> Iterator[Hit]:
     container inference_tp_size as its tensor-parallel degree and, without an mpu, groups the ranks in blocks of
     it (runtime/hybrid_engine.py create_inference_module). A degree of 0, or blocks that leave ranks out, fail as
     the engine is built, for any model DeepSpeed has an inference policy for (module_inject/replace_policy.py: Llama,
-    GPT-NeoX, BLOOM, ...); other models never read the key."""
+    GPT-NeoX, BLOOM, ...); other models never read the key. A negative degree passes HybridEngineConfig (a bare int,
+    where max_out_tokens beside it is gt=0) and create_inference_module (no groups, as for 1), but
+    new_inference_container still hands it to every container: create_ds_model_config asserts heads % degree == 0,
+    and past that the inference layers take heads // degree, a negative number, as their heads per rank
+    (ops/transformer/inference/ds_attention.py)."""
     sec = _section(doc.data, "hybrid_engine")
     tp = _int(sec.get("inference_tp_size"))
     if sec.get("enabled") is not True or tp is None:
@@ -1317,6 +1321,11 @@ def hybrid_engine_tp(doc: Document, ctx: Context) -> Iterator[Hit]:
     if tp == 0:
         yield Hit(key, "hybrid_engine.inference_tp_size 0: deepspeed.initialize raises ZeroDivisionError building the "
                   "hybrid engine's inference containers (the heads are divided among 0 ranks); write 1 for no "
+                  "inference tensor parallelism", "1")
+    elif tp < 0:
+        yield Hit(key, f"hybrid_engine.inference_tp_size {tp} is negative: DeepSpeed accepts it but hands it to the "
+                  "hybrid engine's inference containers as their degree (an AssertionError at deepspeed.initialize "
+                  "unless it divides the attention heads, negative heads per rank if it does); write 1 for no "
                   "inference tensor parallelism", "1")
     elif tp > 1 and ctx.world_size is not None and ctx.world_size % tp:
         w = ctx.world_size
