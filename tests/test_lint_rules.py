@@ -455,9 +455,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 deepspeed.init_distributed(dist_backend="gloo", verbose=False)
 said = []
-for autotp_size, batch in json.loads(sys.argv[1]):
+for autotp_size, batch, *more in json.loads(sys.argv[1]):
     cfg = {"train_batch_size": batch, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
-           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "tensor_parallel": {"autotp_size": autotp_size}}
+           "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "tensor_parallel": {"autotp_size": autotp_size},
+           **(more[0] if more else {})}
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                          num_attention_heads=2, num_key_value_heads=2))
@@ -497,6 +498,27 @@ def test_zk201_autotp_ranks_count_in_the_batch_and_must_fill_the_mesh(ds, tmp_pa
     assert said[2] == [1, 4, [16, 16]]  # one data-parallel rank, a batch of 4, up_proj's 32 rows halved
     said = gloo_ranks(tmp_path, AUTOTP_RANKS, 3, [[2, 6]])
     assert said[:2] == [[[1, 6, [16, 16]]]] * 2 and said[2] == ["IndexError: list index out of range"]
+
+
+def test_zk201_autotp_beside_sequence_parallel_divides_the_ranks_by_sequence_parallel_alone(ds, tmp_path):
+    """With both keys (no mpu, no data_parallel_size) DeepSpeedConfig checks the batch against the ranks /
+    sequence_parallel_size (config.py, before the engine builds AutoTP's mesh), while the engine's data-parallel
+    world size is the ranks / autotp_size. Four real gloo ranks, autotp_size 4 and sequence_parallel_size 2: three
+    counts of the data-parallel ranks (4 / 2 = 2, 4 / 4 = 1, all 4) ask for three batches, and only the first, the one
+    ZK201 asks for, initializes."""
+    pytest.importorskip("transformers")
+    both = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "tensor_parallel": {"autotp_size": 4},
+            "sequence_parallel_size": 2}
+    assert lint(dict(both, train_batch_size=4), world_size=4) == []
+    for batch in (2, 8):  # micro 2 x the engine's one data-parallel rank; x every rank
+        [f] = lint(dict(both, train_batch_size=batch), world_size=4)
+        assert (f.code, f.suggestion) == ("ZK201", "4") and "(4 ranks / sequence_parallel_size 2)" in f.message
+    said = gloo_ranks(tmp_path, AUTOTP_RANKS, 4, [[4, b, {"sequence_parallel_size": 2}] for b in (4, 2, 8)])
+    refused = "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu"
+    for rank in said:
+        assert rank[0] == [1, 4, [8, 16]]  # one engine data-parallel rank, a batch of 4, up_proj's 32 rows quartered
+        assert rank[1] == f"{refused} * gradient_acc_step * world_size 2 != 2 * 1 * 2.0"
+        assert rank[2] == f"{refused} * gradient_acc_step * world_size 8 != 2 * 1 * 2.0"
 
 
 def test_zk202_no_batch_size_for_deepspeed(ds):

@@ -285,7 +285,9 @@ def _data_parallel_size(cfg: dict, ranks: int) -> tuple[int, str, Hit | None]:
 def _autotp_split(cfg: dict, ranks: int) -> Iterator[Hit]:
     """AutoTP groups the ranks in a (ranks // autotp_size, autotp_size) data x tensor-parallel device mesh
     (utils/groups.py _init_tp_mesh_device, from DeepSpeedEngine.__init__), which must hold every rank. The batch
-    check is not affected: DeepSpeedConfig counts every rank, the tensor-parallel ones too."""
+    check is not affected: deepspeed.initialize builds DeepSpeedConfig before the engine builds that mesh, and it
+    counts every rank, the tensor-parallel ones too, or with sequence_parallel_size the ranks / that size alone
+    (_data_parallel_size): AutoTP never divides them further."""
     tp = _autotp_size(cfg)
     if tp > 1 and ranks % tp:
         fails = ("an AssertionError on every rank" if tp > ranks else
