@@ -242,6 +242,33 @@ def test_zk107_hjson_works_for_deepspeed_but_not_behind_hf(ds, tmp_path):
         HfDeepSpeedConfig(str(path))
 
 
+def test_zk107_a_byte_order_mark_is_reported_beside_hjson_syntax(ds, tmp_path):
+    """json.load stops at the byte-order mark before it reads the comment, and a file saved with its comment gone
+    but the mark kept still fails behind HF: the mark is its own finding, not hidden behind the HJSON one (which
+    used to be the only one). DeepSpeed's hjson skips the mark."""
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    from zerokit.lint.loader import load_file
+
+    body = '{\n  // HJSON\n  "train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}\n}\n'
+    path = tmp_path / "ds.json"
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    found = lint_document(load_file(str(path)), Context("trainer"))
+    assert [(f.code, f.line) for f in found] == [("ZK107", 1), ("ZK107", 2)]
+    assert found[0].message.startswith("the file starts with a UTF-8 byte-order mark (BOM): DeepSpeed skips it, but "
+                                       "the HF Trainer reads the file with json.load")
+    assert found[0].message.endswith("; save it as UTF-8 without BOM") and "\n" not in found[0].message
+    assert found[1].message.startswith("not strict JSON (Expecting property name enclosed in double quotes)")
+    assert lint_document(load_file(str(path)), Context("deepspeed")) == []
+    assert ds_config(str(path)).train_micro_batch_size_per_gpu == 1
+    with pytest.raises(json.JSONDecodeError, match="Unexpected UTF-8 BOM"):
+        HfDeepSpeedConfig(str(path))
+    path.write_bytes(b"\xef\xbb\xbf" + body.replace("  // HJSON\n", "").encode())  # the HJSON finding fixed alone
+    assert [f.code for f in lint_document(load_file(str(path)), Context("trainer"))] == ["ZK107"]
+    with pytest.raises(json.JSONDecodeError, match="Unexpected UTF-8 BOM"):
+        HfDeepSpeedConfig(str(path))
+
+
 # ---------------------------------------------------------------- batch and precision
 
 

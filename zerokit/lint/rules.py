@@ -186,9 +186,16 @@ def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """HfDeepSpeedConfig reads the file with json.load, so HJSON syntax works only with the deepspeed launcher."""
+    """HfDeepSpeedConfig reads the file with json.load, so HJSON syntax works only with the deepspeed launcher. A
+    UTF-8 byte-order mark is its own fault, reported beside the syntax: DeepSpeedConfig's hjson.load skips it,
+    Accelerate's HfDeepSpeedConfig (utils/deepspeed.py: open(encoding="utf-8"), json.load) stops at it before it
+    reads any syntax, so a file fixed for the syntax alone still fails."""
     if ctx.target not in ("trainer", "accelerate") or doc.syntax == "accelerate":
         return
+    if doc.bom:
+        yield Hit((), f"the file starts with a UTF-8 byte-order mark (BOM): DeepSpeed skips it, but "
+                  f"{TARGET_NAMES[ctx.target]} reads the file with json.load, which refuses it ('Unexpected UTF-8 "
+                  "BOM'); save it as UTF-8 without BOM", pos=(1, 1))
     if doc.syntax == "yaml" and doc.json_error:  # a YAML that is no Accelerate config, linted as a ds_config
         yield Hit((), f"YAML, not JSON ({doc.json_error}): {TARGET_NAMES[ctx.target]} loads a ds_config with "
                   "json.load and fails; write it as JSON", pos=doc.json_error_pos)
@@ -196,10 +203,6 @@ def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
         yield Hit((), f"not strict JSON ({doc.json_error}): DeepSpeed reads HJSON, but {TARGET_NAMES[ctx.target]} "
                   "loads the file with json.load and fails; quote keys, drop comments and trailing commas, or lint "
                   "with --target deepspeed", pos=doc.json_error_pos)
-    elif doc.bom:
-        yield Hit((), f"the file starts with a UTF-8 byte-order mark: DeepSpeed skips it, but {TARGET_NAMES[ctx.target]} "
-                  "loads the file with json.load and fails ('Unexpected UTF-8 BOM'); save it as UTF-8 without BOM",
-                  pos=(1, 1))
 
 
 # ---------------------------------------------------------------- batch and precision
