@@ -275,11 +275,11 @@ def format_seconds(t: float) -> str:
     return f"{t / 86400:,.1f} days"
 
 
-def closest(name: str, choices, what: str) -> str:
-    """The error text for an unknown name, with the closest known one."""
+def closest(name: str, choices, what: str, cutoff: float = 0.5) -> str:
+    """The error text for an unknown name, with the closest known one (difflib's ratio at least `cutoff`)."""
     import difflib  # an error path: a run that succeeds never imports it
 
-    close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=1, cutoff=cutoff)
     lookup = {c.lower(): c for c in choices}
     hint = f"; did you mean {lookup[close[0]]!r}?" if close else f"; known: {', '.join(sorted(choices))}"
     return f"unknown {what} {name!r}{hint}"

@@ -67,11 +67,17 @@ def resolve_model(text: str) -> ModelSpec:
     if s.endswith(".json") or s.startswith((".", "~", os.sep)):
         raise BadInput(f"model config {s!r} does not exist; check the path, or {_HOW}")
     if "/" in s:
-        hint = closest(s.rsplit("/", 1)[-1], PRESET_NAMES, "model preset").split("; ", 1)[1]
+        # a hub id names a model of its own: only a near-typo of a preset's name is one (not 'foo/bar-7b', whose
+        # '-7b' alone matched gemma-7b at the default cutoff)
+        hint = closest(s.rsplit("/", 1)[-1], PRESET_NAMES, "model preset", cutoff=HUB_HINT_CUTOFF).split("; ", 1)[1]
         hint = f"; or the preset: {hint}" if hint.startswith("did you mean") else ""
         raise BadInput(f"{s!r} is neither a file nor a known preset alias, and zerokit does not download from the hub: "
                        f"save the model's config.json and pass its path{hint}")
     raise BadInput(closest(s, PRESET_NAMES, "model preset") + " (other forms: a config.json path or a count like 7B)")
+
+
+HUB_HINT_CUTOFF = 0.75
+"""How close a hub id's name must be to a preset's (difflib's ratio) for the error to name the preset."""
 
 
 def spec_from_preset(name: str) -> ModelSpec:
