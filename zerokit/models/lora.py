@@ -205,6 +205,9 @@ def _resolve(key: tuple[str, tuple], names: str | tuple[str, ...]
         if not names or any(not n for n in names):
             raise BadInput(f"--lora-targets is empty or has an empty name; give all-linear or a comma list of "
                            f"{family} modules: {', '.join(_valid(key))}")
+        if ALL_LINEAR in names:  # it said "'all-linear' is not a module ...; valid: all-linear, or ..."
+            raise BadInput(f"--lora-targets: {ALL_LINEAR} adapts every linear but the head on its own; give it alone, "
+                           f"or a comma list of {family} modules: {', '.join(_valid(key))}")
         expanded: list[str] = []
         for n in names:
             expanded += [v for v in moe if v != "gate"] if n == EXPERTS and moe else [n]
