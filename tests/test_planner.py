@@ -830,3 +830,17 @@ def test_plans_share_step_terms_only_on_one_machine():
     assert base and step_setups(fast, Training(seq_len=3000)) is base
     assert step_setups(slow, Training(seq_len=1024)) is not base
     assert step_setups(fast, Training(seq_len=1024, peft="lora")) is not base
+
+
+@pytest.mark.parametrize("target, said", [
+    ("trainer", "Communication buffers: HF's auto bucket sizes (reduce = hidden^2), "),
+    ("accelerate", "Communication buffers: HF's auto bucket sizes (reduce = hidden^2), "),
+    # no HF Trainer fills "auto" for a plain DeepSpeed script: the reason said "HF's auto bucket sizes" beside a
+    # config that holds 16,777,216
+    ("deepspeed", "Communication buffers: buckets of 16.8M elements (reduce = hidden^2, as HF sizes them), "),
+])
+def test_the_buffers_reason_names_auto_only_where_hf_fills_it(target, said):
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8)
+    p = plan(LLAMA7, hw, Training(seq_len=4096, target=target))
+    assert p.decision.reduce_bucket_size == 4096**2
+    assert sum(r.startswith(said) for r in p.reasons) == 1

@@ -888,8 +888,12 @@ def rule_buffers(ctx: Context) -> tuple[BufferSettings, str | None]:
                       s.gradient_checkpointing)
     # the cost layer's IPG buckets during backward (ZeRO-3 keeps its reduce bucket with the gradient partitions)
     bucket = costs.buffers_backward or DTYPE_BYTES[ctx.precision] * b.reduce_bucket_size
-    what = ("HF's auto bucket sizes (reduce = hidden^2)" if b.hf_auto
-            else f"buckets of {format_count(b.reduce_bucket_size)} elements")
+    if not b.hf_auto:
+        what = f"buckets of {format_count(b.reduce_bucket_size)} elements"
+    elif ctx.training.target == "deepspeed":  # no HF fills "auto": the config holds the numbers
+        what = f"buckets of {format_count(b.reduce_bucket_size)} elements (reduce = hidden^2, as HF sizes them)"
+    else:
+        what = "HF's auto bucket sizes (reduce = hidden^2)"
     overlap = ("overlap_comm on" if b.overlap_comm else
                "overlap_comm off (its ~4.5x bucket memory would cost micro-batch size or force checkpointing)")
     live = f", {format_count(b.max_live_parameters)} live parameters" if s.zero_stage == 3 else ""
