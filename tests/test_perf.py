@@ -288,6 +288,13 @@ def test_profile_file_errors(tmp_path):
     with pytest.raises(BadInput, match=r"not a probe profile \(nested too deeply\)"):
         load_profile(str(deep))
     h200 = json.loads((Path(__file__).parent / "data" / "gpu" / "2026-11-26-h200" / "profile.json").read_text())
+    # saved again with a byte-order mark (an editor's UTF-8 with BOM): it said "malformed JSON at line 1, column 1:
+    # Unexpected UTF-8 BOM (decode using utf-8-sig); re-run `zerokit probe`"; zerokit alone reads it, so it loads
+    marked = tmp_path / "bom.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(h200).encode())
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(h200))
+    assert load_profile_and_memory(str(marked)) == load_profile_and_memory(str(plain))
     for broken, says in (({"zerokit_profile": True}, "not a zerokit probe profile"),
                          ({"attention": 0}, "attention must map dtypes"),
                          ({"measurements": {"device_memory_bytes": 1}},

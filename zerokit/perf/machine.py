@@ -739,7 +739,8 @@ def _read_profile(path: str) -> Any:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_PROFILE_BYTES + 1)
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=lambda pairs: _one_of_each(pairs, path))
+        # utf-8-sig: a profile edited and saved with a byte-order mark (zerokit alone reads it) loads as written
+        return json.loads(raw.decode("utf-8-sig"), object_pairs_hook=lambda pairs: _one_of_each(pairs, path))
     except UnicodeDecodeError:
         raise BadInput(f"--hardware {path}: not UTF-8 text; give the profile JSON `zerokit probe` wrote") from None
     except json.JSONDecodeError as e:
