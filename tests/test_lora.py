@@ -91,8 +91,8 @@ def test_moe_dropout_is_refused_like_peft():
     ("falcon-7b", "dense_h_to_4h,qkv", r"'qkv' is not a module of falcon .*query_key_value, dense, dense_h_to_4h"),
     ("gpt-neox-20b", "", r"--lora-targets is empty"),
     # it said "'all-linear' is not a module of llama ...; valid: all-linear, or ..."
-    ("llama-2-7b", "all-linear,q_proj", r"all-linear adapts every linear but the head on its own; give it alone, or a "
-                                        r"comma list of llama modules: q_proj, k_proj"),
+    ("llama-2-7b", "all-linear,q_proj", (r"all-linear adapts every linear but the head on its own; give it alone, or a "
+                                        r"comma list of llama modules: q_proj, k_proj")),
     # PEFT can put LoRA on an nn.Embedding; zerokit prices linears only, and says how to train the embedding instead
     ("llama-2-7b", "q_proj,embed_tokens", (r"'embed_tokens' is llama's input embedding, and zerokit plans LoRA on linear "
                                            r"layers only; to train the embedding \(new tokens\), give "

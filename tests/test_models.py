@@ -312,8 +312,8 @@ def _write(tmp_path, text: str, name: str = "config.json") -> str:
     ("zzzz-unknown", r"unknown model preset 'zzzz-unknown'; known: .*llama-2-7b"),
     ("./missing/config.json", r"model config './missing/config.json' does not exist; check the path"),
     ("someorg/Some-Model-7B", r"neither a file nor a known preset alias.*save the model's config.json"),
-    ("meta-llama/Llama-2-7b-hff", r"save the model's config.json and pass its path; or the preset: did you mean "
-                                  r"'llama-2-7b'\?$"),
+    ("meta-llama/Llama-2-7b-hff", (r"save the model's config.json and pass its path; or the preset: did you mean "
+                                  r"'llama-2-7b'\?$")),
     # a hub id's own name that only shares '-7b' with a preset is not a typo of it (it suggested 'gemma-7b')
     ("foo/bar-7b", r"save the model's config.json and pass its path$"),
 ])

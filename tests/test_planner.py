@@ -844,3 +844,20 @@ def test_the_buffers_reason_names_auto_only_where_hf_fills_it(target, said):
     p = plan(LLAMA7, hw, Training(seq_len=4096, target=target))
     assert p.decision.reduce_bucket_size == 4096**2
     assert sum(r.startswith(said) for r in p.reasons) == 1
+
+
+def test_a_plan_that_fills_the_gpu_says_so_and_how_to_leave_room():
+    """The largest micro-batch that fits is chosen, so a plan may fill 99% of the GPU (LoRA on llama-2-7b, one
+    A100-80GB: micro-batch 4, 85.1 GB of 85.9 GB) with no word of it. Above TIGHT it says so, with the options that
+    leave room; the smaller micro-batch it names plans below TIGHT."""
+    hw = resolve_hardware("a100-80gb")
+    p = plan(LLAMA7, hw, Training(seq_len=2048, peft="lora"))
+    share = p.memory.total / hw.gpu_memory_bytes
+    assert p.decision.fits and share > 0.95 and p.decision.micro_batch_size == 4
+    said = [w for w in p.warnings if w.startswith("the plan fills")]
+    assert said == [(f"the plan fills {share:.0%} of each GPU's 85.9 GB, its 5.4 GB overhead reserve counted: it fits "
+                    "as planned, with little room for what a plan does not see, such as another process on the GPU; "
+                    "for headroom, plan with --micro-batch 2 or a larger --overhead")]
+    roomy = plan(LLAMA7, hw, Training(seq_len=2048, peft="lora", micro_batch=2))
+    assert roomy.memory.total / hw.gpu_memory_bytes < 0.95
+    assert not any(w.startswith("the plan fills") for w in roomy.warnings)

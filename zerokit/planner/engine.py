@@ -26,7 +26,7 @@ from zerokit.perf.machine import (
     unmeasured_nvme,
 )
 from zerokit.perf.model import StepTime
-from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, Context, setup_label
+from zerokit.planner.rules import ADVICE_GAIN, GLOBAL_BATCH_SLACK, RULES, TIE_TOLERANCE, TIGHT, Context, setup_label
 from zerokit.planner.types import Decision, Hardware, Plan, Training
 from zerokit.units import format_bytes, format_count, format_rate
 
@@ -92,6 +92,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         generic = ctx.activation(setup.micro_batch_size, setup.gradient_checkpointing, setup.zero_stage).generic
         activations_source = "generic" if generic else "modelled"
     extra_warnings += held_gathered(ctx)
+    extra_warnings += tight_fit(ctx)
     extra_warnings += unmeasured_nvme(machine, setup.offload_optimizer, setup.offload_param, hardware.nvme_path)
     extra_warnings += stand_in_cpu_adam(machine, setup.offload_optimizer)
     extra_warnings += shared_cpu_adam(machine, setup.offload_optimizer, hardware.gpus_per_node)
@@ -222,6 +223,22 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
         raise BadInput(f"--seq-len {seq_len:,} is past the {limit:,} positions {model.model_type} learns ({key}): "
                        f"its first step fails with an index out of range; use --seq-len {limit} or less, or raise "
                        f"{key} in config.json (the new positions start untrained)")
+
+
+def tight_fit(ctx: Context) -> list[str]:
+    """A warning when the decision fits with more than TIGHT of the GPU's memory (the overhead reserve counted): the
+    largest micro-batch that fits is chosen, so about one plan in seven does; how to leave room."""
+    c, hw = ctx.chosen.candidate, ctx.hardware
+    share = c.memory.total / hw.gpu_memory_bytes
+    if not c.fits or share <= TIGHT:
+        return []
+    reserve = f", its {format_bytes(ctx.overhead)} overhead reserve counted" if ctx.overhead else ""
+    mb = c.setup.micro_batch_size
+    smaller = [m for m in ctx.batch.micro_batches if m < mb]
+    how = f"--micro-batch {smaller[-1]} or a larger --overhead" if smaller else "a larger --overhead"
+    return [(f"the plan fills {share:.0%} of each GPU's {format_bytes(hw.gpu_memory_bytes)}{reserve}: it fits as "
+            f"planned, with little room for what a plan does not see, such as another process on the GPU; for "
+            f"headroom, plan with {how}")]
 
 
 def held_gathered(ctx: Context) -> list[str]:
