@@ -792,3 +792,31 @@ def test_an_offload_plan_for_several_gpus_a_node_says_their_cpu_adam_shares_the_
     code, plan = run_json(capsys, "plan", "--model", TINY, "--gpus-per-node", "2", "--seq-len", "128",
                           "--micro-batch", "4", "--zero-stage", "2", "--offload-optimizer", "cpu", "--hardware", PROFILE)
     assert code == 0 and not [w for w in plan["warnings"] if w.startswith("the optimizer steps on the host")]
+
+
+def test_full_fine_tuning_that_fits_nowhere_names_the_adapters_that_fit(capsys):
+    """`Missing:` listed GPUs, CPU RAM and NVMe for mistral-7b on one RTX 4090 with 64 GB, never that LoRA fits that
+    very machine. The CLI plans LoRA (then QLoRA) where full fine-tuning fits nowhere and names the first that fits;
+    the in-process plan() does so only when asked (two more plans a miss)."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import Training, plan
+    from zerokit.units import format_bytes, format_rate
+
+    argv = ["plan", "--model", "mistral-7b", "--gpu", "rtx4090", "--cpu-memory", "64GB", "--seq-len", "2048"]
+    code, out, _ = run(capsys, *argv, "--format", "json")
+    missing = json.loads(out)["missing"]
+    lora = plan(resolve_model("mistral-7b"), resolve_hardware("rtx4090", cpu_memory="64GB"),
+                Training(seq_len=2048, peft="lora"))
+    d = lora.decision
+    assert code == 1 and lora.decision.fits and d.micro_batch_size >= 1
+    assert missing.endswith(
+        f"; or train adapters on a frozen base, not every weight: --peft lora fits as ZeRO-{d.zero_stage} at "
+        f"micro-batch {d.micro_batch_size}" + (" with gradient checkpointing" if d.gradient_checkpointing else "")
+        + f", {format_bytes(lora.memory.total)} per GPU, {format_rate(lora.performance.tokens_per_s)} tokens/s")
+    full = plan(resolve_model("mistral-7b"), resolve_hardware("rtx4090", cpu_memory="64GB"), Training(seq_len=2048))
+    assert not full.decision.fits and "--peft" not in full.missing and missing.startswith(full.missing)
+    # nothing to add where no adapters fit (a 70B's 4-bit base alone is over the 4090's 24 GB) or they were asked for
+    for extra in (["--model", "llama-2-70b"], ["--peft", "lora", "--cpu-memory", "16GB", "--model", "llama-2-70b"]):
+        code, out, _ = run(capsys, *argv, *extra, "--format", "json")
+        assert code == 1 and "--peft" not in json.loads(out)["missing"]

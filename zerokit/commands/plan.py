@@ -206,7 +206,7 @@ def command(model: str, no_calibrate: bool, gpu: str | None, gpu_memory: str | N
     check_positions(spec, settings.seq_len)  # before a calibration, which can take a minute
     spec, activations, source, settings = calibration(spec, hardware, settings, skip=no_calibrate)
     result = make_plan(spec, hardware, settings, activations=activations, activations_source=source,
-                       machine=machine)
+                       machine=machine, adapters_hint=True)
     from zerokit.dsconfig import build_ds_config
     result = replace(result, ds_config=build_ds_config(result), warnings=(*result.warnings, *profile_notes))
 

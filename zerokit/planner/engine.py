@@ -35,7 +35,8 @@ FALLBACK_GPU = "a100-80gb"
 
 
 def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activations: ActivationModel | None = None,
-         activations_source: str | None = None, machine: MachinePerf | None = None) -> Plan:
+         activations_source: str | None = None, machine: MachinePerf | None = None,
+         adapters_hint: bool = False) -> Plan:
     """The fastest setup that fits, every candidate evaluated, one reason per decision.
 
     `activations(seq_len, micro_batch, checkpointing)` replaces the analytic activation model (a calibrated one,
@@ -45,6 +46,10 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
 
     Raises BadInput for a sequence longer than a learned-position model's positions (`check_positions`). A family
     without sdpa is planned for the eager attention a run asking for sdpa computes (memory and step time alike).
+
+    `adapters_hint`: where full fine-tuning fits nowhere, plan LoRA and then QLoRA on the same machine too, and add
+    the first that fits to `missing` (`adapters_instead`: up to two more plans, which `zerokit plan` spends and a
+    sweep need not).
     """
     check_positions(model, training.seq_len)
     extra_warnings = []
@@ -112,7 +117,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         nvme_bytes_per_node=chosen.nvme_bytes_per_node,
         candidates=tuple(e.candidate for e in ctx.evaluations),
         reasons=tuple(reasons),
-        missing=None if chosen.fits else missing(ctx),
+        missing=None if chosen.fits else missing(ctx) + (adapters_instead(ctx) if adapters_hint else ""),
         warnings=tuple(model.notes) + tuple(ctx.warnings) + tuple(extra_warnings),
         phases=ctx.chosen.phases,
         peak_phase=chosen.peak_phase,
@@ -365,6 +370,27 @@ def missing(ctx: Context) -> str:
             text += f", with {format_bytes(full.cpu_bytes)} of CPU RAM per node for that offload{have}"
         options.append(text)
     return "needs " + ", or ".join(options)
+
+
+def adapters_instead(ctx: Context) -> str:
+    """For full fine-tuning that fits nowhere: '; or train adapters on a frozen base: --peft lora fits as ...', the
+    first of LoRA and QLoRA that fits this machine with the options given (planned with the analytic activation
+    model), else nothing."""
+    t = ctx.training
+    if t.peft != "none":
+        return ""
+    for method in ("lora", "qlora"):
+        try:
+            p = plan(ctx.model, ctx.hardware, replace(t, peft=method), machine=ctx.machine)
+        except BadInput:  # QLoRA in fp32, or a forced parameter offload: what the options rule out
+            continue
+        if p.decision.fits:
+            d = p.decision
+            return (f"; or train adapters on a frozen base, not every weight: --peft {method} fits as "
+                    f"{setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)} at micro-batch "
+                    f"{d.micro_batch_size}" + (" with gradient checkpointing" if d.gradient_checkpointing else "")
+                    + f", {format_bytes(p.memory.total)} per GPU, {format_rate(p.performance.tokens_per_s)} tokens/s")
+    return ""
 
 
 def _flag(value: object) -> str:
