@@ -1929,3 +1929,155 @@ def test_zk414_total_num_steps_at_or_below_zero_stops_learning_after_the_warmup(
                                                                             "total_num_steps": 100}}})
     assert not codes(fine) & {"ZK414"}
     assert torch.isfinite(torch.tensor(initialize(ds, fine).get_lr()[0]))
+
+
+# ---------------------------------------------------------------- what DeepSpeed converts but refuses, or HF reads as written
+
+
+DEPRECATED_PAIRS = [
+    ({"stage": 2, "cpu_offload": True, "offload_optimizer": {"device": "cpu"}}, "cpu_offload"),
+    ({"stage": 2, "cpu_offload": False, "offload_optimizer": {"device": "cpu"}}, "cpu_offload"),  # any value
+    ({"stage": 2, "cpu_offload": None, "offload_optimizer": {"device": "none"}}, "cpu_offload"),
+    ({"stage": 3, "cpu_offload_param": False, "offload_param": {"device": "cpu"}}, "cpu_offload_param"),
+    ({"stage": 3, "stage3_gather_fp16_weights_on_model_save": True,
+      "stage3_gather_16bit_weights_on_model_save": False}, "stage3_gather_fp16_weights_on_model_save"),
+    ({"stage": 3, "stage3_gather_fp16_weights_on_model_save": False,  # pydantic's field name, not the alias
+      "gather_16bit_weights_on_model_save": True}, "stage3_gather_fp16_weights_on_model_save"),
+]
+
+
+@pytest.mark.parametrize("zero, deprecated", DEPRECATED_PAIRS)
+def test_zk102_a_deprecated_key_beside_its_replacement_fails_at_initialize(ds, zero, deprecated):
+    """DeepSpeedConfigModel._process_deprecated_field asserts when a deprecated field and its new_param are both in
+    the config, whatever the deprecated value."""
+    cfg = with_({"zero_optimization": zero})
+    for target in ("deepspeed", "trainer", "accelerate"):
+        [f] = [f for f in lint(cfg, target) if f.code == "ZK102"]
+        assert (f.key, f.severity) == (f"zero_optimization.{deprecated}", "error"), target
+        assert f"delete '{deprecated}'" in f.message
+    with pytest.raises(AssertionError, match=f"Cannot provide deprecated parameter '{deprecated}' and replacing"):
+        ds_config(cfg)
+
+
+@pytest.mark.parametrize("zero", [
+    {"stage": 2, "cpu_offload": True},  # alone: DeepSpeed moves it to offload_optimizer
+    {"stage": 2, "cpu_offload": "auto", "offload_optimizer": {"device": "cpu"}},  # "auto" is dropped first
+    {"stage": 2, "cpu_offload": True, "offload_optimizer": "auto"},
+    # cpu_offload_use_pin_memory names offload_param / offload_optimizer, but with set_new_param False: no assertion
+    {"stage": 3, "cpu_offload_use_pin_memory": True, "offload_param": {"device": "cpu"},
+     "offload_optimizer": {"device": "cpu"}},
+])
+def test_zk102_a_deprecated_key_deepspeed_takes_stays_a_warning(ds, zero):
+    cfg = with_({"zero_optimization": zero})
+    found = [f for f in lint(cfg) if f.code == "ZK102"]
+    assert found and all(f.severity == "warning" for f in found)
+    ds_config(cfg)
+
+
+def test_zk102_an_auto_replacement_accelerate_fills_meets_the_deprecated_key(ds):
+    """DeepSpeedPlugin fills an "auto" stage3_gather_16bit_weights_on_model_save (False unless `accelerate config`
+    said otherwise; the Trainer builds the same plugin), so DeepSpeed sees both keys; alone, DeepSpeed drops it."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    cfg = with_({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": True,
+                                       "stage3_gather_16bit_weights_on_model_save": "auto"}})
+    for target, severity in (("deepspeed", "warning"), ("trainer", "error"), ("accelerate", "error")):
+        [f] = [f for f in lint(cfg, target) if f.code == "ZK102"]
+        assert f.severity == severity, target
+    ds_config(cfg)
+    filled = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg)).deepspeed_config
+    assert filled["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is False
+    with pytest.raises(AssertionError, match="Cannot provide deprecated parameter"):
+        ds_config({k: v for k, v in filled.items() if k != "steps_per_print"})  # float("inf"): Accelerate's own
+
+
+HF_TRAINER_COMPARES = """
+import json, sys, types
+from transformers import TrainingArguments
+from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+out = []
+for cfg, bf16 in json.loads(sys.argv[1]):
+    hf = HfTrainerDeepSpeedConfig(cfg)
+    args = TrainingArguments(output_dir=sys.argv[2], per_device_train_batch_size=1, bf16=bf16, use_cpu=True,
+                             report_to=[])
+    hf.trainer_config_process(args)
+    try:
+        hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=64)), 100)
+        out.append(["ok", hf.is_zero3(), hf.config["zero_optimization"]])
+    except ValueError as e:
+        out.append(["ValueError", str(e)])
+print(json.dumps(out))
+"""
+
+
+def hf_trainer(tmp_path, cases: list) -> list:
+    """HfTrainerDeepSpeedConfig's trainer_config_process and _finalize (what TrainingArguments(deepspeed=...) and
+    deepspeed_init run) on each (config, TrainingArguments.bf16), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
+               LOCAL_RANK="0")  # TrainingArguments starts its own one-rank group: not on the ds fixture's port
+    proc = subprocess.run([sys.executable, "-c", HF_TRAINER_COMPARES, json.dumps(cases), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_zk103_a_string_boolean_the_trainer_compares_is_an_error(ds, tmp_path):
+    """fill_match compares bf16.enabled as written with TrainingArguments.bf16: "true" != True, "false" != False."""
+    pytest.importorskip("transformers")
+    cfg = with_({"bf16": {"enabled": "true"}, "zero_optimization": {"stage": 2, "contiguous_gradients": "true"}})
+    found = {f.key: f for f in lint(cfg, "trainer") if f.code == "ZK103"}
+    assert (found["bf16.enabled"].severity, found["bf16.enabled"].suggestion) == ("error", "true")
+    assert "write true without quotes" in found["bf16.enabled"].message
+    assert found["zero_optimization.contiguous_gradients"].severity == "warning"  # nothing in HF compares it
+    for target in ("deepspeed", "accelerate"):
+        assert {f.severity for f in lint(cfg, target) if f.code == "ZK103"} == {"warning"}, target
+    assert ds_config(cfg).bfloat16_config.enabled is True  # DeepSpeed converts it
+    fp16_off = with_({"fp16": {"enabled": "false"}, "zero_optimization": {"stage": 2}})
+    assert [(f.key, f.severity) for f in lint(fp16_off, "trainer")] == [("fp16.enabled", "error")]
+    said = hf_trainer(tmp_path, [[cfg, True], [with_(cfg, {"bf16": {"enabled": "false"}}), False],
+                                 [fp16_off, False], [with_(cfg, {"bf16": {"enabled": True}}), True]])
+    assert said[0] == ["ValueError", said[0][1]] and "- ds bf16.enabled=true vs hf bf16|bf16_full_eval=True" in said[0][1]
+    assert "- ds bf16.enabled=false vs hf bf16|bf16_full_eval=False" in said[1][1]
+    assert "- ds fp16.enabled=false vs hf fp16|fp16_full_eval=False" in said[2][1]
+    assert said[3][0] == "ok"
+
+
+def test_zk103_accelerate_alone_never_compares_a_string_boolean(ds):
+    """Accelerate fills "auto" with must_match=False (set_mixed_precision, deepspeed_config_process), so a string
+    passes to DeepSpeed, which converts it: the warning stays."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    for value in ("true", "false"):
+        plugin = DeepSpeedPlugin(hf_ds_config=with_({"bf16": {"enabled": value}, "zero_optimization": {"stage": 2}}))
+        plugin.set_mixed_precision("bf16")
+        plugin.deepspeed_config_process(must_match=False, gradient_clipping=1.0)
+        assert plugin.deepspeed_config["bf16"]["enabled"] == value
+
+
+def test_zk103_a_string_stage_3_turns_off_hfs_zero3_handling(ds, tmp_path):
+    """HfDeepSpeedConfig.is_zero3() is `stage == 3` on the value as written; DeepSpeed converts "3" to 3."""
+    pytest.importorskip("transformers")
+    from accelerate.utils import DeepSpeedPlugin
+    from transformers.integrations.deepspeed import HfDeepSpeedConfig
+
+    zero = {"stage": "3", "stage3_prefetch_bucket_size": "auto", "stage3_gather_16bit_weights_on_model_save": True}
+    cfg = with_({"zero_optimization": zero})
+    for target in ("trainer", "accelerate"):
+        [f] = [f for f in lint(cfg, target) if f.code == "ZK103"]
+        assert (f.key, f.severity, f.suggestion) == ("zero_optimization.stage", "error", "3"), target
+        assert "write 3 without quotes" in f.message
+    [f] = [f for f in lint(cfg) if f.code == "ZK103"]
+    assert f.severity == "warning"
+    assert ds_config(with_({"zero_optimization": {"stage": "3"}})).zero_config.stage == 3
+    assert HfDeepSpeedConfig(cfg).is_zero3() is False
+    assert HfDeepSpeedConfig(with_({"zero_optimization": dict(zero, stage=3)})).is_zero3() is True
+    assert DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg)).zero3_init_flag is False
+    [as_string, as_int] = hf_trainer(tmp_path, [[cfg, False], [with_({"zero_optimization": dict(zero, stage=3)}), False]])
+    assert as_string[:2] == ["ok", False] and as_string[2]["stage3_prefetch_bucket_size"] == "auto"  # left unfilled
+    assert as_int[:2] == ["ok", True] and as_int[2]["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64)
+    two = with_({"zero_optimization": {"stage": "2"}})  # is_zero2 is off too, which costs an info line at most
+    assert [(f.code, f.severity) for f in lint(two, "trainer")] == [("ZK103", "warning")]

@@ -280,3 +280,18 @@ def test_schema_command_in_a_subprocess():
     assert proc.returncode == 0 and proc.stderr == ""
     stage = json.loads(proc.stdout)["properties"]["zero_optimization"]["properties"]["stage"]
     assert stage["anyOf"] == [{"type": "integer", "enum": [0, 1, 2, 3]}, {"const": "auto"}]
+
+
+def test_exclusive_with_marks_every_deprecated_field_deepspeed_moves_and_no_other():
+    """x-exclusive-with (ZK102's error) is DeepSpeedConfigModel's new_param where set_new_param is left on: only then
+    does _process_deprecated_field assert that the two were not given together."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    moved = {name: f.json_schema_extra["new_param"] for name, f in DeepSpeedZeroConfig.model_fields.items()
+             if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("deprecated")
+             and f.json_schema_extra.get("new_param") and f.json_schema_extra.get("set_new_param", True)}
+    zero = load_schema()["properties"]["zero_optimization"]["properties"]
+    assert {k: v["x-exclusive-with"] for k, v in zero.items() if "x-exclusive-with" in v} == moved
+    assert "cpu_offload_use_pin_memory" not in moved and moved["cpu_offload"] == "offload_optimizer"
+    assert sum("x-exclusive-with" in node for node in _leaves(load_schema())) == len(moved)  # in no other section

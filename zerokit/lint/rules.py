@@ -170,12 +170,91 @@ def _dtype_bytes(cfg: dict) -> int:
 # ---------------------------------------------------------------- schema rules (ZK1xx)
 
 
+TRAINER_MATCHES = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                   "gradient_clipping", "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps",
+                   "optimizer.params.weight_decay", "scheduler.params.warmup_max_lr", "fp16.enabled", "bf16.enabled",
+                   "scheduler.params.total_num_steps", "scheduler.params.warmup_num_steps")
+"""Keys HfTrainerDeepSpeedConfig compares with TrainingArguments when they are not "auto" (fill_match with
+must_match, in trainer_config_process and trainer_config_finalize); Accelerate's own fill never compares
+(DeepSpeedPlugin.deepspeed_config_process and set_mixed_precision run with must_match=False)."""
+
+
 def schema_checks(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """Unknown, removed, deprecated keys and wrong values, from the shipped JSON Schema (ZK100-ZK105)."""
-    yield from schema_mod.walk(doc.data)
+    """Unknown, removed, deprecated keys and wrong values, from the shipped JSON Schema (ZK100-ZK105); a deprecated
+    key or a converted string is an error where its consumer fails on it."""
+    for hit in schema_mod.walk(doc.data):
+        yield (_deprecated_beside_replacement(hit, doc, ctx) or _string_hf_compares(hit, ctx)
+               or _string_stage_behind_hf(hit, ctx) or hit)
     if isinstance(doc.data.get("zero_optimization"), bool):
         yield Hit(("zero_optimization",), "'zero_optimization': true/false is the deprecated form (true means "
                   "stage 1); write {\"stage\": 1}", '{"stage": 1}', WARNING, "ZK102")
+
+
+def _given(section: Any, key: str, dotted_key: str, ctx: Context) -> bool:
+    """Whether pydantic sees `key` as set: DeepSpeedConfigModel.__init__ drops an "auto" value before it validates,
+    unless the HF Trainer or Accelerate fill it first."""
+    return (isinstance(section, dict) and key in section
+            and (section[key] != AUTO or (ctx.target != "deepspeed" and fills(ctx.target, dotted_key))))
+
+
+def _deprecated_beside_replacement(hit: Hit, doc: Document, ctx: Context) -> Hit | None:
+    """DeepSpeedConfigModel._process_deprecated_field (runtime/config_utils.py) moves a deprecated field given in the
+    config (model_fields_set: any value, false and null included) to its new_param, first asserting that new_param
+    was not given too: 'Cannot provide deprecated parameter 'cpu_offload' and replacing parameter
+    'offload_optimizer' together', from DeepSpeedConfig and so at initialize. x-exclusive-with names that new_param
+    (schema_gen); either spelling of it counts, pydantic's field name or its alias."""
+    node = schema_mod.node_at(hit.key) if hit.code == "ZK102" else None
+    new = (node or {}).get("x-exclusive-with")
+    parent = _at(doc.data, hit.key[:-1])
+    if not new or not _given(parent, hit.key[-1], dotted(hit.key), ctx):
+        return None
+    *inner, name = new.split(".")
+    section = _at(parent, tuple(inner))
+    field = schema_mod.node_at(hit.key[:-1] + tuple(new.split("."))) or {}
+    for spelling in (name, field.get("x-alias-of")):
+        where = hit.key[:-1] + tuple(inner) + (spelling,)
+        if spelling and _given(section, spelling, dotted(where), ctx):
+            return Hit(hit.key, f"'{dotted(hit.key)}' is deprecated and its replacement '{dotted(where)}' is set "
+                       "too: DeepSpeed asserts at initialize ('Cannot provide deprecated parameter ... and replacing "
+                       f"parameter ... together'), whatever the values; delete '{hit.key[-1]}'", None, ERROR, "ZK102")
+    return None
+
+
+def _at(data: Any, keypath: tuple) -> Any:
+    for key in keypath:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _string_hf_compares(hit: Hit, ctx: Context) -> Hit | None:
+    """A string pydantic converts ("true" for bf16.enabled) is compared as written by the HF Trainer:
+    HfTrainerDeepSpeedConfig.fill_match adds '- ds bf16.enabled=true vs hf bf16|bf16_full_eval=True' to its
+    mismatches ("true" != True, and "false" != False), and trainer_config_finalize raises ValueError on them."""
+    if ctx.target != "trainer" or hit.code != "ZK103" or hit.severity != WARNING or hit.suggestion is None:
+        return None
+    name = dotted(hit.key)
+    if name not in TRAINER_MATCHES:
+        return None
+    return Hit(hit.key, f"'{name}' is a string, and {TARGET_NAMES[ctx.target]} compares it with TrainingArguments "
+               "as written (HfTrainerDeepSpeedConfig.fill_match): no string equals the argument, so it stops with "
+               f"ValueError ('mismatch TrainingArguments values'); write {hit.suggestion} without quotes, or \"auto\"",
+               hit.suggestion, ERROR, "ZK103")
+
+
+def _string_stage_behind_hf(hit: Hit, ctx: Context) -> Hit | None:
+    """HfDeepSpeedConfig.is_zero3() (accelerate utils/deepspeed.py, transformers' subclass) is `stage == 3` on the
+    value as written, so "3" reads as not ZeRO-3: no zero.Init at from_pretrained (is_deepspeed_zero3_enabled), the
+    Trainer's "auto" stage3_prefetch_bucket_size / stage3_param_persistence_threshold left for DeepSpeed to drop,
+    DeepSpeedPlugin.zero3_init_flag off, and Accelerator.get_state_dict returning the partitioned (empty)
+    parameters instead of gathering them. DeepSpeed itself converts "3" to 3 (the warning under --target
+    deepspeed)."""
+    if (ctx.target not in ("trainer", "accelerate") or hit.code != "ZK103" or hit.severity != WARNING
+            or hit.key != ("zero_optimization", "stage") or hit.suggestion != "3"):
+        return None
+    return Hit(hit.key, f"'zero_optimization.stage' is a string: DeepSpeed converts it, but {TARGET_NAMES[ctx.target]} "
+               "checks stage == 3 as written (HfDeepSpeedConfig.is_zero3), so it runs without its ZeRO-3 handling (no "
+               "zero.Init, no \"auto\" stage3_* fills, no gathered weights at save); write 3 without quotes",
+               "3", ERROR, "ZK103")
 
 
 def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:

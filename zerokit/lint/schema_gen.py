@@ -364,6 +364,10 @@ def model_schema(cls, description: str | None = None) -> dict:
             sch["deprecated"] = True
             if extra.get("new_param"):
                 sch["x-replaced-by"] = extra["new_param"]
+            if extra.get("new_param") and extra.get("set_new_param", True):
+                # DeepSpeedConfigModel._process_deprecated_field moves the value to new_param, asserting that
+                # new_param was not given too (cpu_offload_use_pin_memory sets nothing, so it asserts nothing)
+                sch["x-exclusive-with"] = extra["new_param"]
         if field.alias and field.alias != name:
             props[field.alias] = dict(sch, description=sch["description"])
             sch = dict(sch, description=f"Same as `{field.alias}` (DeepSpeed accepts both names). "
