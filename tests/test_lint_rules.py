@@ -2081,3 +2081,23 @@ def test_zk103_a_string_stage_3_turns_off_hfs_zero3_handling(ds, tmp_path):
     assert as_int[:2] == ["ok", True] and as_int[2]["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64)
     two = with_({"zero_optimization": {"stage": "2"}})  # is_zero2 is off too, which costs an info line at most
     assert [(f.code, f.severity) for f in lint(two, "trainer")] == [("ZK103", "warning")]
+
+
+@pytest.mark.parametrize("stage", ["0", "1", "2"])
+def test_zk103_a_string_stage_breaks_accelerates_no_sync(stage):
+    """Accelerate copies the config's stage onto DeepSpeedPlugin.zero_stage as written, and Accelerator.no_sync
+    (entered by accumulate() on each micro-batch that does not step, on several processes) compares it with 2: a
+    TypeError. The HF Trainer never enters no_sync under DeepSpeed, so there it stays a warning, as for DeepSpeed."""
+    from accelerate.utils import DeepSpeedPlugin
+
+    cfg = with_({"zero_optimization": {"stage": stage}})
+    [f] = [f for f in lint(cfg, "accelerate") if f.code == "ZK103"]
+    assert (f.key, f.severity, f.suggestion) == ("zero_optimization.stage", "error", stage)
+    assert f.message.endswith(f"write {stage} without quotes") and "TypeError in accumulate()" in f.message
+    for target in ("trainer", "deepspeed"):
+        assert [(g.code, g.severity) for g in lint(cfg, target) if g.code == "ZK103"] == [("ZK103", "warning")]
+    plugin = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(cfg))
+    assert plugin.zero_stage == stage
+    with pytest.raises(TypeError):
+        bool(plugin.zero_stage < 2)  # accelerator.py no_sync: `self.state.deepspeed_plugin.zero_stage < 2`
+    assert DeepSpeedPlugin(hf_ds_config=with_({"zero_optimization": {"stage": int(stage)}})).zero_stage < 3

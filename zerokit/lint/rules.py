@@ -247,10 +247,22 @@ def _string_stage_behind_hf(hit: Hit, ctx: Context) -> Hit | None:
     Trainer's "auto" stage3_prefetch_bucket_size / stage3_param_persistence_threshold left for DeepSpeed to drop,
     DeepSpeedPlugin.zero3_init_flag off, and Accelerator.get_state_dict returning the partitioned (empty)
     parameters instead of gathering them. DeepSpeed itself converts "3" to 3 (the warning under --target
-    deepspeed)."""
+    deepspeed).
+
+    Any other stage as a string under Accelerate: DeepSpeedPlugin.__post_init__ copies the config's stage onto
+    itself as written, and Accelerator.no_sync compares `zero_stage < 2`, a TypeError in `accumulate()` on every
+    micro-batch that does not step, under gradient accumulation on several processes (the HF Trainer never enters
+    no_sync with DeepSpeed: its sync_context is a nullcontext)."""
     if (ctx.target not in ("trainer", "accelerate") or hit.code != "ZK103" or hit.severity != WARNING
-            or hit.key != ("zero_optimization", "stage") or hit.suggestion != "3"):
+            or hit.key != ("zero_optimization", "stage") or hit.suggestion not in ("0", "1", "2", "3")):
         return None
+    if hit.suggestion != "3":
+        if ctx.target != "accelerate":
+            return None
+        return Hit(hit.key, f"'zero_optimization.stage' is a string: DeepSpeed converts it, but Accelerate keeps it as "
+                   f"written (DeepSpeedPlugin.zero_stage) and Accelerator.no_sync compares it with 2, a TypeError in "
+                   f"accumulate() under gradient accumulation on several processes; write {hit.suggestion} without "
+                   "quotes", hit.suggestion, ERROR, "ZK103")
     return Hit(hit.key, f"'zero_optimization.stage' is a string: DeepSpeed converts it, but {TARGET_NAMES[ctx.target]} "
                "checks stage == 3 as written (HfDeepSpeedConfig.is_zero3), so it runs without its ZeRO-3 handling (no "
                "zero.Init, no \"auto\" stage3_* fills, no gathered weights at save); write 3 without quotes",
