@@ -115,8 +115,9 @@ def test_busy_master_port_fails_with_the_fix(capsys):
     assert code == 3 and out["ok"] is False
     failed = [c for c in out["checks"] if not c["ok"]]
     assert failed == [{"name": "master port", "ok": False, "detail": f"{port} is in use on this host",
-                       "fix": f"pass --master-port with a free port (e.g. {port + 1}), or stop the job holding it"}]
-    assert all(set(c) == {"name", "ok", "detail", "fix"} for c in out["checks"])
+                       "fix": f"pass --master-port with a free port (e.g. {port + 1}), or stop the job holding it",
+                       "checked": True}]
+    assert all(set(c) == {"name", "ok", "detail", "fix", "checked"} for c in out["checks"])
 
 
 def test_nvme_path_missing_then_present(tmp_path, capsys):
@@ -759,7 +760,8 @@ def test_several_cpu_ranks_check_the_shm_allreduce_op():
     assert check.name == "op deepspeed_shm_comm" and check.ok, check
     assert "DeepSpeed's CPU allreduce between the ranks" in check.detail
     assert preflight.check_shm_comm(Target(gpus_per_node=1)) is None  # one rank: nothing to reduce between
-    assert preflight.check_shm_comm(Target(hosts={"a": 1, "b": 1})).ok  # one rank a node, two in all
+    assert preflight.check_shm_comm(Target(hosts={"localhost": 1, "b": 1})).ok  # one rank a node, two in all
+    assert preflight.check_shm_comm(Target(hosts={"a": 1, "b": 1})) is None  # their accelerator is not this one
 
 
 # ---------------------------------------------------------------- --plan against the job and the config
@@ -1093,3 +1095,45 @@ def test_a_hostfile_that_is_no_file_fails_preflights_check_and_is_bad_input_to_l
     (tmp_path / "train.py").write_text("")
     assert main(["launch", "--config", str(config), "--hostfile", str(path), str(tmp_path / "train.py")]) == 2
     assert capsys.readouterr().err == f"zerokit launch: error: --hostfile {path}: {said}\n"
+
+
+# ---------------------------------------------------------------- a job none of whose ranks runs here
+
+def test_a_job_on_other_machines_leaves_this_machines_device_and_ram_checks_unchecked(tmp_path, capsys):
+    """From a CPU-only login node, `--hosts gpu-node1:8,gpu-node2:8` failed fp16 (this machine's CPU accelerator has
+    none) and `--plan` compared the GPU nodes' RAM with the login node's: launch refused a job it would not run."""
+    from deepspeed.accelerator import get_accelerator
+
+    if get_accelerator().is_fp16_supported():
+        pytest.skip("this accelerator has fp16: the failure to avoid does not happen here")
+    cfg = tmp_path / "fp16.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": True},
+                               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"hardware": {"gpus_per_node": 8, "nodes": 2},
+                                "memory": {"per_node_cpu": {"total": 10**15}}}))
+    remote = preflight.make_target(config=str(cfg), plan=str(plan), hosts={"gpu-node1": 8, "gpu-node2": 8})
+    assert not remote.runs_here
+    for check in (preflight.check_dtypes, preflight.check_ram, preflight.check_accelerator, preflight.check_shm,
+                  preflight.check_cpu_adam):
+        verdict = check(remote)
+        assert isinstance(verdict, preflight.NotChecked) and verdict.ok, verdict
+        assert verdict.detail.startswith("not checked here: no rank runs on this machine (the job's hosts: "
+                                         "gpu-node1, gpu-node2)")
+    assert "the plan's 909.5 TiB a node" in preflight.check_ram(remote).detail
+    assert preflight.check_cpu_threads(remote) is None  # the nodes' accelerator decides whether it applies
+    text = format_text([preflight.check_dtypes(remote)])
+    assert text.splitlines()[0].startswith("1. - precision: not checked here")
+    assert text.endswith("preflight: 0/0 passed, 1 not checked")
+    # this machine among the hosts, by name or by one of its addresses: its checks are the job's
+    for hosts in ({"gpu-node1": 8, "localhost": 8}, {"127.0.0.2": 8}, {socket.gethostname(): 8}):
+        here = preflight.make_target(config=str(cfg), plan=str(plan), hosts=hosts)
+        assert here.runs_here, hosts
+        assert not preflight.check_dtypes(here).ok and not preflight.check_ram(here).ok
+    code = main(["preflight", "--config", str(cfg), "--plan", str(plan), "--hosts", "gpu-node1:8,gpu-node2:8",
+                 "--format", "json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert (checks["precision"]["ok"], checks["precision"]["checked"]) == (True, False)
+    assert (checks["host RAM"]["ok"], checks["host RAM"]["checked"]) == (True, False)
+    assert checks["imports"]["checked"] and code == 3  # ssh to gpu-node1 fails here: what still fails is real
+    assert [name for name, c in checks.items() if not c["ok"]] == ["ssh"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import shlex
@@ -62,6 +63,11 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+
+
+class NotChecked(Check):
+    """A check the preflight could not make from this machine (no rank of the job runs here, ssh could not ask):
+    it fails nothing (ok), and is shown apart from a pass (`format_text`'s mark, `as_json`'s "checked": false)."""
 
 
 @dataclass(frozen=True)
@@ -135,11 +141,20 @@ class Target:
     def hosts_rendezvous(self) -> bool:
         """Whether rank 0's rendezvous (TCPStore on the master port) runs on this host: with --no-ssh on node 0; on
         many nodes where this host is the first of the job's (DeepSpeed's runner starts rank 0 there); on one node."""
-        from zerokit.launch.runner import is_this_host
+        from zerokit.launch.runner import is_this_machine
 
         if self.no_ssh:
             return self.node_rank == 0
-        return not self.multi_node or is_this_host(next(iter(self.hosts)))
+        return not self.multi_node or is_this_machine(next(iter(self.hosts)))
+
+    @functools.cached_property
+    def runs_here(self) -> bool:
+        """Whether ranks of the job run on this machine: one node, --no-ssh (each node starts its own), or a host of
+        the job that is this machine by name or address. Where none does (a login node that starts a job on its
+        GPU nodes), this machine's devices, accelerator, RAM and disks are not the job's: `remote_only` says so."""
+        from zerokit.launch.runner import is_this_machine
+
+        return self.no_ssh or not self.hosts or any(is_this_machine(h) for h in self.hosts)
 
 
 # ---------------------------------------------------------------- pure: what a config or plan needs
@@ -530,6 +545,16 @@ def _ssh(host: str, command: str) -> subprocess.CompletedProcess | str:
 
 # ---------------------------------------------------------------- checks: ordered table
 
+def remote_only(t: Target, name: str, what: str) -> Check:
+    """The verdict of a check about the machine the ranks run on (its devices, accelerator, RAM, disks) for a job
+    none of whose ranks runs here (`Target.runs_here`): this machine's answer would be another machine's, so a
+    CPU-only login node would fail fp16 or the plan's RAM for GPU nodes it only starts the job on."""
+    hosts = list(t.hosts)
+    shown = ", ".join(hosts[:3]) + (f" and {len(hosts) - 3} more" if len(hosts) > 3 else "")
+    return NotChecked(name, True, f"not checked here: no rank runs on this machine (the job's hosts: {shown}); "
+                      f"{what}", "run the same `zerokit preflight` on one of the job's nodes to check it there")
+
+
 def check_imports(t: Target) -> Check:
     found = {m: probe_import(m) for m in ("torch", "deepspeed")}
     missing = [f"{m} ({why})" for m, (v, why) in found.items() if v is None]
@@ -557,6 +582,9 @@ def cuda_verdict(torch_cuda: str | None, nvcc_cuda: str | None) -> Check | None:
 
 
 def check_accelerator(t: Target) -> Check:
+    if not t.runs_here:
+        return remote_only(t, "accelerator", "the nodes' GPUs" + (" against the plan's per-GPU memory"
+                                                                   if t.needs.gpu_bytes else ""))
     gpus = probe_gpus()
     if not gpus:
         name = probe_accelerator()
@@ -606,7 +634,7 @@ def check_cpu_threads(t: Target) -> Check | None:
     sets it), so N ranks run N threads a core. DeepSpeed's accelerator decides where the ranks run (a CPU build of
     torch runs them on the CPU beside GPUs too), and asking it runs no nvidia-smi a second time."""
     ranks = t.gpus_per_node or (max(t.hosts.values()) if t.hosts else None)
-    if not ranks or probe_accelerator() != "cpu":
+    if not ranks or not t.runs_here or probe_accelerator() != "cpu":  # the nodes' accelerator is not this one's
         return None
     default, cores = probe_threads()
     if t.bind_cores_to_rank:  # DeepSpeed's launch.py sets OMP_NUM_THREADS to each rank's share of the cores
@@ -720,9 +748,11 @@ def check_core_binding(t: Target) -> Check | None:
     ranks = t.gpus_per_node or (max(t.hosts.values()) if t.hosts else None)
     env = {**os.environ, **t.env}
     if not t.bind_cores_to_rank:
-        if not t.needs.cpu_adam or (ranks or 0) < 2 or "OMP_NUM_THREADS" in env:
+        if not t.needs.cpu_adam or (ranks or 0) < 2 or "OMP_NUM_THREADS" in env or not t.runs_here:
             return None
         return unbound_offload(ranks, probe_accelerator())
+    if not t.runs_here:
+        return remote_only(t, "core binding", "numactl and the nodes' cores")
     problem = binding_problem(ranks, t.bind_core_list, env)
     if problem is not None:
         return Check("core binding", False, *problem)
@@ -758,6 +788,8 @@ def check_cpu_adam(t: Target) -> Check | None:
     if not t.needs.cpu_adam:
         return None
     op = t.needs.cpu_optimizer_op
+    if not t.runs_here:  # DeepSpeed builds it for the nodes' accelerator, not this machine's
+        return remote_only(t, f"op {op}", "the nodes build it for their own accelerator")
     builder = next(b for o, b in CPU_OPTIMIZER_OPS.values() if o == op)
     return _op_check(f"op {op}", builder, "the config offloads the optimizer",
                      f"install a C++ compiler (apt-get install build-essential) or DS_BUILD_{op.upper()}=1 pip "
@@ -769,6 +801,8 @@ def check_dtypes(t: Target) -> Check | None:
     your device." at initialize (engine._do_sanity_check) otherwise."""
     if not t.needs.dtypes:
         return None
+    if not t.runs_here:
+        return remote_only(t, "precision", f"whether the nodes' accelerator supports {' and '.join(t.needs.dtypes)}")
     supported = probe_dtypes(t.env)
     missing = [d for d in t.needs.dtypes if not supported[d]]
     if not missing:
@@ -976,6 +1010,8 @@ def check_plan_config(t: Target) -> Check | None:
 def check_async_io(t: Target) -> Check | None:
     if not t.needs.async_io:
         return None
+    if not t.runs_here:
+        return remote_only(t, "op async_io", "the nodes build it, against their own libaio")
     fix = "apt-get install libaio-dev, then rerun (DeepSpeed builds async_io on first use)"
     check = _op_check("op async_io", "AsyncIOBuilder", "the config offloads to NVMe", fix)
     if check.ok and not probe_libaio_header() and "JIT-compatible" in check.detail:
@@ -988,7 +1024,7 @@ def check_shm_comm(t: Target) -> Check | None:
     at init_distributed wherever it is compatible (comm/torch.py build_shm_op) and whose failed build stops every
     rank there."""
     ranks = t.world_size
-    if not ranks or ranks < 2 or probe_accelerator() != "cpu":
+    if not ranks or ranks < 2 or not t.runs_here or probe_accelerator() != "cpu":
         return None
     return _op_check("op deepspeed_shm_comm", "ShareMemCommBuilder", "DeepSpeed's CPU allreduce between the ranks",
                      "install a C++ compiler (apt-get install build-essential), which DeepSpeed builds it with")
@@ -1023,6 +1059,9 @@ def check_nvme(t: Target) -> Check | None:
         return Check("nvme path", False, f"{blocks} offloads to NVMe but sets no nvme_path: DeepSpeed accepts the config "
                      "and fails at initialize (lint: ZK303)",
                      f"set {t.needs.nvme_missing[0]}.nvme_path to a directory on a local NVMe drive")
+    if not t.runs_here:
+        return remote_only(t, "nvme path", f"{', '.join(t.needs.nvme_paths)} on the nodes"
+                           + (f" (the plan needs {format_bytes(t.needs.nvme_bytes)})" if t.needs.nvme_bytes else ""))
     problems, details, not_dirs = [], [], []
     for path in t.needs.nvme_paths:
         what, writable, free = probe_path(path)
@@ -1049,6 +1088,8 @@ def check_nvme(t: Target) -> Check | None:
 
 
 def check_shm(t: Target) -> Check | None:
+    if not t.runs_here:
+        return remote_only(t, "/dev/shm", "the nodes' shared memory")
     shm = probe_shm()
     if shm is None:
         return Check("/dev/shm", False, "not mounted", "mount a tmpfs on /dev/shm (docker: --shm-size=1g)")
@@ -1068,6 +1109,9 @@ def check_shm(t: Target) -> Check | None:
 
 
 def check_ram(t: Target) -> Check:
+    if not t.runs_here:
+        need = f" against the plan's {format_bytes(t.needs.cpu_bytes, binary=True)} a node" if t.needs.cpu_bytes else ""
+        return remote_only(t, "host RAM", f"the nodes' RAM{need}")
     total, available = probe_ram()
     detail = f"{format_bytes(total, binary=True)} total, {format_bytes(available, binary=True)} available"
     if t.needs.cpu_bytes is None:
@@ -1294,19 +1338,31 @@ def run_checks(target: Target) -> list[Check]:
 
 
 def as_json(checks: list[Check]) -> dict[str, Any]:
-    return {"ok": all(c.ok for c in checks), "checks": [asdict(c) for c in checks]}
+    """CONTRACT.md's `{"ok", "checks": [{"name", "ok", "detail", "fix"}]}`, each check with "checked" too: false
+    for one the preflight could not make from here (`NotChecked`, whose ok is true)."""
+    return {"ok": all(c.ok for c in checks),
+            "checks": [{**asdict(c), "checked": not isinstance(c, NotChecked)} for c in checks]}
+
+
+NOT_CHECKED_MARK = "-"
+"""`format_text`'s mark of a check not made (`NotChecked`), beside ✓ and ✗."""
 
 
 def format_text(checks: list[Check]) -> str:
-    """Numbered lines, ✓ or ✗, with the fix under each failure (advice, under a pass that has one)."""
+    """Numbered lines, ✓ or ✗ (or `NOT_CHECKED_MARK`), with the fix under each failure (advice, under a pass or a
+    check not made that has one)."""
     width = len(str(len(checks)))
     lines = []
     for i, c in enumerate(checks, 1):
-        lines.append(f"{i:>{width}}. {'✓' if c.ok else '✗'} {c.name}: {printable(c.detail)}")  # paths as typed
+        mark = NOT_CHECKED_MARK if isinstance(c, NotChecked) else "✓" if c.ok else "✗"
+        lines.append(f"{i:>{width}}. {mark} {c.name}: {printable(c.detail)}")  # paths as typed
         if c.fix:
             lines.append(f"{' ' * (width + 4)}{'fix' if not c.ok else 'advice'}: {printable(c.fix)}")
     failed = sum(not c.ok for c in checks)
-    lines.append(f"preflight: {len(checks) - failed}/{len(checks)} passed" + (f", {failed} failed" if failed else ""))
+    skipped = sum(isinstance(c, NotChecked) for c in checks)
+    made = len(checks) - skipped
+    lines.append(f"preflight: {made - failed}/{made} passed" + (f", {failed} failed" if failed else "")
+                 + (f", {skipped} not checked" if skipped else ""))
     return "\n".join(lines)
 
 

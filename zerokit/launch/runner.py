@@ -213,6 +213,26 @@ def is_this_host(host: str) -> bool:
     return host in ("localhost", "127.0.0.1", name, name.split(".")[0])
 
 
+def is_this_machine(host: str) -> bool:
+    """`is_this_host`, or an IP address of this machine's (one a socket here can bind): where a rank listed under
+    that host runs here, whichever path DeepSpeed takes to start it (its own ssh to this machine included)."""
+    import ipaddress
+
+    if is_this_host(host):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: resolving it could wait on DNS for every host of the job
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, 0))
+        except OSError:
+            return False
+    return True
+
+
 CONFIG_FLAGS = ("--deepspeed", "--deepspeed_config", "--deepspeed-config", "--deepscale_config",
                 "--deepspeed_config_file", "--deepspeed-config-file")
 """How a training script is told its DeepSpeed config: the HF Trainer's `--deepspeed PATH`, DeepSpeed's
