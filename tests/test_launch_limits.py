@@ -139,3 +139,37 @@ def test_sbatch_carries_env_values_with_shell_characters(tmp_path, monkeypatch):
     assert out == value
     with pytest.raises(BadInput, match="a variable name is letters"):
         render_sbatch(spec(hosts=(("gpu-a", 8),), env=(("1X", "v"),)), "zerokit launch ...", "j.sbatch")
+
+
+@pytest.mark.parametrize("hosts, option, text", [
+    ((("node1", 4), ("node2", 4), ("node3", 2)), "--exclude", "node3"),    # leaves 4 and 4: accepted
+    ((("node1", 4), ("node2", 4)), "--exclude", "node1:0"),                # node1 slots 1,2,3: refused
+    ((("node1", 4), ("node2", 4)), "--exclude", "node1:3"),                # node1 3, node2 4: refused
+    ((("node1", 4), ("node2", 4)), "--exclude", "node1:2,3@node2:3,2"),    # 2 and 2, the first slots: accepted
+    ((("node1", 4), ("node2", 4)), "--include", "node1:1,0@node2:0,1"),    # DeepSpeed sorts the slots: accepted
+    ((("node1", 4), ("node2", 4)), "--include", "node1:0,0@node2:0"),      # each slot once: accepted
+    ((("node1", 4), ("node2", 4)), "--include", "node1:1@node2"),          # a slot not the first: refused
+    ((("node1", 4), ("node2", 2)), "--include", "node1:0,1@node2"),        # 2 and 2: accepted
+])
+def test_slurm_filters_are_judged_as_deepspeed_applies_them(hosts, option, text, tmp_path):
+    """_check_launcher_limits re-applied --include alone: `--hostfile hf --launcher slurm --exclude node3` (4, 4, 2
+    slots) was refused though DeepSpeed runs 4 and 4, and `--exclude node1:0` or `node1:3` on 4 and 4 were accepted
+    though DeepSpeed's SlurmRunner.validate_active_resources raises on them (slots not the first N, counts that
+    differ). Its verdict on the filter DeepSpeed's parse_inclusion_exclusion applies is zerokit's."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    mnr = pytest.importorskip("deepspeed.launcher.multinode_runner")
+    include, exclude = (text, "") if option == "--include" else ("", text)
+    active = runner.parse_inclusion_exclusion(dict(hosts), include, exclude)
+    try:
+        mnr.SlurmRunner.validate_active_resources(active)
+        deepspeed_accepts = True
+    except ValueError:
+        deepspeed_accepts = False
+    s = spec(hosts=hosts, launcher="slurm", files_dir=str(tmp_path), **{option[2:]: text})
+    try:
+        build_command(s)
+        zerokit_accepts = True
+    except BadInput as e:
+        zerokit_accepts = False
+        assert "--launcher slurm" in str(e) and "\n" not in str(e)
+    assert zerokit_accepts == deepspeed_accepts, active

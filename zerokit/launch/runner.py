@@ -475,17 +475,11 @@ def _check_launcher_limits(spec: LaunchSpec) -> None:
         if spec.gpus_per_node is not None and (not known or set(known.values()) != {spec.gpus_per_node}):
             raise BadInput(f"--gpus-per-node {spec.gpus_per_node}: --launcher {launcher} cannot limit the GPUs of a "
                            f"node (DeepSpeed's {launcher} backend refuses --num_gpus); {fix}")
-    if launcher == "slurm" and spec.include is not None:
-        picked = parse_resource_filter(spec.include)
-        for host, slots in picked.items():
-            if slots and slots != list(range(len(slots))):
-                raise BadInput(f"--include {spec.include!r}: --launcher slurm cannot pick device ids (srun places "
-                               f"ranks by count); keep the first slots ({host}:{','.join(map(str, range(len(slots))))}"
-                               "), filter whole hosts, or use --launcher pdsh")
-        if known:
-            used = {host: len(slots) or known.get(host, 0) for host, slots in picked.items()}
-    if launcher in EQUAL_SLOTS_LAUNCHERS and len(set(used.values())) > 1 and not (
-            launcher == "slurm" and spec.gpus_per_node is not None and spec.include is None):
+    if launcher == "slurm":
+        _check_slurm_slots(spec)
+        # the ranks srun starts: what DeepSpeed's SlurmRunner.validate_active_resources counts, filters applied
+        used = select_hosts(known, spec.nodes, spec.include, spec.exclude, spec.gpus_per_node) if known else {}
+    if launcher in EQUAL_SLOTS_LAUNCHERS and len(set(used.values())) > 1:
         counts = ", ".join(f"{host} {slots}" for host, slots in list(used.items())[:5])
         fix = "give every host the same slots" + (" or --gpus-per-node N" if launcher == "slurm" else "")
         raise BadInput(f"--launcher {launcher} starts the same number of ranks on every node, and the hosts' slots "
@@ -497,6 +491,28 @@ def _check_launcher_limits(spec: LaunchSpec) -> None:
                 raise BadInput(f"{option} {value} has no effect with --launcher {launcher}: DeepSpeed's {launcher} "
                                "backend does not pass it, and the ranks find rank 0 through MPI discovery (mpi4py, "
                                f"port {DEFAULT_MASTER_PORT}); drop {option}, or use --launcher pdsh|mpich|impi")
+
+
+def _check_slurm_slots(spec: LaunchSpec) -> None:
+    """srun places ranks by count: DeepSpeed's SlurmRunner.validate_active_resources refuses a host whose slots, after
+    --include/--exclude, are not its first N (0, 1, ... N-1). Checked on the slots the runner keeps where the hosts
+    are known (`select_slots`), else on those --include names."""
+    option, text = ("--include", spec.include) if spec.include is not None else ("--exclude", spec.exclude)
+    if text is None:
+        return
+    known = spec.known_hosts
+    if known:
+        active = select_slots(known, include=spec.include, exclude=spec.exclude)
+    elif option == "--include":
+        active = {host: slots for host, slots in parse_resource_filter(text, option).items() if slots}
+    else:
+        return
+    for host, slots in active.items():
+        if slots != list(range(len(slots))):
+            first = f"{host}:{','.join(map(str, range(len(slots))))}"
+            raise BadInput(f"{option} {text!r}: --launcher slurm cannot pick device ids (srun places ranks by count, "
+                           f"and DeepSpeed's slurm backend refuses {host} slots {','.join(map(str, slots))}); keep "
+                           f"the first slots ({first}), filter whole hosts, or use --launcher pdsh")
 
 
 def notes(spec: LaunchSpec) -> list[str]:
@@ -553,8 +569,9 @@ def include_beyond_devices(text: str, device_count: int, option: str = "--includ
 
 
 def parse_resource_filter(text: str, option: str = "--include") -> dict[str, list[int]]:
-    """DeepSpeed's resource filter as `{host: slots}` (`[]`: all of its slots): NODE_SPEC[@NODE_SPEC ...], with
-    NODE_SPEC = NAME[:SLOT[,SLOT ...]] (deepspeed.launcher.runner.parse_node_config_list). What its split and
+    """DeepSpeed's resource filter as `{host: slots}` (`[]`: all of its slots; a host named twice gets the slots of
+    both, each once, ascending): NODE_SPEC[@NODE_SPEC ...], with NODE_SPEC = NAME[:SLOT[,SLOT ...]]
+    (deepspeed.launcher.runner.parse_node_config_list). What its split and
     int() would fail on at launch is refused here, and so is a host name a shell would read."""
     if not text.strip():
         raise BadInput(f"{option} is empty; {_FILTER_HOW}, or leave it out for every slot")
@@ -573,7 +590,7 @@ def parse_resource_filter(text: str, option: str = "--include") -> dict[str, lis
                 raise BadInput(f"{option} {text!r}: slot {slot!r} of {host} is not a whole number from 0 to "
                                f"{MAX_SLOTS - 1}; {_FILTER_HOW}")
             ids.append(int(slot))
-    return nodes
+    return {host: sorted(set(ids)) for host, ids in nodes.items()}  # parse_node_config_list: each once, ascending
 
 
 def _check_filter(spec: LaunchSpec, option: str = "--include") -> None:
@@ -596,10 +613,17 @@ def _check_filter(spec: LaunchSpec, option: str = "--include") -> None:
 
 def select_hosts(hosts: dict[str, int], nodes: int | None = None, include: str | None = None,
                  exclude: str | None = None, gpus_per_node: int | None = None) -> dict[str, int]:
-    """`{host: ranks}` of the job, as DeepSpeed's runner picks them from the hostfile's slots: --include/--exclude
-    first (parse_inclusion_exclusion: hostfile order, each slot once), then the first --nodes hosts and --gpus-per-node
-    ranks on each (apply_num_nodes_and_gpus, as --num_nodes/--num_gpus). The filters are parsed by the runner's
-    parse_resource_filter; a host or slot the hosts lack is bad input, as DeepSpeed refuses it."""
+    """`{host: ranks}` of the job (`select_slots`, counted)."""
+    return {host: len(slots) for host, slots in select_slots(hosts, nodes, include, exclude, gpus_per_node).items()}
+
+
+def select_slots(hosts: dict[str, int], nodes: int | None = None, include: str | None = None,
+                 exclude: str | None = None, gpus_per_node: int | None = None) -> dict[str, list[int]]:
+    """`{host: slots}` of the job, as DeepSpeed's runner picks them from the hostfile's slots: --include/--exclude
+    first (parse_inclusion_exclusion: hostfile order, each slot once, ascending), then the first --nodes hosts and
+    --gpus-per-node ranks on each (apply_num_nodes_and_gpus, as --num_nodes/--num_gpus): its active_resources. The
+    filters are parsed by the runner's parse_resource_filter; a host or slot the hosts lack is bad input, as
+    DeepSpeed refuses it."""
     pool = {host: list(range(slots)) for host, slots in hosts.items()}
     for option, text in (("--include", include), ("--exclude", exclude)):
         if text is None:
@@ -615,15 +639,15 @@ def select_hosts(hosts: dict[str, int], nodes: int | None = None, include: str |
                 raise BadInput(f"{option} {text!r}: {host} has {len(pool[host])} slots (0 to {len(pool[host]) - 1}), "
                                f"not slot {bad[0]}")
         if option == "--include":
-            pool = {h: list(dict.fromkeys(picked[h])) or pool[h] for h in pool if h in picked}
+            pool = {h: picked[h] or pool[h] for h in pool if h in picked}
         else:
             pool = {h: [s for s in pool[h] if picked[h] and s not in picked[h]] if h in picked else pool[h]
                     for h in pool}
-    selected = {h: len(slots) for h, slots in pool.items() if slots}
+    selected = {h: slots for h, slots in pool.items() if slots}
     if nodes:
         selected = dict(list(selected.items())[:nodes])
     if gpus_per_node:
-        selected = dict.fromkeys(selected, gpus_per_node)
+        selected = {h: list(range(gpus_per_node)) for h in selected}
     return selected
 
 
