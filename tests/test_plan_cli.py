@@ -578,13 +578,14 @@ def test_a_plan_slower_than_a_token_a_second_prints_its_rate(capsys):
 
     assert [format_rate(x) for x in (34_499.6, 100.0, 99.94, 12.345, 0.29307, 0.0)] == [
         "34,500", "100", "99.9", "12.3", "0.293", "0"]
+    # a host with the RAM for it: the ranks' 80 GB each are that RAM on DeepSpeed's CPU accelerator
     code, out, _ = run(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpu-memory", "80GB",
-                       "--gpus-per-node", "2", "--seq-len", "512")
+                       "--cpu-memory", "512GB", "--gpus-per-node", "2", "--seq-len", "512")
     speed = next(line for line in out.splitlines() if line.startswith("Speed (predicted)"))
     printed = speed.split(", ")[1].split(" tokens/s")[0]
     assert code == 0 and "." in printed and 0 < float(printed) < 100, speed
     code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", "llama-2-7b", "--gpu-memory", "80GB",
-                          "--gpus-per-node", "2", "--seq-len", "512")
+                          "--cpu-memory", "512GB", "--gpus-per-node", "2", "--seq-len", "512")
     assert f"{plan['performance']['tokens_per_s']:.3g}" == printed
 
 
@@ -820,3 +821,50 @@ def test_full_fine_tuning_that_fits_nowhere_names_the_adapters_that_fit(capsys):
     for extra in (["--model", "llama-2-70b"], ["--peft", "lora", "--cpu-memory", "16GB", "--model", "llama-2-70b"]):
         code, out, _ = run(capsys, *argv, *extra, "--format", "json")
         assert code == 1 and "--peft" not in json.loads(out)["missing"]
+
+
+@pytest.mark.parametrize("model", ["1.2B", "0.6B", "llama-2-7b"])
+def test_a_cpu_plan_counts_the_ranks_and_the_offloaded_states_in_one_ram(capsys, model):
+    """On DeepSpeed's CPU accelerator each rank's "GPU" is its share of the host's RAM, and offload keeps its states
+    in that same RAM: a 1.2B on two ranks of the probed 25.3 GB host planned ZeRO-2 + optimizer offload with 9.4 GB a
+    rank and 22.7 GB of offloaded states, 41.6 GB in all, and called it a fit. Every setup that fits now holds the
+    ranks' peaks and its offloaded states within the RAM, and the CPU RAM the plan reports is that sum."""
+    from zerokit.memory.host import host_memory
+    from zerokit.models.resolve import resolve_model
+
+    with open(PROFILE, encoding="utf-8") as f:
+        ram = json.load(f)["measurements"]["device_memory_bytes"]
+    code, plan = run_json(capsys, "plan", "--hardware", PROFILE, "--model", model, "--gpus-per-node", "2",
+                          "--seq-len", "512")
+    spec = resolve_model(model)
+    assert plan["hardware"]["cpu_memory_bytes"] == ram and plan["hardware"]["gpu_memory_bytes"] == ram // 2
+    fitting = [c for c in plan["candidates"] if c["fits"]]
+    assert (code == 0) == bool(fitting)
+    for c in fitting:
+        offloaded = host_memory(spec.parameters, spec.largest_layer_parameters, 2, 1, c["zero_stage"],
+                                c["offload_optimizer"], c["offload_param"]).steady_state
+        assert 2 * c["per_gpu_total"] + offloaded == c["cpu_bytes_per_node"] <= ram
+    for c in plan["candidates"]:
+        if not c["fits"] and c["offload_optimizer"] != "none":
+            assert "its offload keeps in the same RAM" in c["why_not"] or "offloaded states in the node's RAM" in c["why_not"]
+    if model == "1.2B":  # what the issue's reviewer planned: nothing fits, and full offload's RAM says so
+        assert code == 1 and "for full offload (have 25.3 GB)" in plan["missing"]
+    if model == "0.6B":
+        assert code == 0 and plan["decision"]["offload_optimizer"] == "none"
+        assert plan["memory"]["per_node_cpu"]["total"] == 2 * plan["memory"]["per_gpu"]["total"]
+
+
+def test_a_plan_from_a_quick_probe_says_its_figures_are_rough(capsys, tmp_path):
+    """`zerokit probe --quick` writes `"quick": true` in its measurements (a smoke test: a few small sizes, each timed
+    briefly, where the matmul curve can read 0 GFLOP/s), and a plan made from it said nothing of it."""
+    with open(PROFILE, encoding="utf-8") as f:
+        profile = json.load(f)
+    said = ("the profile is from `zerokit probe --quick`, a smoke test that times each figure briefly at a few small "
+            "sizes: its step times are rough (its matmul curve may read 0 GFLOP/s at the smallest sizes); probe "
+            "without --quick for a plan to trust")
+    for quick in (True, False):
+        path = tmp_path / f"{quick}.json"
+        path.write_text(json.dumps({**profile, "measurements": {**profile["measurements"], "quick": quick}}))
+        code, plan = run_json(capsys, "plan", "--hardware", str(path), "--model", TINY, "--gpus-per-node", "2",
+                              "--seq-len", "128")
+        assert code == 0 and (said in plan["warnings"]) is quick

@@ -508,6 +508,10 @@ def load_profile_for_plan(path: str) -> tuple[MachinePerf, int | None, list[str]
     measured = data.get("measurements")
     measured = measured if isinstance(measured, dict) else {}
     notes = profile_warnings(perf, measured)
+    if measured.get("quick") is True:  # `zerokit probe --quick`: a smoke test's few short timings
+        notes.insert(0, "the profile is from `zerokit probe --quick`, a smoke test that times each figure briefly "
+                        "at a few small sizes: its step times are rough (its matmul curve may read 0 GFLOP/s at "
+                        "the smallest sizes); probe without --quick for a plan to trust")
     memory = measured.get("device_memory_bytes")
     if memory is None:
         return perf, None, notes

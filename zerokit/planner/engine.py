@@ -121,7 +121,8 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         warnings=tuple(model.notes) + tuple(ctx.warnings) + tuple(extra_warnings),
         phases=ctx.chosen.phases,
         peak_phase=chosen.peak_phase,
-        host_steady_state=host.steady_state,
+        # DeepSpeed's CPU accelerator: the ranks' own memory is the host's (`Context.host_need`)
+        host_steady_state=ctx.host_need(host, chosen.memory.total) if hardware.accelerator == "cpu" else host.steady_state,
         host_load_peak=host.load_peak,
         activations_source=activations_source,
         performance=performance,
@@ -340,10 +341,12 @@ def missing(ctx: Context) -> str:
             text += ")"
         options.append(text)
     full = ctx.host_of(3, "cpu", _param_offload(ctx, "cpu"))
+    # DeepSpeed's CPU accelerator: the ranks' own memory is in the same RAM (`Context.host_need`)
+    full_bytes = ctx.host_need(full, _full_offload_need(ctx)) if hw.accelerator == "cpu" else full.cpu_bytes
     have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
-    short = hw.cpu_memory_bytes is not None and full.cpu_bytes > hw.cpu_memory_bytes
+    short = hw.cpu_memory_bytes is not None and full_bytes > hw.cpu_memory_bytes
     if full_offload_fits_gpu(ctx):
-        options.append(f"{format_bytes(full.cpu_bytes)} of CPU RAM per node for full offload{have}")
+        options.append(f"{format_bytes(full_bytes)} of CPU RAM per node for full offload{have}")
         nvme = ctx.host_of(3, "nvme", _param_offload(ctx, "nvme"))
         if not hw.nvme_path:
             if hw.cpu_memory_bytes is None or nvme.cpu_bytes <= hw.cpu_memory_bytes:
@@ -367,7 +370,7 @@ def missing(ctx: Context) -> str:
         text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
                 "largest layer, one micro-batch's activations and the overhead need that much")
         if short:  # that GPU offloads everything: the host must hold it too
-            text += f", with {format_bytes(full.cpu_bytes)} of CPU RAM per node for that offload{have}"
+            text += f", with {format_bytes(full_bytes)} of CPU RAM per node for that offload{have}"
         options.append(text)
     return "needs " + ", or ".join(options)
 

@@ -192,6 +192,25 @@ class Context:
                                                  self.trainable, self.load_width, self.qlora)
         return hit
 
+    def device_cap(self, stage: int, opt: str, param: str) -> int:
+        """The bytes a rank may use: the GPU's memory; on DeepSpeed's CPU accelerator, where the ranks' memory and
+        what offload keeps on the host are one RAM, its share of the RAM the setup's offloaded states leave
+        (`--gpu-memory` is the RAM split among the ranks: counted apart, a CPU offload plan needed 41.6 GB of a
+        25.3 GB machine)."""
+        hw = self.hardware
+        if hw.accelerator != "cpu" or not hw.cpu_memory_bytes:
+            return hw.gpu_memory_bytes
+        left = hw.cpu_memory_bytes - self.host_of(stage, opt, param).steady_state
+        return max(0, min(hw.gpu_memory_bytes, left // hw.gpus_per_node))
+
+    def host_need(self, host: HostMemory, device_total: int) -> int:
+        """CPU RAM per node of a setup whose ranks each peak at `device_total`: `host.cpu_bytes`; on DeepSpeed's CPU
+        accelerator the ranks' own memory too, in the same RAM as the offloaded states (the model each rank loads
+        becomes its parameters there: the load peak is not added to it)."""
+        if self.hardware.accelerator != "cpu":
+            return host.cpu_bytes
+        return max(host.load_peak, self.hardware.gpus_per_node * device_total + host.steady_state)
+
     def frugal_costs(self, stage: int, opt: str, param: str, world_size: int, accumulation: int,
                      checkpointing: bool) -> StepCosts:
         """A setup's costs at `world_size` GPUs with the most frugal buffers, what `missing` weighs more GPUs and
@@ -262,7 +281,7 @@ class Context:
         return self._limit_at(stage, opt, param, level, accumulation, checkpointing)[0]
 
     def _limit_at(self, stage: int, opt: str, param: str, level: int, accumulation: int,
-                  checkpointing: bool) -> tuple[StepCosts, bool, Any]:
+                  checkpointing: bool) -> tuple[StepCosts, bool, Any, int]:
         """`_limit` looked up first, with `bare` derived from the checkpointing choice."""
         bare = not checkpointing and stage == 3 and self.bare_matters
         limit = self._limits.get(_costs_key(stage, opt, param, level, accumulation, bare))
@@ -366,13 +385,12 @@ class Context:
         return self._search(self._limit_at(stage, opt, param, level, accumulation, checkpointing), stage,
                             checkpointing, micro_batches)
 
-    def _search(self, limit: tuple[StepCosts, bool, Any], stage: int, checkpointing: bool,
+    def _search(self, limit: tuple[StepCosts, bool, Any, int], stage: int, checkpointing: bool,
                 micro_batches: tuple[int, ...]) -> int | None:
         """`largest_fitting` for a setup's `_limit`, which a candidate looks up once for all its searches."""
-        costs, exact, room = limit
+        costs, exact, room, cap = limit
         lo, hi, best = 0, len(micro_batches) - 1, None
         if not exact:
-            cap = self.hardware.gpu_memory_bytes
             while lo <= hi:
                 mid = (lo + hi) // 2
                 mb = micro_batches[mid]
@@ -405,8 +423,9 @@ class Context:
         return best
 
     def _limit(self, stage: int, opt: str, param: str, level: int, accumulation: int,
-               bare: bool = False) -> tuple[StepCosts, bool, Any]:
-        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the GPU),
+               bare: bool = False) -> tuple[StepCosts, bool, Any, int]:
+        """A setup's (costs, whether the search may compare activation figures, `StepCosts.headroom` of the rank's
+        memory, that memory: `device_cap`),
         computed once per plan; `bare`: ZeRO-3 without checkpointing where that matters (`bare_matters`)."""
         key = _costs_key(stage, opt, param, level, accumulation, bare)
         limit = self._limits.get(key)
@@ -421,7 +440,8 @@ class Context:
                                  self.precision, buffers, self.overhead, front_released=bare, saved_views=bare,
                                  **self.peft_costs(stage))
             exact = self.activation_model is None and costs.integral
-            limit = self._limits[key] = (costs, exact, costs.headroom(hw.gpu_memory_bytes) if exact else None)
+            cap = self.device_cap(stage, opt, param)
+            limit = self._limits[key] = (costs, exact, costs.headroom(cap) if exact else None, cap)
         return limit
 
     @property
@@ -838,7 +858,7 @@ def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
             alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, recomputed, True)
             ck = (f"no gradient checkpointing: with it micro-batch {recomputed} would fit but train "
                   f"{format_rate(alt.tokens_per_s)} tokens/s against {format_rate(e.candidate.performance.tokens_per_s)} without")
-    if mem.total > ctx.hardware.gpu_memory_bytes:
+    if mem.total > ctx.device_cap(s.zero_stage, s.offload_optimizer, s.offload_param):
         cap = "the smallest, and even it does not fit"
     elif mb == largest:
         cap = "the largest allowed"
@@ -916,7 +936,10 @@ def rule_host(ctx: Context) -> tuple[int, str | None]:
     have = f" of {format_bytes(hw.cpu_memory_bytes)}" if hw.cpu_memory_bytes else " (give --cpu-memory to check it)"
     why = f"CPU RAM per node: {format_bytes(c.cpu_bytes_per_node)}{have}"
     s = c.setup
-    if s.offload_optimizer == "none" and s.offload_param == "none":
+    if hw.accelerator == "cpu":  # `Context.host_need`
+        why += (", the ranks' own memory included: DeepSpeed's CPU accelerator trains them in this RAM"
+                + (", beside the offloaded states" if s.offload_optimizer != "none" or s.offload_param != "none" else ""))
+    elif s.offload_optimizer == "none" and s.offload_param == "none":
         why += ", the peak while every rank loads the model"
     if s.zero_stage == 3 and ctx.peft is None:  # LoRA's and QLoRA's own warnings say how their base loads
         ctx.warnings.append("ZeRO-3: the CPU RAM per node assumes every rank loads the model under "
@@ -1028,7 +1051,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     ones; the step-time model picks. Hot path (every candidate of every plan): the rules above read it in words.
     """
     model, hw = ctx.model, ctx.hardware
-    cap = hw.gpu_memory_bytes
+    cap = ctx.device_cap(stage, opt, param)
     host = ctx.host_of(stage, opt, param)
     levels = buffer_ladder(model.hidden_size, stage)
     last = len(levels) - 1
@@ -1094,18 +1117,19 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     if totals[2] > totals[peak]:
         peak = 2
     total = totals[peak]
-    gpu_ratio = total / cap
+    gpu_ratio = total / cap if cap else math.inf  # 0: a CPU accelerator's offload alone fills the RAM
     loading = ctx.qlora_load if stage == 3 and ctx.qlora else 0
     if loading > total:
         gpu_ratio = loading / cap
-    cpu_ratio = host.cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
+    cpu_bytes = host.cpu_bytes if hw.accelerator != "cpu" else ctx.host_need(host, total)
+    cpu_ratio = cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
     if gpu_ratio > 1 or cpu_ratio > 1 or nvme_ratio > 1:
-        why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio), loading)
+        why_not = _why_not(ctx, total, host, (gpu_ratio, cpu_ratio, nvme_ratio), loading, cap, cpu_bytes)
     fits = why_not is None
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
-                          host.cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
+                          cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
                           performance if fits else None, activations)
     return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
 
@@ -1122,17 +1146,29 @@ def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int,
     return ctx.largest_fitting(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing, mbs)
 
 
-def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float], loading: int = 0) -> str:
+def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float], loading: int = 0,
+             cap: int | None = None, cpu_bytes: int | None = None) -> str:
+    """Why a candidate does not fit, in words. `cap`: the rank's memory (`Context.device_cap`, the GPU's by
+    default); `cpu_bytes`: the CPU RAM per node it needs (`Context.host_need`, `host.cpu_bytes` by default)."""
     hw, problems = ctx.hardware, []
+    cap = hw.gpu_memory_bytes if cap is None else cap
+    cpu_bytes = host.cpu_bytes if cpu_bytes is None else cpu_bytes
     if loading > hw.gpu_memory_bytes:
         problems.append(f"loads the whole {_fmt(ctx.peft.frozen_bytes_at(3))} 4-bit base onto every GPU before "
                         f"DeepSpeed partitions it ({_fmt(loading)} with the adapters, the quantization's staging and "
                         f"the overhead reserve; transformers loads a quantized model without zero.Init), over the "
                         f"{_fmt(hw.gpu_memory_bytes)} of the GPU")
+    elif ratios[0] > 1 and cap <= 0:  # DeepSpeed's CPU accelerator: offload shares the ranks' RAM
+        problems.append(f"keeps {_fmt(host.steady_state)} of offloaded states in the node's RAM, which the ranks "
+                        f"share, over the {_fmt(hw.cpu_memory_bytes)} given before any rank's own memory")
+    elif ratios[0] > 1 and cap < hw.gpu_memory_bytes:
+        problems.append(f"needs {_fmt(total)} per rank, over the {_fmt(cap)} each of the {hw.gpus_per_node} ranks has "
+                        f"beside the {_fmt(host.steady_state)} its offload keeps in the same RAM")
     elif ratios[0] > 1:
         problems.append(f"needs {_fmt(total)} per GPU, over the {_fmt(hw.gpu_memory_bytes)} of the GPU")
-    if ratios[1] > 1:
-        problems.append(f"needs {_fmt(host.cpu_bytes)} of CPU RAM per node, over the {_fmt(hw.cpu_memory_bytes)} given")
+    # on DeepSpeed's CPU accelerator the rank's memory is its share of that RAM: said once
+    if ratios[1] > 1 and not (hw.accelerator == "cpu" and ratios[0] > 1):
+        problems.append(f"needs {_fmt(cpu_bytes)} of CPU RAM per node, over the {_fmt(hw.cpu_memory_bytes)} given")
     if ratios[2] > 1:
         problems.append(f"needs {_fmt(host.nvme_bytes)} of NVMe per node, over the {_fmt(hw.nvme_bytes)} given")
     return " and ".join(problems)
