@@ -173,3 +173,24 @@ def test_slurm_filters_are_judged_as_deepspeed_applies_them(hosts, option, text,
         zerokit_accepts = False
         assert "--launcher slurm" in str(e) and "\n" not in str(e)
     assert zerokit_accepts == deepspeed_accepts, active
+
+
+def test_gpus_per_node_beyond_the_hosts_slots_is_bad_input_to_launch_and_preflight(capsys, tmp_path):
+    """`--gpus-per-node 8` over a hostfile of 4 slots a host gave `--num_gpus 8` and a world size of 16: DeepSpeed's
+    apply_num_nodes_and_gpus hands every host range(num_gpus), whatever its slots."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    assert runner.apply_num_nodes_and_gpus({"node1": [0, 1, 2, 3]}, -1, 8) == {"node1": list(range(8))}
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node1 slots=4\nnode2 slots=4\n")
+    message = (f"--gpus-per-node 8 is more than the 4 slots node1 has in --hostfile {hostfile} (and 1 more host): "
+               "DeepSpeed would start 8 ranks there all the same, on devices it lacks; use --gpus-per-node 4 or less")
+    for command in (["launch", "--dry-run"], ["preflight"]):
+        code = main([*command, "--hostfile", str(hostfile), "--gpus-per-node", "8", *(["train.py"] * (
+            command[0] == "launch"))])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    with pytest.raises(BadInput, match=r"^--gpus-per-node 4 is more than the 2 slots node2 has in --hosts: "):
+        build_command(spec(hosts=(("node1", 4), ("node2", 2)), gpus_per_node=4, files_dir=str(tmp_path)))
+    # the first --nodes hosts are the job's (apply_num_nodes_and_gpus cuts the nodes first), and fewer ranks are fine
+    assert build_command(spec(hosts=(("node1", 4), ("node2", 2)), gpus_per_node=4, nodes=1, files_dir=str(tmp_path)))
+    assert build_command(spec(hosts=(("node1", 4), ("node2", 4)), gpus_per_node=2, files_dir=str(tmp_path)))

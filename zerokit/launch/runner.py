@@ -351,6 +351,7 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
         if listed and spec.nodes > listed:
             raise BadInput(f"--nodes {spec.nodes} is more than the {listed} host{'s' if listed > 1 else ''} given; "
                            f"list them all, or use --nodes {listed}")
+    _check_gpus_per_node(spec)
     check_binding(spec, launcher_limits)
     if spec.node_rank is not None and not spec.no_ssh:
         raise BadInput("--node-rank goes with --no-ssh (each node starts its own ranks); without --no-ssh the runner "
@@ -390,6 +391,26 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
                 raise BadInput(f"{word!r} has a '%': pdsh replaces %n (the node's rank), %h (its host), %u (the "
                                "user) and %% in the command it runs, so the nodes would get another value; remove "
                                "it or use --launcher openmpi")
+
+
+def _check_gpus_per_node(spec: LaunchSpec) -> None:
+    """--gpus-per-node no larger than the slots of any host the job keeps (the first --nodes): DeepSpeed's
+    apply_num_nodes_and_gpus hands every host range(--num_gpus) whatever its slots, so 8 on a 4-slot node would
+    start 8 ranks there, on devices it lacks."""
+    if spec.gpus_per_node is None:
+        return
+    known = spec.known_hosts
+    kept = list(known.items())[:spec.nodes] if spec.nodes else list(known.items())
+    short = [(host, slots) for host, slots in kept if slots < spec.gpus_per_node]
+    if not short:
+        return
+    host, slots = short[0]
+    where = f"--hostfile {spec.hostfile}" if spec.hostfile else "--hosts"
+    more = f" (and {len(short) - 1} more host{'s' * (len(short) > 2)})" if len(short) > 1 else ""
+    raise BadInput(f"--gpus-per-node {spec.gpus_per_node} is more than the {slots} slot{'s' * (slots != 1)} {host} "
+                   f"has in {where}{more}: DeepSpeed would start {spec.gpus_per_node} ranks there all the same, on "
+                   f"devices it lacks; use --gpus-per-node {min(s for _, s in kept)} or less, or give the hosts "
+                   "their real slots")
 
 
 def parse_core_list(text: str, option: str = "--bind-core-list") -> list[int]:
