@@ -197,3 +197,24 @@ def test_master_addr_help_says_what_deepspeed_does(capsys):
     assert main(["launch", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "hostname -I" in text and "default: the first host)" not in text
+
+
+def test_dry_run_names_the_users_env_values_without_showing_them_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    """--dry-run printed the merged .deepspeed_env, the user's HF_TOKEN=... with it, on stdout (the launch writes that
+    file 0600 and --emit-script leaves the values out), and its DS_ENV_FILE named a file it never wrote, unsaid."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".deepspeed_env").write_text("HF_TOKEN=hf_hush\nNCCL_DEBUG=WARN\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DS_ENV_FILE", raising=False)
+    monkeypatch.chdir(work)
+    (work / "train.py").write_text("")
+    assert main(["launch", "--dry-run", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "train.py"]) == 0
+    out = capsys.readouterr().out
+    env_file = work / ".zerokit" / ".deepspeed_env"
+    assert "hf_hush" not in out
+    assert (f"# {env_file}: not written by --dry-run; the launch writes it (values from your own .deepspeed_env "
+            "shown as <redacted>; written 0600)\nHF_TOKEN=<redacted>\nNCCL_DEBUG=INFO\n") in out
+    assert f"# {work / '.zerokit' / 'hostfile'}: not written by --dry-run; the launch writes it\n" in out
+    assert f"DS_ENV_FILE={env_file} " in out and not (work / ".zerokit").exists()

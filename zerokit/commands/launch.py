@@ -194,12 +194,14 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         if not os.path.lexists(script):
             raise BadInput(f"script {script}: no such file (on one node the script must exist here)")
         preflight.check_input_file(script, "script")  # a directory, a FIFO, a symlink loop
-    files = runner.render_files(spec)
-    if dry_run:
-        for path, text in files.items():
-            click.echo(f"# {path}\n{text}", nl=False)
+    if dry_run:  # the files the command names, which only the launch writes; no value of the user's own env file
+        for path, text in runner.render_files(spec, redact=True).items():
+            what = (f" (values from your own .deepspeed_env shown as {runner.REDACTED}; written 0600)"
+                    if path == spec.env_file else "")
+            click.echo(f"# {path}: not written by --dry-run; the launch writes it{what}\n{text}", nl=False)
         click.echo(runner.shell_line(argv, env_add))
         return 0
+    files = runner.render_files(spec)
 
     watch = _start_watch(spec, watch_port, used) if spec.no_ssh and watch_port != 0 else None
     if not no_preflight:

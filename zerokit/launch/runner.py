@@ -745,16 +745,23 @@ def _localhost_filter(text: str) -> str:
     return "@".join("localhost" + node[len(node.partition(":")[0]):] for node in text.split("@"))
 
 
-def render_files(spec: LaunchSpec, users_env: bool = True) -> dict[str, str]:
+REDACTED = "<redacted>"
+"""What --dry-run shows in place of a value from the user's own .deepspeed_env (`render_files(redact=True)`)."""
+
+
+def render_files(spec: LaunchSpec, users_env: bool = True, redact: bool = False) -> dict[str, str]:
     """The files the launch writes before starting: `{absolute path: content}` (empty on one node). `users_env`:
     the env file starts with the user's own variables (`users_deepspeed_env`); an emitted script reads those when it
-    runs instead, so that no secret of theirs is copied into it."""
+    runs instead, so that no secret of theirs is copied into it. `redact`: their values read `REDACTED` (what
+    --dry-run prints: the file itself is written 0600, since it may hold tokens); --env's own stay, as typed."""
     files: dict[str, str] = {}
     if spec.hosts and spec.multi_node:
         files[spec.written_hostfile] = render("hostfile.j2", hosts=dict(spec.hosts))
     if spec.remote_shell and spec.env:
-        files[spec.env_file] = render("deepspeed_env.j2",
-                                      env={**(users_deepspeed_env() if users_env else {}), **dict(spec.env)})
+        users = users_deepspeed_env() if users_env else {}
+        if redact:
+            users = dict.fromkeys(users, REDACTED)
+        files[spec.env_file] = render("deepspeed_env.j2", env={**users, **dict(spec.env)})
     return files
 
 
