@@ -1076,10 +1076,10 @@ def test_cpu_ranks_need_their_shared_memory_buffers_in_dev_shm(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["missing", "directory", "fifo"])
-def test_a_hostfile_that_is_no_file_fails_preflights_check_and_is_bad_input_to_launch(tmp_path, capsys, kind):
-    """preflight reports every hostfile problem as its failed hostfile check (exit 3), launch refuses each as bad
-    input (exit 2). A directory used to stop at click's type check instead (exit 2 in preflight, where a missing
-    file was exit 3)."""
+def test_a_hostfile_that_is_no_file_is_bad_input_to_preflight_and_launch_alike(tmp_path, capsys, kind):
+    """A hostfile that cannot be read is bad input (exit 2, one line) to preflight as to launch, and as --hosts'
+    mistakes are: preflight failed its hostfile check instead (exit 3) and ran the others without the job's hosts,
+    advising a train_batch_size for world size 1."""
     path = tmp_path / "hosts"
     if kind == "directory":
         path.mkdir()
@@ -1089,9 +1089,9 @@ def test_a_hostfile_that_is_no_file_fails_preflights_check_and_is_bad_input_to_l
     config.write_text('{"train_batch_size": 8, "zero_optimization": {"stage": 2}}')
     said = {"missing": "no such file", "directory": "is a directory, not a regular file",
             "fifo": "is a FIFO (named pipe), not a regular file"}[kind]
-    assert main(["preflight", "--config", str(config), "--hostfile", str(path)]) == 3
-    out = capsys.readouterr().out
-    assert f"✗ hostfile: --hostfile {path}: {said}" in out
+    assert main(["preflight", "--config", str(config), "--hostfile", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"zerokit preflight: error: --hostfile {path}: {said}\n"
     (tmp_path / "train.py").write_text("")
     assert main(["launch", "--config", str(config), "--hostfile", str(path), str(tmp_path / "train.py")]) == 2
     assert capsys.readouterr().err == f"zerokit launch: error: --hostfile {path}: {said}\n"
@@ -1137,3 +1137,27 @@ def test_a_job_on_other_machines_leaves_this_machines_device_and_ram_checks_unch
     assert (checks["host RAM"]["ok"], checks["host RAM"]["checked"]) == (True, False)
     assert checks["imports"]["checked"] and code == 3  # ssh to gpu-node1 fails here: what still fails is real
     assert [name for name, c in checks.items() if not c["ok"]] == ["ssh"]
+
+
+@pytest.mark.parametrize("content", ["node1 slots=4\nnode1 slots=4\n", b"node1 slots=2\n\xff\xfe", None])
+def test_a_broken_hostfile_is_one_line_of_bad_input_and_no_batch_advice(tmp_path, capsys, content):
+    """A duplicate host, non-UTF-8 bytes or a missing file: preflight exited 3 with its hostfile check and, beside
+    it, a batch-size check computed for world size 1 ('set train_batch_size to 4'); `--hosts node1:2,node1:2` and
+    launch exit 2 for the same mistake."""
+    hostfile = tmp_path / "hostfile"
+    if isinstance(content, str):
+        hostfile.write_text(content)
+    elif content is not None:
+        hostfile.write_bytes(content)
+    config = tmp_path / "ds.json"
+    config.write_text('{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1}')
+    (tmp_path / "train.py").write_text("")
+    for argv in (["preflight"], ["launch", "--dry-run"], ["launch"]):
+        code = main([*argv, "--config", str(config), "--hostfile", str(hostfile),
+                     *([str(tmp_path / "train.py")] if argv[0] == "launch" else [])])
+        out, err = capsys.readouterr()
+        assert code == 2 and err.count("\n") == 1 and "train_batch_size" not in out + err, (argv, out, err)
+    assert main(["preflight", "--config", str(config), "--hosts", "node1:2,node1:2"]) == 2
+    # the Target API keeps the failed hostfile check, without a batch check of a world size it does not know
+    target = preflight.make_target(config=str(config), hostfile=str(hostfile))
+    assert preflight.check_batch_size(target) is None and not preflight.check_hostfile(target).ok

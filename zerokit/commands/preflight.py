@@ -7,7 +7,7 @@ import json
 import click
 
 from zerokit.errors import EXIT_PREFLIGHT, BadInput
-from zerokit.launch.hostfile import MAX_SLOTS, parse_hosts
+from zerokit.launch.hostfile import MAX_SLOTS, parse_hosts, read_hostfile
 from zerokit.launch.runner import DEFAULT_MASTER_PORT, LAUNCHERS
 
 
@@ -63,7 +63,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
             bind_cores_to_rank, bind_core_list, fmt) -> int:
     """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
 
-    Exit 0: every check passed; 3: a check failed; 2: bad input.
+    Exit 0: every check passed; 3: a check failed; 2: bad input (a --config, --plan or --hostfile that cannot be
+    read, as launch refuses them).
 
     \b
       zerokit preflight --config ds_config.json --gpus-per-node 8
@@ -73,6 +74,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
 
     runner.check_core_list(bind_cores_to_rank, bind_core_list)
     host_map = parsed_hosts(hosts, gpus_per_node, hostfile)
+    if hostfile is not None:  # bad input, as --hosts' mistakes are and launch says (the checks would run without it)
+        read_hostfile(hostfile)
     # the job as launch would start it: what launch refuses before its preflight (--include beside --gpus-per-node,
     # --nodes without hosts, a filter that leaves no rank ...) is refused here too
     spec = runner.LaunchSpec(script="SCRIPT", config=config, gpus_per_node=gpus_per_node, nodes=nodes, include=include,

@@ -872,8 +872,8 @@ def check_batch_size(t: Target) -> Check | None:
     from zerokit.lint.rules import Context, batch_size_mismatch
 
     keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
-    if not any(k in t.config for k in keys):
-        return None
+    if not any(k in t.config for k in keys) or (t.hostfile and not t.hosts):
+        return None  # no batch keys; or a hostfile that did not read, so no world size (its own check says why)
     world = t.world_size
     counted = ""
     if world is None and not t.hosts:  # one node without --gpus-per-node: DeepSpeed starts a rank on every device
