@@ -968,3 +968,23 @@ def test_preflight_fails_an_exclude_that_leaves_no_device(capsys):
     code, out, _ = zk(capsys, "preflight", "--exclude", every, "--format", "json")
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
     assert code == 3 and f"leaves none of the {count} device" in checks["include"]["detail"]
+
+
+def test_launch_fails_the_include_check_as_preflight_does(capsys, tmp_path, monkeypatch):
+    """`zerokit launch --include localhost:0,1` on a one-device machine printed `preflight: 10/10 passed` and then
+    refused the include (exit 2), where `zerokit preflight` with the same arguments shows `✗ include` (exit 3)."""
+    accelerator = pytest.importorskip("deepspeed.accelerator").get_accelerator()
+    count = accelerator.device_count()
+    beyond = f"localhost:0,{count}"  # one slot past the devices DeepSpeed counts here
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("raise SystemExit('the job must not start')\n")
+    capsys.readouterr()
+    from zerokit.launch.runner import free_port
+
+    port = str(free_port())
+    code, out, _ = zk(capsys, "preflight", "--include", beyond, "--master-port", port, "--format", "json")
+    preflight_include = {c["name"]: c for c in json.loads(out)["checks"]}["include"]
+    code_launch, _, err = zk(capsys, "launch", "--include", beyond, "--master-port", port, "train.py")
+    assert (code, code_launch) == (3, 3) and not preflight_include["ok"]
+    assert f"✗ include: {preflight_include['detail']}" in err and "preflight failed" in err
+    assert "must not start" not in err

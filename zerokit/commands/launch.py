@@ -211,14 +211,11 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
                                        exclude=spec.exclude, document=document,  # the runner's hosts and ranks
                                        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
-        checks = preflight.run_checks(target)
+        checks = preflight.run_job_checks(target, spec)  # zerokit preflight's, --include against the devices too
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):
             click.echo("zerokit launch: preflight failed; fix the ✗ above or pass --no-preflight", err=True)
             return watch.finish(EXIT_PREFLIGHT) if watch is not None else EXIT_PREFLIGHT
-        count = preflight.accelerator_device_count()  # the preflight imported it: no import added to the launch
-        if count is not None:
-            runner.check_include_devices(spec, count)
     from zerokit.fileio import write_atomic
 
     try:

@@ -87,10 +87,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                    gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                    nodes=nodes, include=include, exclude=exclude,
                                    bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
-    checks = preflight.run_checks(target)
-    filtered = preflight.check_filter_devices(spec)
-    if filtered is not None:
-        checks.append(filtered)
+    checks = preflight.run_job_checks(target, spec)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))
     else:

@@ -238,8 +238,8 @@ def probe_import(module: str) -> tuple[str | None, str]:
 
 
 def check_filter_devices(spec: Any) -> Check | None:
-    """A one-node job's --include/--exclude against the devices DeepSpeed counts (`runner.check_include_devices`,
-    which launch raises after its preflight), as a check: `spec` is the job's `runner.LaunchSpec`. None where
+    """A one-node job's --include/--exclude against the devices DeepSpeed counts (`runner.check_include_devices`),
+    as a check of both preflight's and launch's (`run_job_checks`): `spec` is the job's `runner.LaunchSpec`. None where
     there is no filter, the job spans nodes, or the accelerator was not imported (the imports check failed)."""
     if (spec.include is None and spec.exclude is None) or spec.multi_node:
         return None
@@ -1335,6 +1335,15 @@ def run_checks(target: Target) -> list[Check]:
             if result is not None:
                 results.append(result)
     return results
+
+
+def run_job_checks(target: Target, spec: Any) -> list[Check]:
+    """`run_checks`, then the one check that needs the launch's `runner.LaunchSpec` (`check_filter_devices`): what
+    `zerokit preflight` shows and what `zerokit launch` runs first, the same list, so that a job one refuses (exit 3)
+    the other does not pass."""
+    checks = run_checks(target)
+    filtered = check_filter_devices(spec)
+    return checks + ([filtered] if filtered is not None else [])
 
 
 def as_json(checks: list[Check]) -> dict[str, Any]:
