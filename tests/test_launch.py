@@ -848,3 +848,35 @@ def test_a_one_node_launch_is_not_taken_over_by_deepspeeds_default_hostfile(tmp_
                                                   files_dir=str(tmp_path)))[0][3:]
     monkeypatch.setattr(runner, "DEEPSPEED_DEFAULT_HOSTFILE", str(tmp_path / "none"))
     assert "--hostfile" not in build_command(spec(gpus_per_node=2))[0]
+
+
+PDSH_SAFE_ARGS = ["my run", "/tmp/x~y", "say \"hi\" now", "it's ok", "a!b c", "a\tb c",
+                  "x~", "--out=a~b"]
+PDSH_UNSAFE_ARGS = ["a $(id) b", "a `id` b", "a\\\"b c", "~/x", "x=~/q", "x=a:~/q", "a\tb", "a\nb c", "$HOME", ""]
+
+
+@pytest.mark.parametrize("arg", PDSH_SAFE_ARGS)
+def test_pdsh_takes_script_arguments_deepspeeds_quoting_keeps_intact(arg, tmp_path):
+    """`train.py --run_name "my run"` was refused ("characters a remote shell would interpret"), though DeepSpeed's
+    PDSHRunner.parse_user_args wraps an argument with a space in double quotes, escaping its '"'; and a '~' inside a
+    word is not expanded. Each is checked here as the nodes' shells read it: DeepSpeed's own quoting, then bash and
+    sh parsing the words as pdsh's ssh hands them over."""
+    import subprocess
+
+    argv, _ = build_command(spec(hosts=(("node1", 1), ("node2", 1)), script_args=("--name", arg),
+                                 files_dir=str(tmp_path)))
+    assert argv[-4:-2] == ["--name", arg]
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    words = PDSHRunner(runner.parse_args(["train.py", arg]), "").parse_user_args()
+    for shell in ("bash", "sh"):
+        out = subprocess.run([shell, "-c", "printf '%s\\n' " + " ".join(words)], capture_output=True, text=True,
+                             check=True, env={"HOME": "/home/zk"}).stdout
+        assert out == arg + "\n", (shell, words)
+
+
+@pytest.mark.parametrize("arg", PDSH_UNSAFE_ARGS)
+def test_pdsh_still_refuses_what_deepspeeds_quoting_leaves_to_the_shell(arg, tmp_path):
+    with pytest.raises(BadInput, match="a remote shell would interpret|would vanish on the nodes"):
+        build_command(spec(hosts=(("node1", 1), ("node2", 1)), script_args=("--name", arg), files_dir=str(tmp_path)))

@@ -379,11 +379,16 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     if spec.remote_shell and launcher_limits:
         _check_launcher_limits(spec)
     if spec.remote_shell and spec.launcher == "pdsh":
-        # pdsh joins the command into one string for a remote shell: every word must be inert there.
-        for word in [*script_argv(spec), str(Path.cwd())]:
-            if not _SHELL_SAFE.fullmatch(word):
+        # pdsh joins the command into one string for a remote shell: every word must read as itself there.
+        script, *args = script_argv(spec)
+        for word, quoted in [(script, False), (str(Path.cwd()), False), *((arg, True) for arg in args)]:
+            if not word:
+                raise BadInput("an empty script argument would vanish on the nodes (DeepSpeed's pdsh command passes "
+                               "it bare, and the remote shell drops it); give it a value, or use --launcher openmpi")
+            if not pdsh_inert(word, quoted):
                 raise BadInput(f"{word!r} has characters a remote shell would interpret (pdsh passes the command "
-                               "through one); rename it or use --launcher openmpi")
+                               "through one; DeepSpeed double-quotes only a script argument with a space, in which "
+                               "$, ` and \\ still act); rename it or use --launcher openmpi")
         # and pdsh itself rewrites %n, %h, %u and %% in that string (DeepSpeed's own --node_rank=%n relies on it)
         env_values = [value for _, value in spec.env]
         for word in [*script_argv(spec), str(Path.cwd()), *env_values]:
@@ -411,6 +416,23 @@ def _check_gpus_per_node(spec: LaunchSpec) -> None:
                    f"has in {where}{more}: DeepSpeed would start {spec.gpus_per_node} ranks there all the same, on "
                    f"devices it lacks; use --gpus-per-node {min(s for _, s in kept)} or less, or give the hosts "
                    "their real slots")
+
+
+_QUOTED_ACTIVE = re.compile(r'[$`\\\x00-\x08\x0a-\x1f\x7f]')
+"""What still acts inside double quotes ($ and ` expand, \\ escapes; no history expansion in the non-interactive
+shell ssh runs), and control characters but the tab (a newline would split pdsh's one-line command, unverified)."""
+
+
+def pdsh_inert(word: str, quoted: bool) -> bool:
+    """Whether the remote shell of DeepSpeed's pdsh command reads `word` as itself. `quoted`: a script argument,
+    which PDSHRunner.parse_user_args wraps in double quotes (escaping its '"') where it holds a space; any other
+    word, the script and the working directory (`cd DIR;`) included, goes in bare: inert where it is _SHELL_SAFE
+    characters, a '~' too except where a shell expands it (at the start of the word, or after '=' or ':' in
+    bash's assignment-like words such as `x=a:~/b`), and not empty (a bare '' is no word at all)."""
+    if quoted and " " in word:
+        return not _QUOTED_ACTIVE.search(word)
+    return bool(word) and _SHELL_SAFE.fullmatch(word.replace("~", "")) is not None \
+        and re.search(r"(?:^|[=:])~", word) is None
 
 
 def parse_core_list(text: str, option: str = "--bind-core-list") -> list[int]:
