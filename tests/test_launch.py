@@ -535,6 +535,41 @@ def test_processes_that_outlive_the_runner_are_stopped(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_ctrl_c_on_a_one_node_launch_stops_it_through_deepspeeds_launcher_without_tracebacks(tmp_path):
+    """SIGINT went to the whole group: DeepSpeed's runner, which has no handler on the one-node path, printed a
+    KeyboardInterrupt traceback from result.wait() and exited at once (the ranks printed theirs), and zerokit then
+    said "processes of the job outlived the runner" of launch.py, still stopping the ranks. DeepSpeed's launch.py
+    handles SIGINT and SIGTERM alike (terminate_process_tree of each rank, then exit), so it gets the signal alone."""
+    pytest.importorskip("deepspeed")
+    marker = f"zk-ctrl-c-{os.getpid()}-{time.time_ns()}"
+    (tmp_path / "sleeper.py").write_text("import time\nprint('rank up', flush=True)\ntime.sleep(600)\n")
+    # SIGINT at its default, as from a terminal (a job started in the background inherits it ignored)
+    as_from_a_terminal = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                          "os.execv(sys.executable, [sys.executable, '-m', 'zerokit', *sys.argv[1:]])")
+    argv = [sys.executable, "-c", as_from_a_terminal, "launch", "--no-preflight", "--gpus-per-node", "2",
+            "--master-port", str(free_port()), "sleeper.py", marker]
+    zk = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        seen, ups = "", 0
+        for line in zk.stdout:
+            seen += line
+            ups += line.startswith("rank up")
+            if ups == 2:
+                break
+        assert ups == 2, seen[-3000:]
+        # zerokit, the runner, DeepSpeed's launch.py and the two ranks
+        assert _wait_for(lambda: len(pids_with(marker)) == 5, 10), pids_with(marker)
+        zk.send_signal(signal.SIGINT)
+        seen += zk.stdout.read()
+        assert zk.wait(timeout=60) == 128 + signal.SIGINT
+        assert "Traceback" not in seen and "KeyboardInterrupt" not in seen and "outlived" not in seen, seen[-3000:]
+        assert _wait_for(lambda: not pids_with(marker), 5), f"left behind: {pids_with(marker)}"
+    finally:
+        zk.kill()
+        for pid in pids_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_a_missing_script_on_one_node_is_bad_input(capsys, tmp_path):
     code = main(["launch", "--gpus-per-node", "2", "--dry-run", str(tmp_path / "nope.py")])
     assert code == 2

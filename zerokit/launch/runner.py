@@ -2,8 +2,9 @@
 
 `build_command(spec) -> (argv, env)` is pure, so tests assert on the exact command without spawning
 anything; `run(argv, env)` is the only place that touches subprocess. It behaves like a well-mannered
-foreground process: output streams through, the job's exit code becomes ours, and SIGINT/SIGTERM reach
-the runner's whole process group, so no rank outlives zerokit.
+foreground process: output streams through, the job's exit code becomes ours, and SIGINT/SIGTERM stop every
+rank (through DeepSpeed's own launcher where there is one, else by the runner's whole process group), so no rank
+outlives zerokit.
 """
 
 from __future__ import annotations
@@ -953,8 +954,12 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
         watch: NodeWatch | None = None, master_port: int | None = None) -> int:
     """Start the runner in its own session and wait; return the job's exit code (128+N for a signal).
 
-    The runner gets a new session (so a terminal's Ctrl-C reaches only zerokit), and zerokit forwards
-    SIGINT/SIGTERM/SIGHUP to the whole group: the runner, DeepSpeed's per-node launcher and every rank.
+    The runner gets a new session (so a terminal's Ctrl-C reaches only zerokit). SIGINT/SIGTERM/SIGHUP become a
+    SIGTERM to DeepSpeed's per-node launcher (launch.py, the runner's child on one node and with --no-ssh; see
+    `deepspeed_launchers`), whose handler terminates every rank's process tree and exits, and the runner with it:
+    signalled itself, the runner has no handler on that path (a KeyboardInterrupt traceback, or a SIGTERM death
+    that leaves launch.py behind), and ranks signalled directly print their own tracebacks. Where there is no such
+    launcher (MPI and slurm backends, or before it started), the signal goes to the whole group.
     A group still alive `grace` seconds later, or at a second Ctrl-C, is SIGKILLed; so is anything left
     in the group after the runner exits.
 
@@ -986,9 +991,14 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
         if deadline:
             _killpg(pgid, signal.SIGKILL)
             return
+        launchers = [] if pdsh else deepspeed_launchers(proc.pid)
         if pdsh:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signum)
+        elif launchers:  # this node's launch.py stops its ranks itself; the runner then exits with it
+            for pid in launchers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
         else:
             _killpg(pgid, signum)
         deadline.append(time.monotonic() + grace)
@@ -1040,6 +1050,29 @@ def run(argv: list[str], env: dict[str, str], grace: float = GRACE_SECONDS, pdsh
                   f"{128 + 256 - code}, as a shell reports a signal", file=sys.stderr, flush=True)
             code = 128 + 256 - code
     return watch.finish(code) if watch is not None else code
+
+
+def deepspeed_launchers(runner_pid: int) -> list[int]:
+    """The runner's children that are DeepSpeed's per-node launcher (`python -m deepspeed.launcher.launch`), found in
+    /proc; [] where there is none (yet), or /proc cannot tell."""
+    found = []
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+                parent = int(f.read().rpartition(")")[2].split()[1])  # after "(comm)": state, then ppid
+            if parent != runner_pid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"deepspeed.launcher.launch" in words:
+            found.append(int(pid))
+    return found
 
 
 RANK_SIGNALS = {int(signal.SIGKILL): "SIGKILL (the kernel's OOM killer, or a kill -9)", int(signal.SIGSEGV): "SIGSEGV",
