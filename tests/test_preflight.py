@@ -716,8 +716,12 @@ def test_the_master_port_is_checked_where_rank_0_runs(monkeypatch):
     assert asked == [("gpu-a", 29611)] and not check.ok
     assert check.detail == "29611 is in use on gpu-a, rank 0's node" and "--master-port" in check.fix
     monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port: (None, "ssh failed: refused"))
-    assert preflight.check_master_port(remote) == Check(
+    assert preflight.check_master_port(remote) == preflight.NotChecked(
         "master port", True, "29611 on gpu-a (rank 0's node): not checked (ssh failed: refused)")
+    # a check not made is not shown as passed (it showed ✓)
+    assert format_text([preflight.check_master_port(remote)]).splitlines() == [
+        "1. - master port: 29611 on gpu-a (rank 0's node): not checked (ssh failed: refused)",
+        "preflight: 0/0 passed, 1 not checked"]
     assert preflight.check_master_port(Target(hosts={"gpu-a": 8, "gpu-b": 8}, launcher="slurm")) is None
     here = Target(hosts={socket.gethostname(): 2, "gpu-b": 2})
     assert here.hosts_rendezvous and Target().hosts_rendezvous  # this host first; one node
@@ -1161,3 +1165,11 @@ def test_a_broken_hostfile_is_one_line_of_bad_input_and_no_batch_advice(tmp_path
     # the Target API keeps the failed hostfile check, without a batch check of a world size it does not know
     target = preflight.make_target(config=str(config), hostfile=str(hostfile))
     assert preflight.check_batch_size(target) is None and not preflight.check_hostfile(target).ok
+
+
+def test_a_finding_without_a_key_is_named_by_its_code_alone(tmp_path):
+    """A missing batch size (ZK202) has no key: the config check printed '(ZK202, )'."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"zero_optimization": {"stage": 2}}')
+    check = preflight.check_config_lint(preflight.make_target(config=str(cfg), gpus_per_node=1))
+    assert not check.ok and check.detail.endswith("set train_micro_batch_size_per_gpu (ZK202)"), check.detail

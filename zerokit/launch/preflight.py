@@ -859,7 +859,8 @@ def check_config_lint(t: Target) -> Check | None:
     if errors:
         first = errors[0]
         return Check("config", False, f"lint finds {len(errors)} error{'s' * (len(errors) != 1)}{also}; the first: "
-                     f"{first.message} ({first.code}, {first.key})", f"run `{command}` and fix what it lists")
+                     f"{first.message} ({', '.join(filter(None, (first.code, first.key)))})",
+                     f"run `{command}` and fix what it lists")  # a finding about a missing key has no key
     return Check("config", True, f"lint finds no errors{also}",
                  f"`{command}` says what each is (a misspelt key is lost)" if ignored else
                  f"`{command}` lists them" if warnings else "")
@@ -1221,7 +1222,7 @@ def check_master_port(t: Target) -> Check | None:
     host = next(iter(t.hosts))  # rank 0's node, which the runner reaches by ssh (check_ssh)
     busy, why = probe_remote_port(host, t.master_port)
     if busy is None:
-        return Check("master port", True, f"{t.master_port} on {host} (rank 0's node): not checked ({why})")
+        return NotChecked("master port", True, f"{t.master_port} on {host} (rank 0's node): not checked ({why})")
     if busy:
         return Check("master port", False, f"{t.master_port} is in use on {host}, rank 0's node", fix)
     return Check("master port", True, f"{t.master_port} is free on {host}, rank 0's node")
