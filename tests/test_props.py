@@ -454,5 +454,6 @@ def test_preflight_configs_and_plans(capsys, workdir, config, plan, raw):
         assert code == 2
     if code != 2:
         report = json.loads(out)
-        assert report["ok"] is (code == 0) and all(set(c) == {"name", "ok", "detail", "fix"} for c in report["checks"])
+        assert report["ok"] is (code == 0) and all(set(c) == {"name", "ok", "detail", "fix", "checked"}
+                                                   and isinstance(c["checked"], bool) for c in report["checks"])
     shutil.rmtree(d)
