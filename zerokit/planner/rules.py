@@ -1120,7 +1120,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     gpu_ratio = total / cap if cap else math.inf  # 0: a CPU accelerator's offload alone fills the RAM
     loading = ctx.qlora_load if stage == 3 and ctx.qlora else 0
     if loading > total:
-        gpu_ratio = loading / cap
+        gpu_ratio = loading / cap if cap else math.inf
     cpu_bytes = host.cpu_bytes if hw.accelerator != "cpu" else ctx.host_need(host, total)
     cpu_ratio = cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
@@ -1159,8 +1159,8 @@ def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, fl
                         f"the overhead reserve; transformers loads a quantized model without zero.Init), over the "
                         f"{_fmt(hw.gpu_memory_bytes)} of the GPU")
     elif ratios[0] > 1 and cap <= 0:  # DeepSpeed's CPU accelerator: offload shares the ranks' RAM
-        problems.append(f"keeps {_fmt(host.steady_state)} of offloaded states in the node's RAM, which the ranks "
-                        f"share, over the {_fmt(hw.cpu_memory_bytes)} given before any rank's own memory")
+        problems.append(f"keeps {_fmt(host.steady_state)} of offloaded states in the node's RAM, over the "
+                        f"{_fmt(hw.cpu_memory_bytes)} its ranks share")
     elif ratios[0] > 1 and cap < hw.gpu_memory_bytes:
         problems.append(f"needs {_fmt(total)} per rank, over the {_fmt(cap)} each of the {hw.gpus_per_node} ranks has "
                         f"beside the {_fmt(host.steady_state)} its offload keeps in the same RAM")
