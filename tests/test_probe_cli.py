@@ -688,3 +688,13 @@ def test_a_bound_probe_refuses_what_deepspeed_would_stop_at(capsys, monkeypatch)
     if shutil.which("numactl") is None:
         assert main(["probe", "--quick", "--bind-cores-to-rank", "--ranks", "1"]) == 2
         assert "numactl, which is not installed here" in capsys.readouterr().err
+
+
+def test_a_product_share_no_timing_can_have_prints_as_noise():
+    """A quick probe's smallest sizes read the forward's share of a linear's forward and backward as 8510% (products
+    too brief to time, or a 0 GFLOP/s reading): a share outside 0-100% prints as noise."""
+    from zerokit.perf.probe import product_share
+
+    matmul = [[32, 1e9], [64, 3e9], [128, 0.0], [256, 6e9]]
+    product = [[32, 1e6], [64, 4e9], [128, 1e9], [256, 0.0]]
+    assert product_share(matmul, product) == "32: noise, 64: 25%, 128: noise, 256: noise"

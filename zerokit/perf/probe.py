@@ -321,8 +321,13 @@ def _gpu_count() -> int:
 
 def product_share(matmul: Sequence[Sequence[float]], product: Sequence[Sequence[float]]) -> str:
     """`64: 22%, 128: 19%, ...`: one product's time (the forward's, or the input gradient's) over a linear layer's
-    forward and backward, by size."""
-    return ", ".join(f"{int(n)}: {fb / (3.0 * f):.0%}" for (n, fb), (_, f) in zip(matmul, product))
+    forward and backward, by size. A share no timing can have (not between 0 and 100%: a `--quick` probe's smallest
+    sizes read 8510%, their products too brief to time) prints as `noise`."""
+    def share(fb: float, f: float) -> str:
+        ratio = fb / (3.0 * f) if f > 0 else 0.0
+        return f"{ratio:.0%}" if 0 < ratio < 1 else "noise"
+
+    return ", ".join(f"{int(n)}: {share(fb, f)}" for (n, fb), (_, f) in zip(matmul, product))
 
 
 def halve_to_fit(value: int, floor: int, cost: Callable[[int], float], budget: float = STEP_BUDGET_S) -> int:
