@@ -642,3 +642,62 @@ def test_qlora_at_zero3_says_every_gpu_holds_the_gathered_4bit_base():
     assert step > z3.peft.frozen_bytes_at(3) * 1.4  # the partition (half) and the gathered base (whole)
     z2 = plan(model, hw, Training(seq_len=2048, peft="qlora", zero_stage=2, gradient_checkpointing=True))
     assert not any(w.startswith("QLoRA at ZeRO-3") for w in z2.warnings)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("options", [["--lora-modules-to-save", "lm_head"], ["--lora-modules-to-save", "embed_tokens"],
+                                     ["--lora-targets", "lm_head,q_proj"], ["--lora-targets", "q_proj,v_proj"]])
+def test_the_plan_warns_of_a_tied_layer_in_the_adapter_where_peft_does(capsys, tmp_path, tied, options):
+    """PEFT's BaseTuner._check_tied_modules warns ('a tied layer is part of the adapter, but ensure_weight_tying is
+    not set') for a tied model with embed_tokens or lm_head among modules_to_save or the targets; the plan warned only
+    for the two copies together. It now warns exactly where get_peft_model does, on the same config."""
+    pytest.importorskip("peft")
+    import warnings
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with open(os.path.join(TINY, "config.json")) as f:
+        config = json.load(f)
+    config["tie_word_embeddings"] = tied
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    doc = plan_json(capsys, "--model", str(tmp_path), *TINY_ON_2[2:], "--peft", "lora", *options)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_peft_model(model, LoraConfig(**doc["peft"]["lora_config"]))
+    peft_warns = any("a tied layer is part of the adapter" in str(w.message) for w in caught)
+    plan_warns = [w for w in doc["warnings"] if "ties its head to its embedding" in w]
+    assert peft_warns == bool(plan_warns) == (tied and options != ["--lora-targets", "q_proj,v_proj"])
+    if plan_warns:
+        said = plan_warns[0]
+        saved = options[0] == "--lora-modules-to-save"
+        assert ("a modules_to_save copy trains apart" in said) is saved
+        assert ("a LoRA on a tied layer changes the weight both share when it is merged" in said) is not saved
+
+
+def test_the_stage_reason_weighs_the_modules_to_save_copies():
+    """llama-3-8b with LoRA and embed_tokens/lm_head copies on 8 A100s: the reason said the adapters' states 'are only
+    19.7 GB in all, so ZeRO-1/2 have little to partition' beside a ZeRO-1 decision that saves 11.5 GB a GPU. The
+    19.7 GB are mostly the copies'; the reason now says so, and what partitioning them saves."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import Training, plan
+    from zerokit.units import format_bytes
+
+    hw = resolve_hardware("a100-80gb", gpus_per_node=8)
+    copies = plan(resolve_model("llama-3-8b"), hw, Training(seq_len=2048, peft="lora",
+                                                             lora_modules_to_save="embed_tokens,lm_head"))
+    [why] = [r for r in copies.reasons if r.startswith("LoRA and the ZeRO stage")]
+    peft = copies.peft
+    per = 2 + 4 + 8 + 4  # bf16 gradient, fp32 master, Adam m and v, fp32 gradient: the states of a trainable parameter
+    states = peft.trainable * per
+    assert copies.decision.zero_stage in (1, 2) and peft.saved_parameters > 10 * (peft.trainable - peft.saved_parameters)
+    assert (f"are only {format_bytes((peft.trainable - peft.saved_parameters) * per)}, but the whole modules_to_save "
+            f"copies (embed_tokens, lm_head) bring them to {format_bytes(states)} in all, which ZeRO-1/2 partition "
+            f"over the 8 GPUs ({format_bytes(states - -(-states // 8))} less per GPU)") in why
+    plain = plan(resolve_model("llama-3-8b"), hw, Training(seq_len=2048, peft="lora"))
+    [why] = [r for r in plain.reasons if r.startswith("LoRA and the ZeRO stage")]
+    assert "so ZeRO-1/2 have little to partition" in why

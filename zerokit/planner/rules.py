@@ -552,12 +552,24 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
     peft = plan_peft(ctx.model, t.peft, t.lora_rank, t.lora_targets, t.lora_dropout, ctx.precision,
                      t.lora_modules_to_save)
     assert peft is not None  # plan_peft's None is full fine-tuning's, returned above
-    if set(peft.saved_roles) == {"embedding", "head"} and _tied_head(ctx.model.config):
+    tied = _tied_head(ctx.model.config)
+    if set(peft.saved_roles) == {"embedding", "head"} and tied:
         ctx.warnings.append(
             f"{ctx.model.name} ties its head to its embedding, and PEFT trains the two modules_to_save copies apart "
             "(it warns: ensure_weight_tying is off), so the plan counts both; the trained model's head and embedding "
             "then differ. LoraConfig(ensure_weight_tying=True) keeps one shared copy, which zerokit does not plan "
             "(it would count one copy fewer)")
+    elif tied and (in_adapter := _tied_in_adapter(peft)):
+        effects = []
+        if set(in_adapter) & set(peft.modules_to_save):
+            effects.append("a modules_to_save copy trains apart from the weight it was tied to, so the trained "
+                           "model's head and embedding differ")
+        if set(in_adapter) - set(peft.modules_to_save):
+            effects.append("a LoRA on a tied layer changes the weight both share when it is merged")
+        ctx.warnings.append(
+            f"{ctx.model.name} ties its head to its embedding, and {' and '.join(in_adapter)} "
+            f"{'is' if len(in_adapter) == 1 else 'are'} part of the adapter (PEFT warns: ensure_weight_tying is off): "
+            f"{'; '.join(effects)}. LoraConfig(ensure_weight_tying=True) ties them, which zerokit does not plan")
     share = peft.trainable / max(1, peft.frozen_parameters)
     moe = any(ctx.model.config.get(k) for k in EXPERTS_KEYS)
     if peft.method == "qlora" and 2 * peft.quantized_parameters < peft.frozen_parameters:
@@ -593,6 +605,18 @@ def rule_peft(ctx: Context) -> tuple[PeftPlan | None, str | None]:
                   "ZeRO-3" + (" (LoRA dropout 0, not the default 0.05: PEFT puts no dropout on MoE expert and router "
                               "parameters, lora.ParamWrapper)." if t.lora_dropout is None and not peft.dropout
                               else "."))
+
+
+TIED_LAYER_NAMES = ("embed_tokens", "lm_head")
+"""The module names PEFT checks against a tied model's adapter (peft.utils.constants.EMBEDDING_LAYER_NAMES, read by
+BaseTuner._check_tied_modules): another family's names (gpt2's wte) draw no warning from it."""
+
+
+def _tied_in_adapter(peft: PeftPlan) -> list[str]:
+    """The modules of `TIED_LAYER_NAMES` among the adapter's modules_to_save and its listed targets, as PEFT's
+    _check_tied_modules finds them (a listed target by its last name; all-linear never takes the head)."""
+    targets = () if isinstance(peft.target_modules, str) else peft.target_modules
+    return list(dict.fromkeys(m for m in (*peft.modules_to_save, *targets) if m.split(".")[-1] in TIED_LAYER_NAMES))
 
 
 def _tied_head(config: Any) -> bool:
@@ -972,10 +996,20 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
     # rank (`PeftPlan.costs_at`'s replicated_bytes)
     whole = peft.quantization_constants if peft.method == "qlora" else 0
     frozen2, frozen3 = peft.frozen_bytes_at(2), -(-(peft.frozen_bytes_at(3) - whole) // n) + whole
-    states = peft.trainable * (e + 4 + 8 + (4 if ctx.precision != "fp32" else 0))
-    why = (f"{'QLoRA' if peft.method == 'qlora' else 'LoRA'} and the ZeRO stage: the adapters' gradients, master "
-           f"weights and Adam moments are only {format_bytes(states)} in all, so ZeRO-1/2 have little to partition; "
-           f"the frozen base is {format_bytes(frozen2)} per GPU at ZeRO-0 to 2")
+    per_parameter = e + 4 + 8 + (4 if ctx.precision != "fp32" else 0)
+    states = peft.trainable * per_parameter
+    name = "QLoRA" if peft.method == "qlora" else "LoRA"
+    if peft.saved_parameters and n > 1:  # the copies' states, not the adapters', are what ZeRO-1/2 partition
+        adapters = (peft.trainable - peft.saved_parameters) * per_parameter
+        why = (f"{name} and the ZeRO stage: the adapters' gradients, master weights and Adam moments are only "
+               f"{format_bytes(adapters)}, but the whole modules_to_save copies ({', '.join(peft.modules_to_save)}) "
+               f"bring them to {format_bytes(states)} in all, which ZeRO-1/2 partition over the {n} GPUs "
+               f"({format_bytes(states - -(-states // n))} less per GPU); the frozen base is {format_bytes(frozen2)} "
+               "per GPU at ZeRO-0 to 2")
+    else:
+        why = (f"{name} and the ZeRO stage: the adapters' gradients, master weights and Adam moments are only "
+               f"{format_bytes(states)} in all, so ZeRO-1/2 have little to partition; the frozen base is "
+               f"{format_bytes(frozen2)} per GPU at ZeRO-0 to 2")
     why += (f" and {format_bytes(frozen3)} at ZeRO-3 ({n} GPUs"
             + (f"; the {format_bytes(whole)} of quantization constants whole on each" if whole else "") + ")."
             if n > 1 else
