@@ -915,3 +915,18 @@ def test_pdsh_takes_script_arguments_deepspeeds_quoting_keeps_intact(arg, tmp_pa
 def test_pdsh_still_refuses_what_deepspeeds_quoting_leaves_to_the_shell(arg, tmp_path):
     with pytest.raises(BadInput, match="a remote shell would interpret|would vanish on the nodes"):
         build_command(spec(hosts=(("node1", 1), ("node2", 1)), script_args=("--name", arg), files_dir=str(tmp_path)))
+
+
+def test_a_name_the_hosts_file_maps_to_this_machine_is_this_machine(tmp_path):
+    """A cluster often names its nodes in /etc/hosts: a job whose hostfile says `node-a`, this machine there, was
+    taken to run elsewhere (preflight then left this machine's device checks unchecked). The file is read, DNS never
+    asked; an address a socket here cannot bind is another machine's."""
+    from zerokit.launch.runner import is_this_machine
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# the cluster\n127.0.0.1 localhost\n127.0.1.7 node-a node-a.cluster  # this machine\n"
+                     "192.0.2.55 node-b\nfe80::1%eth0 node-c\nnot-an-address node-d\n\n")
+    assert is_this_machine("node-a", str(hosts)) and is_this_machine("node-a.cluster", str(hosts))
+    assert not any(is_this_machine(name, str(hosts)) for name in ("node-b", "node-d", "node-z", "#", "cluster"))
+    assert not is_this_machine("node-a", str(tmp_path / "missing"))
+    assert is_this_machine("127.0.0.3") and not is_this_machine("192.0.2.55")

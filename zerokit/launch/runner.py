@@ -214,9 +214,14 @@ def is_this_host(host: str) -> bool:
     return host in ("localhost", "127.0.0.1", name, name.split(".")[0])
 
 
-def is_this_machine(host: str) -> bool:
-    """`is_this_host`, or an IP address of this machine's (one a socket here can bind): where a rank listed under
-    that host runs here, whichever path DeepSpeed takes to start it (its own ssh to this machine included)."""
+HOSTS_FILE = "/etc/hosts"
+"""Where a cluster's node names often map to addresses (`is_this_machine` reads it instead of asking DNS)."""
+
+
+def is_this_machine(host: str, hosts_file: str = HOSTS_FILE) -> bool:
+    """`is_this_host`, or an IP address of this machine's (one a socket here can bind), or a name `hosts_file` maps to
+    one: where a rank listed under that host runs here, whichever path DeepSpeed takes to start it (its own ssh to
+    this machine included). A name is never sent to DNS, which could wait on every host of the job."""
     import ipaddress
 
     if is_this_host(host):
@@ -224,13 +229,37 @@ def is_this_machine(host: str) -> bool:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return False  # a name: resolving it could wait on DNS for every host of the job
+        return any(_is_this_address(a) for a in _addresses_in(hosts_file, host))
+    return _is_this_address(address)
+
+
+def _addresses_in(hosts_file: str, name: str) -> list[Any]:
+    """The addresses `hosts_file` (the /etc/hosts format: an address, then its names; `#` starts a comment) gives
+    `name`, as ipaddress objects; none where the file cannot be read."""
+    import ipaddress
+
+    try:
+        with open(hosts_file, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        address, *names = line.split("#", 1)[0].split() or [""]
+        if name in names:
+            with contextlib.suppress(ValueError):
+                found.append(ipaddress.ip_address(address.split("%", 1)[0]))
+    return found
+
+
+def _is_this_address(address: Any) -> bool:
+    """Whether a socket here can bind `address` (an ipaddress object): one of this machine's, loopback included."""
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, 0))
-        except OSError:
-            return False
+    try:  # a machine without IPv6 refuses the socket itself
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((str(address), 0))
+    except OSError:
+        return False
     return True
 
 
