@@ -114,9 +114,7 @@ def _size(text: str | int, what: str, maximum: int) -> int:
 def parse_gpu_memory(text: str | int, what: str = "--gpu-memory") -> int:
     """A GPU's memory (`parse_size`), at least MIN_GPU_MEMORY: `80` is 80 bytes, a size without its unit."""
     memory = _size(text, what, MAX_SIZE)  # 0GB is below 1 GiB as 0.5GB is
-    if memory < MIN_GPU_MEMORY and not isinstance(text, int) and re.fullmatch(_NUMBER, str(text).strip()):
-        raise BadInput(f"{what} {_show(text)} is {memory:,} bytes, below 1 GiB: a plain number is a byte count; give "
-                       f"the unit, e.g. {str(text).strip()}GB or {str(text).strip()}GiB")
+    _refuse_unitless(text, memory, what, ", below 1 GiB")
     if memory < MIN_GPU_MEMORY:
         raise BadInput(f"{what} {text!r} is below 1 GiB: not even the CUDA context fits; give the GPU's memory with "
                        "a unit, e.g. 80GB or 81920MiB")
@@ -143,10 +141,17 @@ def parse_host_size(text: str | int, what: str) -> int:
     unit was left out (`--cpu-memory 64` meant 64GB, and planned against 64 bytes): refused, as --gpu-memory
     refuses it."""
     size = parse_size(text, what)
-    if size < MIN_GPU_MEMORY and not isinstance(text, int) and re.fullmatch(_NUMBER, str(text).strip()):
-        raise BadInput(f"{what} {_show(text)} is {size:,} bytes: a plain number is a byte count; give the unit, "
-                       f"e.g. {str(text).strip()}GB or {str(text).strip()}GiB")
+    _refuse_unitless(text, size, what)
     return size
+
+
+def _refuse_unitless(text: str | int, size: int, what: str, below: str = "") -> None:
+    """BadInput for a plain number typed (not an int from code) that reads below 1 GiB: a size whose unit was left
+    out (`--gpu-memory 80`, `--cpu-memory 64`), which one message names for every option; `below` adds to it."""
+    if size < MIN_GPU_MEMORY and not isinstance(text, int) and re.fullmatch(_NUMBER, str(text).strip()):
+        typed = str(text).strip()
+        raise BadInput(f"{what} {_show(text)} is {size:,} bytes{below}: a plain number is a byte count; give the "
+                       f"unit, e.g. {typed}GB or {typed}GiB")
 
 
 def parse_reserve(text: str | int, what: str) -> int:
