@@ -852,6 +852,12 @@ def test_a_cpu_plan_counts_the_ranks_and_the_offloaded_states_in_one_ram(capsys,
     if model == "0.6B":
         assert code == 0 and plan["decision"]["offload_optimizer"] == "none"
         assert plan["memory"]["per_node_cpu"]["total"] == 2 * plan["memory"]["per_gpu"]["total"]
+    # "while training" is the ranks and the offloaded states, the load peak apart
+    d, cpu = plan["decision"], plan["memory"]["per_node_cpu"]
+    offloaded = host_memory(spec.parameters, spec.largest_layer_parameters, 2, 1, d["zero_stage"],
+                            d["offload_optimizer"], d["offload_param"]).steady_state
+    assert cpu["steady_state"] == 2 * plan["memory"]["per_gpu"]["total"] + offloaded
+    assert cpu["total"] == max(cpu["steady_state"], cpu["load_peak"])
 
 
 def test_a_plan_from_a_quick_probe_says_its_figures_are_rough(capsys, tmp_path):

@@ -9,8 +9,9 @@ from zerokit.planner.types import Candidate, Decision, GpuMemory, Hardware, Plan
 def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activations: Any = None,
          activations_source: str | None = None, machine: Any = None, adapters_hint: bool = False) -> Plan:
     """See `zerokit.planner.engine.plan` (the keywords too: a calibrated activation model, the machine a probe
-    profile describes, LoRA and QLoRA planned where full fine-tuning fits nowhere); imported on first call so `from zerokit.planner import Hardware` stays cheap (and
-    `zerokit.dsconfig`, which the engine imports, can import the types without a cycle)."""
+    profile describes, LoRA and QLoRA planned where full fine-tuning fits nowhere); imported on first call so
+    `from zerokit.planner import Hardware` stays cheap (and `zerokit.dsconfig`, which the engine imports, can import
+    the types without a cycle)."""
     from zerokit.planner.engine import plan as _plan
 
     return _plan(model, hardware, training, activations=activations, activations_source=activations_source,

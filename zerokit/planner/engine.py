@@ -121,8 +121,7 @@ def plan(model: ModelSpec, hardware: Hardware, training: Training, *, activation
         warnings=tuple(model.notes) + tuple(ctx.warnings) + tuple(extra_warnings),
         phases=ctx.chosen.phases,
         peak_phase=chosen.peak_phase,
-        # DeepSpeed's CPU accelerator: the ranks' own memory is the host's (`Context.host_need`)
-        host_steady_state=ctx.host_need(host, chosen.memory.total) if hardware.accelerator == "cpu" else host.steady_state,
+        host_steady_state=ctx.host_training(host, chosen.memory.total),  # the ranks' too on DeepSpeed's CPU accelerator
         host_load_peak=host.load_peak,
         activations_source=activations_source,
         performance=performance,
@@ -341,8 +340,7 @@ def missing(ctx: Context) -> str:
             text += ")"
         options.append(text)
     full = ctx.host_of(3, "cpu", _param_offload(ctx, "cpu"))
-    # DeepSpeed's CPU accelerator: the ranks' own memory is in the same RAM (`Context.host_need`)
-    full_bytes = ctx.host_need(full, _full_offload_need(ctx)) if hw.accelerator == "cpu" else full.cpu_bytes
+    full_bytes = ctx.host_need(full, _full_offload_need(ctx))  # the ranks' too on DeepSpeed's CPU accelerator
     have = f" (have {format_bytes(hw.cpu_memory_bytes)})" if hw.cpu_memory_bytes else ""
     short = hw.cpu_memory_bytes is not None and full_bytes > hw.cpu_memory_bytes
     if full_offload_fits_gpu(ctx):

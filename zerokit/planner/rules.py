@@ -203,13 +203,18 @@ class Context:
         left = hw.cpu_memory_bytes - self.host_of(stage, opt, param).steady_state
         return max(0, min(hw.gpu_memory_bytes, left // hw.gpus_per_node))
 
-    def host_need(self, host: HostMemory, device_total: int) -> int:
-        """CPU RAM per node of a setup whose ranks each peak at `device_total`: `host.cpu_bytes`; on DeepSpeed's CPU
-        accelerator the ranks' own memory too, in the same RAM as the offloaded states (the model each rank loads
-        becomes its parameters there: the load peak is not added to it)."""
+    def host_training(self, host: HostMemory, device_total: int) -> int:
+        """CPU RAM per node while a setup whose ranks each peak at `device_total` trains: `host.steady_state`; on
+        DeepSpeed's CPU accelerator the ranks' own memory too, in the same RAM as the offloaded states."""
         if self.hardware.accelerator != "cpu":
-            return host.cpu_bytes
-        return max(host.load_peak, self.hardware.gpus_per_node * device_total + host.steady_state)
+            return host.steady_state
+        return self.hardware.gpus_per_node * device_total + host.steady_state
+
+    def host_need(self, host: HostMemory, device_total: int) -> int:
+        """CPU RAM per node of such a setup: the larger of the load peak and `host_training` (`host.cpu_bytes` off
+        DeepSpeed's CPU accelerator; on it, the model each rank loads becomes its parameters, so the load peak is not
+        added to the ranks' memory)."""
+        return max(host.load_peak, self.host_training(host, device_total))
 
     def frugal_costs(self, stage: int, opt: str, param: str, world_size: int, accumulation: int,
                      checkpointing: bool) -> StepCosts:
@@ -1155,7 +1160,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     loading = ctx.qlora_load if stage == 3 and ctx.qlora else 0
     if loading > total:
         gpu_ratio = loading / cap if cap else math.inf
-    cpu_bytes = host.cpu_bytes if hw.accelerator != "cpu" else ctx.host_need(host, total)
+    cpu_bytes = host.cpu_bytes if hw.accelerator != "cpu" else ctx.host_need(host, total)  # the call saved: hot path
     cpu_ratio = cpu_bytes / hw.cpu_memory_bytes if hw.cpu_memory_bytes else 0.0
     nvme_ratio = host.nvme_bytes / hw.nvme_bytes if hw.nvme_bytes else 0.0
     why_not = None
