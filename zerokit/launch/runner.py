@@ -1085,11 +1085,7 @@ def deepspeed_launchers(runner_pid: int) -> list[int]:
     """The runner's children that are DeepSpeed's per-node launcher (`python -m deepspeed.launcher.launch`), found in
     /proc; [] where there is none (yet), or /proc cannot tell."""
     found = []
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
+    for pid in _proc_pids():
         try:
             with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
                 parent = int(f.read().rpartition(")")[2].split()[1])  # after "(comm)": state, then ppid
@@ -1176,14 +1172,18 @@ def _shm_buffers(master_port: int, directory: str) -> list[str]:
     return out
 
 
+def _proc_pids() -> list[str]:
+    """The process ids /proc lists ([] where it cannot be read)."""
+    try:
+        return [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+
+
 def _mapped_files() -> set[str]:
     """The files any process this user can read has mapped (/proc/PID/maps): the shared-memory buffers in use."""
     mapped: set[str] = set()
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return mapped
-    for pid in pids:
+    for pid in _proc_pids():
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
                 for line in f:
