@@ -594,6 +594,9 @@ def step_time_of(mf: ModelFlops, perf: MachinePerf, parameters: int, seq_len: in
     return step_time_at(setup, mf, perf, seq_len, micro_batch, grad_accum, gradient_checkpointing, attention)
 
 
+_COUNTS_AT_LEAST_1 = "micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1"
+"""The refusal of `step_setup` (its counts) and `step_time_at` (the micro-batch's), one message for either."""
+
 # How a setup's per-micro-batch communication hides behind its compute (`step_setup`, `step_time_at`)
 _COMM_FIXED = 0  # exposed as it is: one rank, ZeRO-0 (at the boundary), ZeRO-3 without prefetch
 _COMM_ZERO3_OVERLAP = 1  # ZeRO-3's gathers on their own stream, prefetched
@@ -621,7 +624,7 @@ def step_setup(mf: ModelFlops, perf: MachinePerf, parameters: int, gpus_per_node
     if offload_optimizer != "none" and zero_stage == 0:
         raise BadInput("optimizer offload needs ZeRO-1, 2 or 3")
     if min(gpus_per_node, nodes, parameters) < 1:
-        raise BadInput("micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1")
+        raise BadInput(_COUNTS_AT_LEAST_1)
     total = float(parameters)
     trainable = total if trainable_parameters is None else float(min(trainable_parameters, parameters))
     share = trainable / total
@@ -736,7 +739,7 @@ def step_time_at(setup: tuple, mf: ModelFlops, perf: MachinePerf, seq_len: int, 
      micro_comm, boundary_comm, boundary_exposed, forward_ag, backward_ag, reduce, first_gather, hidden, micro_off,
      boundary_off, optimizer, adapted, offloaded, precision) = setup
     if micro_batch < 1 or seq_len < 1 or grad_accum < 1:
-        raise BadInput("micro_batch, seq_len, grad_accum, gpus_per_node, nodes and parameters must be >= 1")
+        raise BadInput(_COUNTS_AT_LEAST_1)
     ga = grad_accum
 
     # Compute of one micro-batch. LoRA: frozen weights skip their weight gradients; the adapters' own products
