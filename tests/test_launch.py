@@ -542,7 +542,9 @@ def test_ctrl_c_on_a_one_node_launch_stops_it_through_deepspeeds_launcher_withou
     handles SIGINT and SIGTERM alike (terminate_process_tree of each rank, then exit), so it gets the signal alone."""
     pytest.importorskip("deepspeed")
     marker = f"zk-ctrl-c-{os.getpid()}-{time.time_ns()}"
-    (tmp_path / "sleeper.py").write_text("import time\nprint('rank up', flush=True)\ntime.sleep(600)\n")
+    # one write(2) a rank, and counted anywhere in the text: the two ranks share the pipe, and two prints interleaved
+    # as "rank uprank up" once (CI, 2026-12-07), which a line count missed until the ranks' sleep ended
+    (tmp_path / "sleeper.py").write_text("import os, time\nos.write(1, b'rank up\\n')\ntime.sleep(120)\n")
     # SIGINT at its default, as from a terminal (a job started in the background inherits it ignored)
     as_from_a_terminal = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                           "os.execv(sys.executable, [sys.executable, '-m', 'zerokit', *sys.argv[1:]])")
@@ -550,13 +552,12 @@ def test_ctrl_c_on_a_one_node_launch_stops_it_through_deepspeeds_launcher_withou
             "--master-port", str(free_port()), "sleeper.py", marker]
     zk = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        seen, ups = "", 0
+        seen = ""
         for line in zk.stdout:
             seen += line
-            ups += line.startswith("rank up")
-            if ups == 2:
+            if seen.count("rank up") == 2:
                 break
-        assert ups == 2, seen[-3000:]
+        assert seen.count("rank up") == 2, seen[-3000:]
         # zerokit, the runner, DeepSpeed's launch.py and the two ranks
         assert _wait_for(lambda: len(pids_with(marker)) == 5, 10), pids_with(marker)
         zk.send_signal(signal.SIGINT)
