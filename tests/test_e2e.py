@@ -144,9 +144,9 @@ def test_ctrl_c_during_training_leaves_no_rank_behind(tmp_path):
         deadline = time.monotonic() + 600
         for line in zk.stdout:
             seen.append(line)
-            if line.startswith("step 2 loss") or time.monotonic() > deadline:
+            if "step 2 loss" in line or time.monotonic() > deadline:  # `in`: the ranks share the pipe, unbuffered
                 break
-        assert seen and seen[-1].startswith("step 2 loss"), "".join(seen[-40:])
+        assert seen and "step 2 loss" in seen[-1], "".join(seen[-40:])
         ranks = [p for p in pids_with(marker) if p != zk.pid]
         assert len(ranks) >= 3, ranks  # the runner, DeepSpeed's launcher and two ranks carry the marker
         zk.send_signal(signal.SIGINT)
