@@ -860,6 +860,26 @@ def test_a_cpu_plan_counts_the_ranks_and_the_offloaded_states_in_one_ram(capsys,
     assert cpu["total"] == max(cpu["steady_state"], cpu["load_peak"])
 
 
+def test_a_cpu_plan_that_fills_the_ram_says_so(capsys):
+    """On DeepSpeed's CPU accelerator the tight-fit warning weighed a rank's peak against its --gpu-memory (the RAM
+    split among the ranks) and missed the offloaded states in the same RAM: 0.7B with CPU optimizer offload filled 97%
+    of the 25.3 GB host (4.5 GB a rank, 47% of its split) and said nothing. The smaller micro-batch it names plans
+    below TIGHT."""
+    argv = ("plan", "--hardware", PROFILE, "--model", "0.7B", "--gpus-per-node", "2", "--seq-len", "512",
+            "--offload-optimizer", "cpu")
+    code, plan = run_json(capsys, *argv)
+    ram, cpu = plan["hardware"]["cpu_memory_bytes"], plan["memory"]["per_node_cpu"]["steady_state"]
+    assert code == 0 and plan["decision"]["micro_batch_size"] == 4 and cpu / ram > 0.95
+    assert plan["memory"]["per_gpu"]["total"] / plan["hardware"]["gpu_memory_bytes"] < 0.5
+    said = [w for w in plan["warnings"] if w.startswith("the plan fills")]
+    assert said == [(f"the plan fills {cpu / ram:.0%} of the node's 25.3 GB of RAM (its 2 ranks and the offloaded "
+                     "states): it fits as planned, with little room for what a plan does not see, such as another "
+                     "process on the machine; for headroom, plan with --micro-batch 2 or a larger --overhead")]
+    code, roomy = run_json(capsys, *argv, "--micro-batch", "2")
+    assert code == 0 and roomy["memory"]["per_node_cpu"]["steady_state"] / ram < 0.95
+    assert not any(w.startswith("the plan fills") for w in roomy["warnings"])
+
+
 def test_a_plan_from_a_quick_probe_says_its_figures_are_rough(capsys, tmp_path):
     """`zerokit probe --quick` writes `"quick": true` in its measurements (a smoke test: a few small sizes, each timed
     briefly, where the matmul curve can read 0 GFLOP/s), and a plan made from it said nothing of it."""

@@ -232,18 +232,25 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
 
 def tight_fit(ctx: Context) -> list[str]:
     """A warning when the decision fits with more than TIGHT of the GPU's memory (the overhead reserve counted): the
-    largest micro-batch that fits is chosen, so about one plan in seven does; how to leave room."""
+    largest micro-batch that fits is chosen, so about one plan in seven does; how to leave room. On DeepSpeed's CPU
+    accelerator, of the node's RAM, which the ranks share with what offload keeps there (`Context.host_training`)."""
     c, hw = ctx.chosen.candidate, ctx.hardware
-    share = c.memory.total / hw.gpu_memory_bytes
+    if hw.accelerator == "cpu" and hw.cpu_memory_bytes:  # the ranks and what offload keeps share one RAM
+        share = ctx.host_training(ctx.chosen.host, c.memory.total) / hw.cpu_memory_bytes
+        states = " and the offloaded states" if ctx.chosen.host.steady_state else ""
+        what, where = (f"the node's {format_bytes(hw.cpu_memory_bytes)} of RAM (its {hw.gpus_per_node} ranks"
+                       f"{states})"), "the machine"
+    else:
+        share = c.memory.total / hw.gpu_memory_bytes
+        what, where = f"each GPU's {format_bytes(hw.gpu_memory_bytes)}", "the GPU"
     if not c.fits or share <= TIGHT:
         return []
     reserve = f", its {format_bytes(ctx.overhead)} overhead reserve counted" if ctx.overhead else ""
     mb = c.setup.micro_batch_size
     smaller = [m for m in ctx.batch.micro_batches if m < mb]
     how = f"--micro-batch {smaller[-1]} or a larger --overhead" if smaller else "a larger --overhead"
-    return [(f"the plan fills {share:.0%} of each GPU's {format_bytes(hw.gpu_memory_bytes)}{reserve}: it fits as "
-            f"planned, with little room for what a plan does not see, such as another process on the GPU; for "
-            f"headroom, plan with {how}")]
+    return [(f"the plan fills {share:.0%} of {what}{reserve}: it fits as planned, with little room for what a plan "
+             f"does not see, such as another process on {where}; for headroom, plan with {how}")]
 
 
 def held_gathered(ctx: Context) -> list[str]:
