@@ -73,7 +73,7 @@ def test_github_format(capsys):
     code, out, _ = run(capsys, "--format", "github", BROKEN)
     assert code == 1
     lines = out.splitlines()
-    assert lines[0].startswith(f"::error file={BROKEN},line=7,col=12,title=ZK203::fp16 and bf16 are both enabled")
+    assert lines[0].startswith(f"::error file={BROKEN},line=6,col=12,title=ZK203::fp16 and bf16 are both enabled")
     assert any(line.startswith("::warning ") and "title=ZK302" in line for line in lines)
 
 

@@ -559,6 +559,8 @@ def test_zk202_no_batch_size_for_deepspeed(ds):
 def test_zk203_fp16_and_bf16(ds):
     cfg = with_({"fp16": {"enabled": True}, "bf16": {"enabled": True}})
     assert codes(cfg) == {"ZK203"}
+    [f] = lint(cfg)  # the suggestion "false" is for the key the message says to turn off, not bf16's
+    assert (f.key, f.suggestion) == ("fp16.enabled", "false") and "set fp16.enabled to false" in f.message
     assert codes(with_({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}, ZERO0), target="trainer") == set()
     with pytest.raises(AssertionError, match="cannot be simultaneously enabled"):
         ds_config(cfg)

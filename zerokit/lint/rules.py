@@ -440,8 +440,9 @@ def fp16_and_bf16(doc: Document, ctx: Context) -> Iterator[Hit]:
     cfg = doc.data
     bkey = _bf16_key(cfg)
     if _is_true(_section(cfg, "fp16").get("enabled")) and _is_true(_section(cfg, bkey).get("enabled")):
-        yield Hit((bkey, "enabled"), "fp16 and bf16 are both enabled; DeepSpeed refuses this at initialize; keep bf16 "
-                  "on GPUs that have it (A100, H100) and set fp16.enabled to false", "false")
+        # at fp16.enabled: the key the message and the suggestion "false" are for
+        yield Hit(("fp16", "enabled"), "fp16 and bf16 are both enabled; DeepSpeed refuses this at initialize; keep "
+                  "bf16 on GPUs that have it (A100, H100) and set fp16.enabled to false", "false")
 
 
 def fp16_loss_scale(doc: Document, ctx: Context) -> Iterator[Hit]:
