@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import doctest
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,143 @@ def test_the_from_python_session_runs_as_shown():
     test = doctest.DocTestParser().get_doctest(block, {}, "README From Python", "README.md", 0)
     result = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test)
     assert result.failed == 0 and result.attempted >= 5
+
+
+# ---------------------------------------------------------------- the README's shell sessions, run as shown
+
+# Each session is the README block that starts with this command; `tmp` runs it in a scratch directory shown as
+# /tmp/zkr (a ds_config.json and a train.py there), `repo` in the checkout (the lint examples' paths).
+SESSIONS = {
+    "plan-exit-codes": ("$ zerokit plan --model llama-2-7b --gpu h100-80gb --gpus-per-node 8 --seq-len 4096 -o", "tmp"),
+    "lint": ("$ zerokit lint --world-size 8 --gpu-memory 24GB tests/data/lint/broken_ds_config.json", "repo"),
+    "lint-malformed": ("$ zerokit lint tests/data/lint/malformed.json", "repo"),
+    "schema": ("$ zerokit schema | head -8", "repo"),
+    "launch-one-node": ("$ zerokit launch --config ds_config.json --gpus-per-node 2 --dry-run", "tmp"),
+    "launch-pdsh": ("$ zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 --env",
+                    "tmp"),
+    "launch-no-ssh": ("$ zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 --no-ssh",
+                      "tmp"),
+    "launch-sbatch": ("$ zerokit launch --config ds_config.json --hosts gpu-a,gpu-b", "tmp"),
+    "launch-hostile-host": ("$ zerokit launch --hosts 'a;rm -rf ~:8'", "tmp"),
+}
+README_CWD = "/tmp/zkr"
+README_RUNNER = "/work/main/.venv/bin/deepspeed"
+_EXIT = re.compile(r"(?:^|\s{2,})# exit(?: code)? (\d+)\b.*$")
+
+
+def _session_block(first: str) -> list[str]:
+    start = README.index(first)
+    start = README.rindex("\n", 0, start) + 1
+    return README[start:README.index("\n```", start)].splitlines()
+
+
+def _steps(lines: list[str]) -> list[tuple[str, list[str], int | None]]:
+    """(command, expected output lines, expected exit code or None) for each `$ ` line of a session."""
+    steps: list[tuple[str, list[str], int | None]] = []
+    i = 0
+    while i < len(lines):
+        assert lines[i].startswith("$ "), lines[i]
+        command = lines[i][2:]
+        while command.endswith("\\"):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        code, shown = None, []
+        found = _EXIT.search(command)
+        if found:
+            code, command = int(found.group(1)), command[:found.start()]
+        i += 1
+        while i < len(lines) and not lines[i].startswith("$ "):
+            found = _EXIT.search(lines[i])
+            if found:
+                code = int(found.group(1))
+                if found.start() > 0:
+                    shown.append(lines[i][:found.start()])
+            else:
+                shown.append(lines[i])
+            i += 1
+        steps.append((command.strip(), shown, code))
+    return steps
+
+
+def _shell(capsys, command: str, tmp: Path) -> tuple[str, int]:
+    """The output and exit code of one README command: `zerokit ...` in-process, with `| grep P` / `| head -N`
+    applied to its stdout, or `grep -e P ... FILE`."""
+    import shlex
+
+    stages = [shlex.split(part) for part in command.split(" | ")]
+    argv = stages[0]
+    if argv[0] == "grep":
+        patterns = [argv[k + 1] for k, a in enumerate(argv) if a == "-e"]
+        text = Path(argv[-1]).read_text()
+        out, code = "".join(line for line in text.splitlines(True) if any(p in line for p in patterns)), 0
+    else:
+        assert argv[0] == "zerokit", command
+        code = main(argv[1:])
+        captured = capsys.readouterr()
+        out = captured.out
+        for stage in stages[1:]:
+            lines = out.splitlines(True)
+            if stage[0] == "grep":
+                out = "".join(line for line in lines if re.search(stage[1], line))
+            elif stage[0] == "head":
+                out = "".join(lines[:int(stage[1].lstrip("-"))])
+            else:
+                raise AssertionError(f"unsupported pipe in the README: {command}")
+        out += captured.err
+    out = out.replace(str(tmp), README_CWD)
+    out = re.sub(r"(?<!\S)/\S*/deepspeed(?=\s)", README_RUNNER, out)
+    return out, code
+
+
+def _matches(shown: list[str], out: str) -> bool:
+    """`out` is the lines shown, a `...` line standing for any lines."""
+    pattern = "".join(r"(?:[^\n]*\n)*?" if line == "..." else re.escape(line.rstrip()) + r"[ \t]*\n" for line in shown)
+    return re.fullmatch(pattern, out if out.endswith("\n") or not out else out + "\n") is not None
+
+
+@pytest.mark.parametrize("name", list(SESSIONS))
+def test_the_readme_shell_sessions_print_what_they_show(name, capsys, tmp_path, monkeypatch):
+    first, where = SESSIONS[name]
+    steps = _steps(_session_block(first))
+    if name.startswith("launch"):
+        from zerokit.commands.launch import runner_path
+
+        if runner_path(required=False) == "deepspeed":
+            pytest.skip("the deepspeed runner is not installed (zerokit[deepspeed])")
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.deepspeed_env of the user's in the output
+        monkeypatch.delenv("DS_ENV_FILE", raising=False)
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if where == "tmp":
+        monkeypatch.chdir(tmp_path)
+        if name.startswith("launch"):
+            assert main(["plan", "--model", "gpt2", "--gpu", "h100-80gb", "--seq-len", "512", "-o",
+                         "ds_config.json"]) == 0
+            Path("train.py").write_text("")
+            capsys.readouterr()
+    else:
+        monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    for command, shown, code in steps:
+        out, actual = _shell(capsys, command, tmp_path)
+        assert _matches(shown, out), f"$ {command}\nREADME shows:\n" + "\n".join(shown) + f"\nzerokit prints:\n{out}"
+        if code is not None:
+            assert actual == code, command
+
+
+def test_the_lint_rule_table_lists_every_code_lint_reports_and_counts_them():
+    source = "".join(p.read_text() for p in (Path(__file__).resolve().parent.parent / "zerokit" / "lint").glob("*.py"))
+    reported = set(re.findall(r'"(ZK\d{3})"', source))
+    table = README[README.index("| code | severity | what |"):README.index("## `zerokit schema`")]
+    assert set(re.findall(r"ZK\d{3}", table)) == reported
+    # the intro names four (unknown keys, batch-size arithmetic, offload_param below stage 3, "auto") "and N more"
+    assert f'nobody fills, and {len(reported) - 4} more rules' in README
+
+
+def test_the_lora_stage_figures_are_the_plans(capsys):
+    args = ["plan", "--model", "llama-2-70b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "2048",
+            "--peft", "lora", "--micro-batch", "1", "--gradient-checkpointing", "on", "--format", "json"]
+    total = {c["zero_stage"]: c["per_gpu_total"] for c in json.loads(_run(capsys, *args))["candidates"]
+             if c["offload_optimizer"] == c["offload_param"] == "none"}
+    shown = (f"micro-batch 1 with checkpointing: {total[2] / 1e9:.1f} GB per GPU at ZeRO-2, {total[3] / 1e9:.1f} GB "
+             "at ZeRO-3;")
+    assert shown in " ".join(README.split())
