@@ -209,3 +209,39 @@ def test_the_lora_stage_figures_are_the_plans(capsys):
     shown = (f"micro-batch 1 with checkpointing: {total[2] / 1e9:.1f} GB per GPU at ZeRO-2, {total[3] / 1e9:.1f} GB "
              "at ZeRO-3;")
     assert shown in " ".join(README.split())
+
+
+def _plan_json(capsys, *args: str) -> dict:
+    return json.loads(_run(capsys, "plan", *args, "--format", "json"))
+
+
+def test_how_the_planner_decides_quotes_the_plans(capsys):
+    text = " ".join(README[README.index("## How the planner decides"):README.index("### Activation memory")].split())
+    reasons = _plan_json(capsys, "--model", "llama-2-7b", "--gpu", "l40s", "--gpus-per-node", "8", "--seq-len",
+                         "512")["reasons"]
+    quote = re.search(r'512 tokens: "([^"]*)"', text).group(1)
+    assert any(quote in reason for reason in reasons), quote
+    # the global batch rounded to the fastest multiple within 5%, not the nearest
+    rounded = _plan_json(capsys, "--model", "llama-2-70b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--nodes", "4",
+                         "--seq-len", "4096", "--global-batch-tokens", "4M")
+    assert rounded["decision"]["train_batch_size"] == 960 and rounded["decision"]["micro_batch_size"] == 5
+    nearest = _plan_json(capsys, "--model", "llama-2-70b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--nodes", "4",
+                         "--seq-len", "4096", "--global-batch", "992")
+    assert nearest["decision"]["micro_batch_size"] == 1
+    assert (f"micro-batch 1 and spends most of each step gathering parameters ({nearest['performance']['tokens_per_s']:,.0f}"
+            f" tokens/s predicted); 960, 30 per GPU, trains at micro-batch 5 "
+            f"({rounded['performance']['tokens_per_s']:,.0f})") in text
+    # the tie that goes to the setup with headroom
+    tie = _plan_json(capsys, "--model", "phi-3-medium", "--gpu", "v100-32gb", "--gpus-per-node", "8", "--seq-len",
+                     "2048")
+    fits = {(c["offload_optimizer"], c["offload_param"]): c for c in tie["candidates"] if c["zero_stage"] == 3}
+    full, opt = fits["cpu", "cpu"], fits["cpu", "none"]
+    capacity = tie["memory"]["gpu_capacity"]
+    assert (tie["decision"]["offload_param"], tie["decision"]["offload_optimizer"]) == ("cpu", "cpu")
+    assert (f"ZeRO-3 with full offload at {full['per_gpu_total'] / capacity:.1%}, {full['step_time_s']:.2f} s a step, "
+            f"over optimizer offload alone at {opt['per_gpu_total'] / capacity:.1%}, {opt['step_time_s']:.2f} s") in text
+    # an explicit micro-batch rounds the global batch to a multiple of GPUs x micro-batch, however far
+    forced = _plan_json(capsys, "--model", "llama-2-7b", "--gpu", "h100-80gb", "--gpus-per-node", "8", "--seq-len",
+                        "1024", "--micro-batch", "3", "--global-batch", "16")
+    assert forced["decision"]["train_batch_size"] == 24 and any("+50.0%" in w for w in forced["warnings"])
+    assert "(`--micro-batch 3 --global-batch 16` on 8 GPUs trains 24, and the warning says +50.0%)" in text
