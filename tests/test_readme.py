@@ -9,6 +9,7 @@ import doctest
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -130,8 +131,6 @@ def _steps(lines: list[str]) -> list[tuple[str, list[str], int | None]]:
 def _shell(capsys, command: str, tmp: Path) -> tuple[str, int]:
     """The output and exit code of one README command: `zerokit ...` in-process, with `| grep P` / `| head -N`
     applied to its stdout, or `grep -e P ... FILE`."""
-    import shlex
-
     stages = [shlex.split(part) for part in command.split(" | ")]
     argv = stages[0]
     if argv[0] == "grep":
@@ -245,3 +244,17 @@ def test_how_the_planner_decides_quotes_the_plans(capsys):
                         "1024", "--micro-batch", "3", "--global-batch", "16")
     assert forced["decision"]["train_batch_size"] == 24 and any("+50.0%" in w for w in forced["warnings"])
     assert "(`--micro-batch 3 --global-batch 16` on 8 GPUs trains 24, and the warning says +50.0%)" in text
+
+
+def test_the_demo_plan_is_what_examples_demo_sh_plans(capsys, monkeypatch):
+    root = Path(__file__).resolve().parent.parent
+    script = (root / "examples" / "demo.sh").read_text()
+    command = re.search(r"^zerokit plan (.*?)(?<!\\)$", script, re.MULTILINE | re.DOTALL).group(1)
+    args = shlex.split(command.replace("\\\n", " ").replace('"$MODEL"', "examples/models/tiny-llama")
+                       .replace('"$OUT/ds_config.json"', "ds_config.json"))
+    args = [a for a in args if a != "--force"]
+    del args[args.index("-o"):args.index("-o") + 2]
+    monkeypatch.chdir(root)
+    start = README.index("== 1/4 zerokit plan")
+    shown = README[README.index("\n", start) + 1:README.index("\nds_config (trainer) written to demo-out", start)]
+    assert _run(capsys, "plan", *args).rstrip("\n") == shown
