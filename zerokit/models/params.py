@@ -311,15 +311,21 @@ def _opt(c: dict) -> list[Part]:
     return [*parts, *_times(layer, c["num_hidden_layers"]), _head(c, proj)]
 
 
-def _falcon(c: dict) -> list[Part]:
-    h, bias, heads = c["hidden_size"], c["bias"], c["num_attention_heads"]
+def falcon_qkv_width(c: dict) -> int:
+    """The output width of falcon's fused query_key_value: grouped KV heads (new_decoder_architecture), one shared
+    KV head (multi_query), or a K and V per head."""
+    h, heads = c["hidden_size"], c["num_attention_heads"]
     hd = h // heads
     if c["new_decoder_architecture"]:
-        qkv = (2 * c["num_kv_heads"] + heads) * hd
-    elif c["multi_query"]:
-        qkv = h + 2 * hd
-    else:
-        qkv = 3 * h
+        return (2 * c["num_kv_heads"] + heads) * hd
+    if c["multi_query"]:
+        return h + 2 * hd
+    return 3 * h
+
+
+def _falcon(c: dict) -> list[Part]:
+    h, bias = c["hidden_size"], c["bias"]
+    qkv = falcon_qkv_width(c)
     ffn = c["ffn_hidden_size"]
     layer = [_lin("self_attention.query_key_value", h, qkv, bias), _lin("self_attention.dense", h, h, bias),
              _lin("mlp.dense_h_to_4h", h, ffn, bias), _lin("mlp.dense_4h_to_h", ffn, h, bias)]

@@ -25,7 +25,15 @@ from zerokit._dataclass import dataclass
 from zerokit._memo import IdentityMemo
 from zerokit.errors import BadInput
 from zerokit.memory.buffers import kept_gathered
-from zerokit.models.params import FAMILIES, complete_config, llama_like, model_parts, part_tensors, stack_split
+from zerokit.models.params import (
+    FAMILIES,
+    complete_config,
+    falcon_qkv_width,
+    llama_like,
+    model_parts,
+    part_tensors,
+    stack_split,
+)
 
 
 class Matmul(NamedTuple):
@@ -262,14 +270,8 @@ def _opt(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
 
 
 def _falcon(c: dict) -> tuple[list[Matmul], list[Matmul], int]:
-    h, n, heads, ffn = c["hidden_size"], c["num_hidden_layers"], c["num_attention_heads"], c["ffn_hidden_size"]
-    hd = h // heads
-    if c["new_decoder_architecture"]:
-        qkv = (2 * c["num_kv_heads"] + heads) * hd
-    elif c["multi_query"]:
-        qkv = h + 2 * hd
-    else:
-        qkv = 3 * h
+    h, n, ffn = c["hidden_size"], c["num_hidden_layers"], c["ffn_hidden_size"]
+    qkv = falcon_qkv_width(c)
     layer = [Matmul("self_attention.query_key_value", h, qkv, n), Matmul("self_attention.dense", h, h, n),
              Matmul("mlp.dense_h_to_4h", h, ffn, n), Matmul("mlp.dense_4h_to_h", ffn, h, n)]
     return layer, [Matmul("lm_head", h, c["vocab_size"])], ffn
