@@ -584,6 +584,37 @@ def test_launch_preflight_checks_ssh_to_the_selected_hosts_only(tmp_path, monkey
         assert "node2.invalid" not in err
 
 
+@pytest.mark.parametrize("narrowed", [["--exclude", "node2.invalid"], ["--nodes", "1"]])
+def test_a_hostfile_narrowed_to_this_machine_still_checks_ssh_to_it(tmp_path, monkeypatch, capsys, narrowed):
+    """A hostfile of localhost and another node, narrowed to localhost by --exclude or --nodes: DeepSpeed's runner
+    still takes its multi-node path (any hostfile does), ssh-checks localhost and starts pdsh, and launch passes it
+    --force_multi. The preflight took the narrowed hosts for one node and skipped the ssh and launcher checks, so it
+    passed a job the runner then refused ("host=localhost was not reachable via ssh")."""
+    import inspect
+
+    from deepspeed.launcher import runner as ds_runner
+
+    source = inspect.getsource(ds_runner.main)
+    assert "multi_node_exec = True" in source and "first_host = list(active_resources.keys())[0]" in source
+    pool = ds_runner._parse_hostfile(["localhost slots=2", "node2.invalid slots=2"])
+    active = ds_runner.parse_inclusion_exclusion(pool, "", "node2.invalid")
+    assert list(ds_runner.apply_num_nodes_and_gpus(active, 1, -1)) == list(active) == ["localhost"]
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\nnode2.invalid slots=2\n")
+    script = tmp_path / "train.py"
+    script.write_text("")
+    asked = []
+    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")  # pdsh "present"
+    for command in (["preflight"], ["launch"]):
+        asked.clear()
+        code = main([*command, "--hostfile", str(hostfile), "--master-port", str(free_port()), *narrowed,
+                     *([str(script)] if command == ["launch"] else [])])
+        captured = capsys.readouterr()
+        assert code == 3 and asked == ["localhost"], captured
+        assert "launcher pdsh" in captured.out + captured.err
+
+
 def test_offloaded_lion_and_adagrad_check_their_own_cpu_ops():
     from deepspeed.accelerator import get_accelerator
 

@@ -210,7 +210,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        no_ssh=no_ssh, node_rank=node_rank, master_addr=master_addr,
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
                                        exclude=spec.exclude, document=document,  # the runner's hosts and ranks
-                                       bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
+                                       bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
+                                       remote=spec.remote_shell)
         checks = preflight.run_job_checks(target, spec)  # zerokit preflight's, --include against the devices too
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

@@ -86,7 +86,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     target = preflight.make_target(config=config, plan=plan_file, hosts=host_map, hostfile=hostfile,
                                    gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                    nodes=nodes, include=include, exclude=exclude,
-                                   bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list)
+                                   bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
+                                   remote=spec.remote_shell)
     checks = preflight.run_job_checks(target, spec)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))

@@ -123,6 +123,11 @@ class Target:
     """launch --bind-cores-to-rank: each local rank under numactl on its own cores (DeepSpeed's launch.py)."""
     bind_core_list: str | None = None
     """launch --bind-core-list: the cores shared out instead of all physical ones."""
+    remote: bool = False
+    """The runner reaches the hosts through ssh and --launcher (`runner.LaunchSpec.remote_shell`), even where the
+    filters leave it only this machine: a hostfile of localhost and node2 with --exclude node2 still takes DeepSpeed's
+    multi-node path (its ssh check, pdsh), which launch runs on one node only when the hostfile names this machine
+    alone."""
 
     @property
     def world_size(self) -> int | None:
@@ -135,7 +140,7 @@ class Target:
         from zerokit.launch.runner import is_this_host  # here, as parse_resource_filter is: the runner module
 
         # this machine by any of its names runs without a hostfile, so without ssh (`zerokit launch`'s local_only)
-        return len(self.hosts) > 1 or any(not is_this_host(h) for h in self.hosts)
+        return self.remote or len(self.hosts) > 1 or any(not is_this_host(h) for h in self.hosts)
 
     @property
     def hosts_rendezvous(self) -> bool:
@@ -1520,10 +1525,11 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
                 include: str | None = None, exclude: str | None = None, document: Any = None,
-                bind_cores_to_rank: bool = False, bind_core_list: str | None = None) -> Target:
+                bind_cores_to_rank: bool = False, bind_core_list: str | None = None, remote: bool = False) -> Target:
     """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
     narrowed to the hosts and ranks the runner will use (`runner.select_hosts`). `document`: the config as the
-    caller already read it (`read_config_document`; launch reads it before anything starts), not read again."""
+    caller already read it (`read_config_document`; launch reads it before anything starts), not read again.
+    `remote`: the job's `runner.LaunchSpec.remote_shell` (`Target.remote`)."""
     if config is not None and document is None:
         document = read_config_document(config)
     ds_config = document.data if document is not None else {}
@@ -1549,5 +1555,5 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
                   node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config,
                   config_file=config, document=document, plan=plan_data, bind_cores_to_rank=bind_cores_to_rank,
-                  bind_core_list=bind_core_list)
+                  bind_core_list=bind_core_list, remote=remote)
 
