@@ -439,6 +439,10 @@ def test_checkpointing_only_when_needed(tmp_path):
     # Asked for more than fits, the planner says it fits no setup and falls back to the largest below it that does.
     assert bigger.decision.fits and bigger.decision.micro_batch_size < 64
     assert any("micro-batch 64 fits no setup" in r for r in bigger.reasons)
+    # and the forced options it keeps name no micro-batch: "Forced by you: ZeRO-0, micro-batch 64, checkpointing
+    # off; the search only considers setups that keep them" stood above a decision at a smaller one
+    assert bigger.reasons[0] == ("Forced by you: ZeRO-0, checkpointing off; the search only considers setups that "
+                                 "keep them.")
 
 
 def test_nvme_candidates_only_with_a_path():

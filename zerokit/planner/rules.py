@@ -519,7 +519,8 @@ def rule_forced(ctx: Context) -> tuple[None, str | None]:
     forced = [f"ZeRO-{stage}" if stage is not None else "",
               f"optimizer offload {opt}" if opt is not None else "",
               f"parameter offload {param}" if param is not None else "",
-              f"micro-batch {t.micro_batch}" if t.micro_batch is not None else "",
+              # one that fits nowhere is a ceiling (`plan`), which rule_batch words
+              f"micro-batch {t.micro_batch}" if t.micro_batch is not None and not ctx.relax_micro_batch else "",
               ("checkpointing " + ("on" if t.gradient_checkpointing else "off"))
               if t.gradient_checkpointing is not None else ""]
     forced = [f for f in forced if f]
