@@ -1054,6 +1054,37 @@ def test_slurm_jobs_need_ssh_to_their_first_host(monkeypatch):
     assert asked == ["node1"] and not check.ok and "node1" in check.detail
 
 
+@pytest.mark.parametrize("answer, address", [("", None), ("echo 'hostname: invalid option -- I' >&2; exit 1", None),
+                                             ("echo '10.0.0.7 fd00::7 '", "10.0.0.7")])
+def test_without_master_addr_the_first_host_must_give_its_address(tmp_path, monkeypatch, answer, address):
+    """Without --master_addr DeepSpeed's runner takes the first word of `ssh FIRST_HOST hostname -I`, whatever the
+    backend; a hostname without -I (busybox) fails it and an empty answer is an IndexError. The preflight ran
+    `ssh HOST hostname` only and passed both. The ssh here is a script that answers as such a host would."""
+    import inspect
+
+    from deepspeed.launcher import runner as ds_runner
+
+    source = inspect.getsource(ds_runner.main)
+    assert 'ssh_check_cmd += f" {first_host} hostname -I"' in source
+    assert "args.master_addr = result.decode('utf-8').split()[0]" in source
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ssh"
+    last = '"$(eval echo \\${$#})"'  # the remote command: ssh's last argument
+    fake.write_text(f'#!/bin/sh\ncase {last} in\n  "hostname -I") {answer or "true"};;\n  *) echo node;;\nesac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    for launcher, fix in (("pdsh", "pass --master-addr"), ("slurm", "takes no --master-addr")):
+        check = preflight.check_ssh(Target(hosts={"node1": 2, "node2": 2}, launcher=launcher))
+        assert check.ok == (address is not None), check
+        if address is None:
+            assert check.detail.startswith("`ssh node1 hostname -I` gives no address (") and fix in check.fix
+        else:
+            assert check.detail.endswith(f"the master address: {address} (`hostname -I` on node1)")
+    given = preflight.check_ssh(Target(hosts={"node1": 2, "node2": 2}, master_addr="node1"))  # not asked then
+    assert given.ok and "hostname -I" not in given.detail
+
+
 def test_mvapich_needs_mvapich2_gdr_as_deepspeeds_backend_does(monkeypatch, tmp_path):
     from deepspeed.launcher.multinode_runner import MVAPICHRunner
 

@@ -534,6 +534,20 @@ def probe_ssh(host: str) -> tuple[bool, str]:
     return r.returncode == 0, last
 
 
+def probe_host_address(host: str) -> tuple[str | None, str]:
+    """(the first address `ssh HOST hostname -I` prints, or None; why none): how DeepSpeed's runner finds the master
+    address when it is given none (launcher/runner.py: `result.decode('utf-8').split()[0]`), which fails where that
+    `hostname` has no -I (busybox, BSD) or the host prints no address."""
+    r = _ssh(host, "hostname -I")
+    if isinstance(r, str):
+        return None, r
+    words = r.stdout.split()
+    if r.returncode != 0 or not words:
+        return None, ((r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:120] if r.returncode
+                      else "it printed no address")
+    return words[0], ""
+
+
 def _ssh(host: str, command: str) -> subprocess.CompletedProcess | str:
     """`command` run on `host` the way DeepSpeed's runner checks a host (`ssh -o PasswordAuthentication=no`), in
     batch mode (no prompt) within a short timeout; or why ssh could not run it."""
@@ -1184,7 +1198,19 @@ def check_ssh(t: Target) -> Check | None:
         return Check("ssh", False, "no passwordless ssh to " + shown,
                      "ssh-copy-id to each host and accept its host key once (ssh HOST hostname must work without "
                      "a prompt: DeepSpeed's runner checks exactly that)")
-    return Check("ssh", True, f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)")
+    detail = f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)"
+    if t.master_addr is None:  # the runner asks the first host for its address, whatever the backend
+        from zerokit.launch.runner import DISCOVERY_LAUNCHERS  # here, as is_this_host is: the runner module
+
+        address, why = probe_host_address(hosts[0])
+        if address is None:
+            fix = ("pass --master-addr with its address" if t.launcher not in DISCOVERY_LAUNCHERS else
+                   f"install a hostname with -I there (Debian's hostname package): --launcher {t.launcher} takes no "
+                   "--master-addr")
+            return Check("ssh", False, f"`ssh {hosts[0]} hostname -I` gives no address ({why}), and DeepSpeed's "
+                         "runner asks it for the master address", fix)
+        detail += f"; the master address: {address} (`hostname -I` on {hosts[0]})"
+    return Check("ssh", True, detail)
 
 
 def probe_master_addr(addr: str) -> tuple[str | None, bool]:
