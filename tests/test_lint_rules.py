@@ -676,7 +676,8 @@ def test_zk301_offload_param_below_stage3_is_ignored(ds):
 
     cfg = with_(ADAGRAD, {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})
     [f] = lint(cfg)
-    assert (f.code, f.key, f.suggestion) == ("ZK301", "zero_optimization.offload_param.device", "3")
+    # the suggestion is a value for the finding's key (CONTRACT): "3", the stage's, would set device to "3"
+    assert (f.code, f.key, f.suggestion) == ("ZK301", "zero_optimization.offload_param.device", "none")
     engine = initialize(ds, cfg)  # accepted without a word...
     assert type(engine.optimizer) is DeepSpeedZeroOptimizer
     params = inspect.signature(DeepSpeedZeroOptimizer).parameters  # ...by an optimizer that cannot offload params
@@ -880,6 +881,7 @@ def test_zk307_bucket_memory_follows_the_bucket_sizes(ds):
     assert bucket_bytes(500_000_000, 500_000_000, 2) == 9_000_000_000  # the docs' "9GB footprint"
     [f] = lint(cfg, gpu_memory=24 * 10**9)
     assert (f.code, f.severity) == ("ZK307", "warning") and "9.0 GB" in f.message and "38%" in f.message
+    assert (f.key, f.suggestion) == ("zero_optimization.overlap_comm", "false")  # its key's value, not a bucket's
     assert lint(cfg, gpu_memory=80 * 10**9) == []  # 11%: fine
     assert lint(cfg) == []  # no --gpu-memory, no check
     # DeepSpeed allocates what the config asks, without a check: ZeRO-3's reduce bucket has exactly that many elements

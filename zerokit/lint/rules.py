@@ -595,7 +595,8 @@ def offload_param_below_stage3(doc: Document, ctx: Context) -> Iterator[Hit]:
     dev, key = _offload(doc.data, "param")
     if stage is not None and stage < 3 and dev in ("cpu", "nvme"):
         yield Hit(key, f"parameter offload to {dev} only works with ZeRO stage 3; at stage {stage} DeepSpeed ignores "
-                  "it and keeps parameters on the GPU; set zero_optimization.stage to 3 or remove offload_param", "3")
+                  "it and keeps parameters on the GPU; set zero_optimization.stage to 3 or remove offload_param",
+                  "none")  # the key's own value: what DeepSpeed runs (stage 3 is the other fix, the message's first)
 
 
 def _autotp_size(cfg: dict) -> int:
@@ -797,7 +798,7 @@ def bucket_memory(doc: Document, ctx: Context) -> Iterator[Hit]:
                   f"overlap_comm with reduce_bucket_size {reduce:.3g} and {other_key} {other:.3g} needs about "
                   f"{nbytes / 1e9:.1f} GB of buckets (4.5 x ({reduce:.3g} + {other:.3g}) x {_dtype_bytes(cfg)} bytes), "
                   f"{share:.0%} of the {ctx.gpu_memory / 1e9:.0f} GB GPU; lower both bucket sizes (e.g. 5e7) or set "
-                  "overlap_comm to false", "5e7")
+                  "overlap_comm to false", "false")  # the key's own value (lower buckets are the other fix)
 
 
 def _count(n: int) -> str:
