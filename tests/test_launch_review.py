@@ -151,6 +151,44 @@ def test_the_users_secrets_stay_private_the_launch_writes_0600_and_a_script_read
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
 
 
+def test_a_script_reads_an_absolute_ds_env_file_as_deepspeed_and_the_launch_do(tmp_path, monkeypatch):
+    """DeepSpeed joins DS_ENV_FILE to ~ and . with os.path.join, so an absolute one is read as it is (and so does the
+    launch, `users_deepspeed_env`); --emit-script's "$HOME/$DS_ENV_FILE" named no file, and its ranks lost them."""
+    import os
+    import subprocess
+
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    from deepspeed.launcher.multinode_runner import PDSHRunner
+
+    home, work, own = tmp_path / "home", tmp_path / "work", tmp_path / "cluster.env"
+    home.mkdir()
+    work.mkdir()
+    own.write_text("WANDB_PROJECT=abs\nNCCL_DEBUG=WARN\n")
+    assert os.path.join(str(home), str(own)) == os.path.join(".", str(own)) == str(own)  # DeepSpeed's two paths
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DS_ENV_FILE", str(own))
+    monkeypatch.chdir(work)
+    (work / "ds.json").write_text("{}")
+    assert main(["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "--emit-script", "run.sh",
+                 "train.py"]) == 0
+    lines = (work / "run.sh").read_text().splitlines()
+    lines[-1] = "true"  # everything but the runner itself
+    (work / "run.sh").write_text("\n".join(lines) + "\n")
+    subprocess.run(["bash", str(work / "run.sh")], check=True, env={**os.environ})
+    s = spec(hosts=(("node1", 8), ("node2", 8)), env=(("NCCL_DEBUG", "INFO"),), files_dir=str(work / ".zerokit"))
+    launched = render_files(s)[s.env_file]
+
+    def exports(text: str) -> dict[str, str]:  # what DeepSpeed's runner makes of the file, line by line
+        pdsh = PDSHRunner(runner.parse_args(["train.py"]), "")
+        for line in text.splitlines(keepends=True):
+            key, val = line.split("=", maxsplit=1)
+            pdsh.add_export(key, val)
+        return pdsh.exports
+
+    expected = {"WANDB_PROJECT": "abs", "NCCL_DEBUG": "INFO"}
+    assert exports(launched) == exports((work / ".zerokit" / ".deepspeed_env").read_text()) == expected
+
+
 @pytest.mark.parametrize("line, hosts", [
     ("node1 slots=4 max_slots=4", {"node1": 4}),
     ("node_1 slots=4", {"node_1": 4}),

@@ -279,6 +279,7 @@ SCRIPT_COMMANDS = ("set ", "cd ", "export ", "exec ", "mkdir ", "cat ", 'scontro
                    "  exit 2", "fi",
                    # the .deepspeed_env block: the user's own env files read at run time, then --env's (launch.sh.j2)
                    "(", "  umask 077", "  {", '    for f in "$HOME/${DS_ENV_FILE:-.deepspeed_env}"',
+                   '      case "${DS_ENV_FILE:-}" in /*) f="$DS_ENV_FILE";; esac',
                    '      if [ -f "$f" ]; then while IFS= read -r line', "    done", "    cat <<'ZEROKIT_EOF'",
                    "  } > ", ")")
 
