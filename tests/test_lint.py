@@ -544,3 +544,95 @@ def test_a_newline_in_a_path_keeps_every_message_on_one_line(capsys, tmp_path):
     from zerokit.lint.loader import LoadError
 
     assert str(LoadError("a\nb.json", 1, 2, "not UTF-8\ttext")) == "a\\nb.json:1:2: not UTF-8\\ttext"
+
+
+# What the suggestion test below sets, a few at a time, on the example configs: values that set off the rules with
+# suggestions (a stage, offload devices, buckets, precision, batch sizes, the optimizer and scheduler).
+SUGGESTION_MUTATIONS = (
+    (("zero_optimization", "stage"), (0, 1, 2, 3, "3", "auto")),
+    (("zero_optimization", "offload_param", "device"), ("cpu", "nvme", "none")),
+    (("zero_optimization", "offload_optimizer", "device"), ("cpu", "nvme", "none")),
+    (("zero_optimization", "overlap_comm"), (True, False)),
+    (("zero_optimization", "reduce_bucket_size"), (5e8, 5e9, "auto", 1e13)),
+    (("zero_optimization", "allgather_bucket_size"), (5e8, 5e9)),
+    (("zero_optimization", "stage3_prefetch_bucket_size"), (5e8, 5e9)),
+    (("zero_optimization", "stage3_gather_16bit_weights_on_model_save"), (True, False)),
+    (("fp16", "enabled"), (True, False, "auto", "true")),
+    (("fp16", "loss_scale"), (0, 1, 128)),
+    (("fp16", "initial_scale_power"), (16, 64)),
+    (("fp16", "hysteresis"), (0, 2)),
+    (("bf16", "enabled"), (True, False, "auto")),
+    (("train_batch_size",), (32, 33, "auto", 7)),
+    (("train_micro_batch_size_per_gpu",), (1, 2, 3, "auto")),
+    (("gradient_accumulation_steps",), (1, 2, 5, "auto")),
+    (("gradient_clipping",), (1.0, -1, "auto")),
+    (("optimizer", "type"), ("Adam", "AdamW", "OneBitAdam", "Lamb", "adagrad")),
+    (("optimizer", "params", "lr"), (1e-4, "auto", 0)),
+    (("scheduler", "type"), ("WarmupLR", "WarmupDecayLR", "OneCycle")),
+    (("zero_allow_untested_optimizer",), (True, False)),
+    (("communication_data_type",), ("fp16", "bf16", "fp32")),
+    (("gradient_predivide_factor",), (1.0, 2.0)),
+    (("prescale_gradients",), (True,)),
+)
+
+
+def _set(cfg: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        if not isinstance(cfg.get(key), dict):
+            cfg[key] = {}
+        cfg = cfg[key]
+    cfg[path[-1]] = value
+
+
+def _suggested_value(f, node: dict | None):
+    """The finding's suggestion as a value of its key (a JSON number, boolean or null; a string of the key's enum),
+    or None where it names a key (the corrected name, or the key to set: `zero_optimization.stage`)."""
+    from zerokit.lint.schema import value_node
+
+    try:
+        return (json.loads(f.suggestion),)
+    except ValueError:
+        pass
+    return (f.suggestion,) if node is not None and f.suggestion in value_node(node).get("enum", ()) else None
+
+
+def test_a_findings_suggested_value_fixes_its_key():
+    """CONTRACT: `suggestion` is the corrected key or value of the finding's `key`, so a tool may apply a value
+    suggestion to the key. ZK301 suggested the stage's "3" for offload_param.device, ZK307 a bucket size for
+    overlap_comm, ZK208 loss_scale's "0" for the keys a static scale ignores. Over seeded mutations of the example
+    configs, every value suggested, set on its key, clears the finding and is of the key's type."""
+    import copy
+    import random
+    from pathlib import Path
+
+    from zerokit.lint.engine import lint_text
+    from zerokit.lint.rules import Context
+    from zerokit.lint.schema import node_at
+
+    bases = [json.loads(Path(ROOT, "examples", "configs", name).read_text(encoding="utf-8")) for name in
+             ("zero3_offload_ds_config.json", "zero2_ds_config.json", "accelerate_zero3_ds_config.json")]
+    bases.append({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+                  "fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "hysteresis": 2},
+                  "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})
+    rng = random.Random(2026)
+    checked, wrong = set(), []
+    for _ in range(600):
+        cfg = copy.deepcopy(rng.choice(bases))
+        for path, values in rng.sample(SUGGESTION_MUTATIONS, rng.randint(1, 5)):
+            _set(cfg, path, rng.choice(values))
+        ctx = Context(target=rng.choice(["trainer", "accelerate", "deepspeed"]), world_size=rng.choice([None, 1, 8]),
+                      gpu_memory=rng.choice([None, 16 * 10**9, 80 * 10**9]))
+        for f in lint_text(json.dumps(cfg, indent=2), ctx):
+            path = tuple(f.key.split("."))
+            value = _suggested_value(f, node_at(path)) if f.suggestion is not None and f.key else None
+            if value is None:
+                continue
+            checked.add(f.code)
+            fixed = copy.deepcopy(cfg)
+            _set(fixed, path, value[0])
+            # the same finding, or a schema one (a wrong type or value: ZK1xx), at the key
+            if any(g.key == f.key and (g.code == f.code or g.code.startswith("ZK1")) for g in
+                   lint_text(json.dumps(fixed), ctx)):
+                wrong.append((f.code, f.key, f.suggestion, f.message[:100]))
+    assert not wrong, "\n".join(map(str, sorted(set(wrong))[:20]))
+    assert {"ZK301", "ZK307"} <= checked and len(checked) >= 10, checked  # most rules that suggest one
