@@ -298,7 +298,10 @@ def test_profile_file_errors(tmp_path):
     for broken, says in (({"zerokit_profile": True}, "not a zerokit probe profile"),
                          ({"attention": 0}, "attention must map dtypes"),
                          ({"measurements": {"device_memory_bytes": 1}},
-                          "measurements.device_memory_bytes must be a whole number of bytes from 1 GiB")):
+                          "measurements.device_memory_bytes must be a whole number of bytes from 1 GiB"),
+                         # a list or a string was read as no measurements: the plan then asked for --gpu
+                         ({"measurements": [1]}, r"measurements must be an object \(the probe's raw figures\), got \[1\]"),
+                         ({"measurements": "x"}, "measurements must be an object")):
         edited = tmp_path / "edited.json"
         edited.write_text(json.dumps({**h200, **broken}))
         with pytest.raises(BadInput, match=says):

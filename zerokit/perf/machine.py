@@ -506,7 +506,11 @@ def load_profile_for_plan(path: str) -> tuple[MachinePerf, int | None, list[str]
     data = _read_profile(path)
     perf = profile_from_json(data, path)
     measured = data.get("measurements")
-    measured = measured if isinstance(measured, dict) else {}
+    if measured is None:
+        measured = {}
+    elif not isinstance(measured, dict):  # else the plan asked for --gpu, as if the profile had measured no memory
+        raise BadInput(f"--hardware {path}: measurements must be an object (the probe's raw figures), got "
+                       f"{_shown(measured)}; re-run `zerokit probe`")
     notes = profile_warnings(perf, measured)
     if measured.get("quick") is True:  # `zerokit probe --quick`: a smoke test's few short timings
         notes.insert(0, "the profile is from `zerokit probe --quick`, a smoke test that times each figure briefly "
