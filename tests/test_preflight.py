@@ -428,6 +428,32 @@ def test_the_threads_check_reads_this_machine_and_the_ranks_env(monkeypatch):
     assert preflight.check_cpu_threads(Target()) is None  # no ranks asked for: nothing to count
 
 
+def test_ranks_started_through_ssh_get_only_what_deepspeeds_runner_exports(monkeypatch, tmp_path):
+    """pdsh (ssh) and openmpi start each node's ranks in a fresh shell, and DeepSpeed's runner exports only its
+    prefixes' variables (runner.EXPORT_ENVS, NCCL...), the user's .deepspeed_env and --env: the threads check
+    counted this shell's OMP_NUM_THREADS=1 for the ranks of a hostfile job that runs here, which start at torch's
+    default. On one node, or through slurm's srun --export=ALL, this environment is the ranks'."""
+    if preflight.probe_accelerator() != "cpu":
+        pytest.skip("DeepSpeed's accelerator is not the CPU: the ranks run on the GPUs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    default, _ = preflight.probe_threads()
+    hosts = {"localhost": 2, "node2": 2}
+    for launcher in ("pdsh", "openmpi"):
+        target = Target(hosts=hosts, launcher=launcher)
+        assert "OMP_NUM_THREADS" not in target.rank_env and target.rank_env["NCCL_DEBUG"] == "INFO"
+        assert f"2 ranks x {default} OpenMP thread" in preflight.check_cpu_threads(target).detail
+        given = Target(hosts=hosts, launcher=launcher, env={"OMP_NUM_THREADS": "1"})
+        assert "2 ranks x 1 OpenMP thread (OMP_NUM_THREADS)" in preflight.check_cpu_threads(given).detail
+    (tmp_path / ".deepspeed_env").write_text("OMP_NUM_THREADS=1\n")
+    assert "2 ranks x 1 OpenMP thread (OMP_NUM_THREADS)" in preflight.check_cpu_threads(Target(hosts=hosts)).detail
+    for target in (Target(gpus_per_node=2), Target(hosts=hosts, launcher="slurm")):
+        assert target.rank_env["OMP_NUM_THREADS"] == "1"
+        assert "2 ranks x 1 OpenMP thread (OMP_NUM_THREADS)" in preflight.check_cpu_threads(target).detail
+
+
 def test_launch_hands_its_env_to_the_threads_check(tmp_path, capsys):
     """`zerokit launch --env OMP_NUM_THREADS=...` is what the ranks get, so it is what the preflight counts: a value
     OpenMP cannot read stops the launch before any rank starts (exit 3)."""

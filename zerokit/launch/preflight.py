@@ -94,6 +94,14 @@ class Needs:
     """Per-GPU memory the plan needs at the peak of a step."""
 
 
+RUNNER_EXPORTS = ("MLFLOW", "PYTHON", "MV2", "UCX", "NCCL")
+"""The prefixes of the variables DeepSpeed's runner exports to the nodes: runner.EXPORT_ENVS and the CUDA
+accelerator's `export_envs` (the CPU accelerator adds none)."""
+FRESH_SHELL_LAUNCHERS = frozenset({"pdsh", "openmpi"})
+"""Launchers that start the ranks in a fresh shell on each node (ssh, mpirun without -x for the rest); MPICH's and
+Intel MPI's hydra and slurm's srun --export=ALL hand this environment on."""
+
+
 @dataclass(frozen=True)
 class Target:
     """What the checks check against."""
@@ -151,6 +159,23 @@ class Target:
         if self.no_ssh:
             return self.node_rank == 0
         return not self.multi_node or is_this_machine(next(iter(self.hosts)))
+
+    @functools.cached_property
+    def rank_env(self) -> dict[str, str]:
+        """The variables the job's ranks on this machine start with: this environment, --env on top. Where the
+        runner starts them through a fresh shell (pdsh's ssh, openmpi's mpirun), only what DeepSpeed's runner
+        exports reaches them: its prefixes' variables (NCCL..., PYTHON...), the user's .deepspeed_env and --env;
+        an OMP_NUM_THREADS of this shell does not."""
+        if self.no_ssh or not self.multi_node or self.launcher not in FRESH_SHELL_LAUNCHERS:
+            return {**os.environ, **self.env}
+        from zerokit.launch.runner import users_deepspeed_env
+
+        try:
+            users = users_deepspeed_env()
+        except BadInput:  # launch refuses such a file before its preflight; here none of it is counted
+            users = {}
+        exported = {k: v for k, v in os.environ.items() if k.startswith(RUNNER_EXPORTS)}
+        return {**exported, **users, **self.env}
 
     @functools.cached_property
     def runs_here(self) -> bool:
@@ -660,7 +685,7 @@ def check_cpu_threads(t: Target) -> Check | None:
         share = bound_share(t, ranks)
         if share is not None:
             return threads_verdict(ranks, share, cores, True, "--bind-cores-to-rank")
-    asked = t.env.get("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS"))
+    asked = t.rank_env.get("OMP_NUM_THREADS")
     threads = default
     if asked is not None:
         first = asked.split(",", 1)[0].strip()
@@ -765,7 +790,7 @@ def check_core_binding(t: Target) -> Check | None:
     it is not, and the config offloads the optimizer to CPU Adam on a GPU node with several local ranks and no
     OMP_NUM_THREADS: advice, for every rank's CPU Adam then runs a thread per core of the node, on every core."""
     ranks = t.gpus_per_node or (max(t.hosts.values()) if t.hosts else None)
-    env = {**os.environ, **t.env}
+    env = t.rank_env
     if not t.bind_cores_to_rank:
         if not t.needs.cpu_adam or (ranks or 0) < 2 or "OMP_NUM_THREADS" in env or not t.runs_here:
             return None
