@@ -1100,7 +1100,7 @@ def test_without_master_addr_the_first_host_must_give_its_address(tmp_path, monk
     fake.write_text(f'#!/bin/sh\ncase {last} in\n  "hostname -I") {answer or "true"};;\n  *) echo node;;\nesac\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    for launcher, fix in (("pdsh", "pass --master-addr"), ("slurm", "takes no --master-addr")):
+    for launcher, fix in (("pdsh", "give zerokit launch --master-addr"), ("slurm", "takes no --master-addr")):
         check = preflight.check_ssh(Target(hosts={"node1": 2, "node2": 2}, launcher=launcher))
         assert check.ok == (address is not None), check
         if address is None:

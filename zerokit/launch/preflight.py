@@ -1229,7 +1229,7 @@ def check_ssh(t: Target) -> Check | None:
 
         address, why = probe_host_address(hosts[0])
         if address is None:
-            fix = ("pass --master-addr with its address" if t.launcher not in DISCOVERY_LAUNCHERS else
+            fix = ("give zerokit launch --master-addr with its address" if t.launcher not in DISCOVERY_LAUNCHERS else
                    f"install a hostname with -I there (Debian's hostname package): --launcher {t.launcher} takes no "
                    "--master-addr")
             return Check("ssh", False, f"`ssh {hosts[0]} hostname -I` gives no address ({why}), and DeepSpeed's "
