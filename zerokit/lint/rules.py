@@ -472,11 +472,10 @@ def fp16_static_scale_dynamic_keys(doc: Document, ctx: Context) -> Iterator[Hit]
             or scale <= 0:
         return
     given = [k for k in DYNAMIC_SCALE_KEYS if k in fp16]
-    if given:
+    if given:  # no suggestion: the fix is removing the key (or another key's value), none of its own values
         yield Hit(("fp16", given[0]), f"fp16.loss_scale {scale:g} is a static scale, so DeepSpeed ignores "
                   f"{', '.join('fp16.' + k for k in given)}, which tune dynamic scaling only; remove "
                   f"{'it' if len(given) == 1 else 'them'}, or set fp16.loss_scale to 0 for dynamic scaling")
-        # no suggestion: the fix is removing the key (or another key's value), none of its own values
 
 
 MAX_SCALE_POWER = 63
