@@ -865,3 +865,53 @@ def test_a_plan_that_fills_the_gpu_says_so_and_how_to_leave_room():
     roomy = plan(LLAMA7, hw, Training(seq_len=2048, peft="lora", micro_batch=2))
     assert roomy.memory.total / hw.gpu_memory_bytes < 0.95
     assert not any(w.startswith("the plan fills") for w in roomy.warnings)
+
+
+@pytest.mark.parametrize("name, gpu, gpn, nodes, cpu, training, said, forced", [
+    # ZeRO-3 + CPU optimizer offload with checkpointing at micro-batch 32 needed the ladder's second rung; the
+    # alternative without it was priced there too, 75,796 tokens/s, where forcing it off plans 103,572 at HF's buffers
+    ("gpt2-medium", "a10g", 8, 2, None, Training(seq_len=1024),
+     "without it only micro-batch 8 fits, 103,572 tokens/s against 252,050 with recomputation at micro-batch 32",
+     {"gradient_checkpointing": False}),
+    # forcing checkpointing on plans micro-batch 32 at 35,934 tokens/s; the reason said 35,790, another rung's figure
+    ("gpt2-large", "t4", 8, 1, "64GB", Training(seq_len=512, global_batch=1024, offload_param="cpu"),
+     "with it micro-batch 32 would fit but train 35,934 tokens/s against 38,447 without",
+     {"gradient_checkpointing": True, "micro_batch": 32}),
+    # checkpointing at micro-batch 2 kept HF's buffers, which hold no micro-batch without it, and the reason said not
+    # even the smallest fits; the frugal ones hold 1, which forcing it off plans
+    ("qwen2.5-1.5b", "rtx4090", 2, 4, "256GB", Training(seq_len=4096),
+     "without it only micro-batch 1 fits, 18,388 tokens/s against 35,839 with recomputation at micro-batch 2",
+     {"gradient_checkpointing": False}),
+    # a LoRA'd MoE at ZeRO-3 keeps its experts' views without checkpointing, the more the smaller the reuse window:
+    # there the frugal rung holds less than HF's buffers, which hold micro-batch 1
+    ("mixtral-8x7b", "mi300x", 4, 4, "256GB", Training(seq_len=512, peft="lora"),
+     "without it only micro-batch 1 fits, 118 tokens/s against 7,562 with recomputation at micro-batch 64",
+     {"gradient_checkpointing": False}),
+])
+def test_the_checkpointing_reason_quotes_what_forcing_it_the_other_way_plans(name, gpu, gpn, nodes, cpu, training,
+                                                                              said, forced):
+    """rule_micro_batch compared the chosen option with the other checkpointing at the chosen option's buffer rung,
+    where the search prices each option at its own: the figures it quoted were not what --gradient-checkpointing
+    on/off (with the same setup forced) plans."""
+    hw = resolve_hardware(gpu, gpus_per_node=gpn, nodes=nodes, cpu_memory=cpu)
+    model = resolve_model(name)
+    p = plan(model, hw, training)
+    reason = next(r for r in p.reasons if r.startswith("Micro-batch"))
+    assert said in reason
+    d = p.decision
+    other = plan(model, hw, replace(training, zero_stage=d.zero_stage, offload_optimizer=d.offload_optimizer,
+                                    offload_param=d.offload_param, **forced))
+    mb, rate = re.search(r"micro-batch (\d+) (?:fits, |would fit but train )([\d,]+) tokens/s", said).groups()
+    assert other.decision.fits and other.decision.micro_batch_size == int(mb)
+    assert f"{other.performance.tokens_per_s:,.0f}" == rate
+
+
+def test_a_closest_miss_short_of_host_memory_says_its_micro_batch_fits_on_the_gpu_only():
+    """Llama-3-8B at 8k tokens on one A100-40GB with 64 GB of RAM: every setup that fits the GPU offloads more than
+    the RAM holds. The micro-batch reason called micro-batch 2 'the largest that fits this way' of a plan that fits
+    nowhere."""
+    p = plan(resolve_model("llama-3-8b"), resolve_hardware("a100-40gb", cpu_memory="64GB"),
+             Training(seq_len=8192, global_batch=30))
+    assert not p.decision.fits and "CPU RAM" in p.candidates[-1].why_not
+    reason = next(r for r in p.reasons if r.startswith("Micro-batch"))
+    assert reason.startswith("Micro-batch 2 (16,384 tokens), the largest that fits on the GPU this way (up to 30);")

@@ -98,6 +98,10 @@ class Evaluation(NamedTuple):
     host: HostMemory
     level: int
     """Index of `buffers` in the stage's buffer ladder."""
+    fastest: dict
+    """Checkpointing -> (micro-batch, StepTime, the largest micro-batch the GPU holds at any buffer setting tried) of
+    the fastest option the search timed with it: what forcing --gradient-checkpointing on or off plans for this setup
+    (rule_micro_batch's words); empty when the GPU holds no option."""
 
     @property
     def phases(self) -> dict[str, GpuMemory]:
@@ -862,38 +866,46 @@ def rule_offload(ctx: Context) -> tuple[tuple[str, str], str | None]:
 
 
 def rule_micro_batch(ctx: Context) -> tuple[tuple[int, bool], str]:
-    """The micro-batch and checkpointing of the chosen setup, and why checkpointing is on or off."""
+    """The micro-batch and checkpointing of the chosen setup, and why checkpointing is on or off: against what
+    forcing --gradient-checkpointing the other way plans for this setup, the search's fastest option there at its own
+    buffers (`Evaluation.fastest`)."""
     e, b = ctx.chosen, ctx.batch
-    s, mem = e.candidate.setup, e.candidate.memory
+    s, mem, fits = e.candidate.setup, e.candidate.memory, e.candidate.fits
     largest, mb = b.micro_batches[-1], s.micro_batch_size
     if ctx.training.gradient_checkpointing is not None:
         ck = "gradient checkpointing " + ("on" if s.gradient_checkpointing else "off") + " as you asked"
     elif s.gradient_checkpointing:
-        plain = _largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, False)
+        plain = e.fastest.get(False)
         if plain is None:
             ck = ("gradient checkpointing on: without it not even the smallest micro-batch fits"
                   if len(b.micro_batches) > 1 else f"gradient checkpointing on: without it micro-batch {mb} does not fit")
-        elif e.candidate.performance is None:  # the closest miss: nothing to time
-            ck = f"gradient checkpointing on: without it only micro-batch {plain} fits on the GPU"
+        elif not fits:  # the closest miss: nothing to time
+            ck = f"gradient checkpointing on: without it only micro-batch {plain[2]} fits on the GPU"
         else:
-            alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, plain, False)
-            ck = (f"gradient checkpointing on: without it only micro-batch {plain} fits, "
-                  f"{format_rate(alt.tokens_per_s)} tokens/s against {format_rate(e.candidate.performance.tokens_per_s)} with "
-                  f"recomputation at micro-batch {mb}")
+            alone, alt, most = plain
+            ck = ("gradient checkpointing on: without it " + (f"only micro-batch {alone} fits" if most == alone else
+                                                              f"micro-batch {alone} trains fastest ({most} fits with "
+                                                              "smaller buffers)")
+                  + f", {format_rate(alt.tokens_per_s)} tokens/s against "
+                  f"{format_rate(e.candidate.performance.tokens_per_s)} with recomputation at micro-batch {mb}")
     else:
         ck = "no gradient checkpointing: recomputation would only add compute"
-        recomputed = (_largest_fitting(ctx, s.zero_stage, s.offload_optimizer, s.offload_param, e.level, True)
-                      if ctx.training.gradient_checkpointing is None and e.candidate.fits else None)
-        if recomputed is not None and recomputed > mb:
-            alt = ctx.step(s.zero_stage, s.offload_optimizer, s.offload_param, e.level, recomputed, True)
-            ck = (f"no gradient checkpointing: with it micro-batch {recomputed} would fit but train "
-                  f"{format_rate(alt.tokens_per_s)} tokens/s against {format_rate(e.candidate.performance.tokens_per_s)} without")
+        recomputed = e.fastest.get(True) if fits else None
+        if recomputed is not None and recomputed[0] > mb:
+            ck = (f"no gradient checkpointing: with it micro-batch {recomputed[0]} would fit but train "
+                  f"{format_rate(recomputed[1].tokens_per_s)} tokens/s against "
+                  f"{format_rate(e.candidate.performance.tokens_per_s)} without")
+    own = e.fastest.get(s.gradient_checkpointing)
+    where = "" if fits else " on the GPU"  # a closest miss short of host memory or NVMe
     if mem.total > ctx.device_cap(s.zero_stage, s.offload_optimizer, s.offload_param):
         cap = "the smallest, and even it does not fit"
     elif mb == largest:
         cap = "the largest allowed"
+    elif own is not None and own[2] > mb:  # HF's auto buffers train faster than the frugal ones that hold more
+        cap = (f"the fastest that fits{where} this way (up to {largest}; micro-batch {own[2]} fits with smaller "
+               "buffers, but trains slower)")
     else:
-        cap = f"the largest that fits this way (up to {largest})"
+        cap = f"the largest that fits{where} this way (up to {largest})"
     return (mb, s.gradient_checkpointing), (f"Micro-batch {mb} ({mb * ctx.training.seq_len:,} tokens), {cap}; {ck}"
                                             f"{_host_paced(ctx)}.")
 
@@ -1098,6 +1110,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     forced = ctx.training.gradient_checkpointing
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
+    fastest: dict[bool, tuple[int, StepTime, int]] = {}  # `Evaluation.fastest`
     # `_largest_fitting`, its batch split made once per candidate and each setting's limits looked up once
     search, limit_of, batch = ctx._search, ctx._limit, ctx.batch
     mbs = batch.micro_batches
@@ -1125,6 +1138,7 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                             mbs)
             if mb is None or (level and at_auto.get(ck, 0) >= mb):
                 continue  # frugal buffers that buy no larger micro-batch only slow the step
+            most = max(mb, fastest[ck][2]) if ck in fastest else mb
             rung = level
             if not level:
                 at_auto[ck] = mb
@@ -1134,6 +1148,8 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                 rung = next((i for i in range(1, last)
                              if search(limit_of(stage, opt, param, i, held, bare), stage, ck, (mb,)) is not None), last)
             perf = ctx.step(stage, opt, param, rung, mb, ck)
+            fastest[ck] = (mb, perf, most) if ck not in fastest or perf.tokens_per_s > fastest[ck][1].tokens_per_s \
+                else (*fastest[ck][:2], most)
             if best is None or perf.tokens_per_s > best[0]:
                 best = (perf.tokens_per_s, rung, mb, ck, perf)
     if best is None:
@@ -1171,7 +1187,8 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     candidate = Candidate(Setup(stage, opt, param, mb, ck, accumulation), GpuMemory(*components[peak]),
                           cpu_bytes, host.nvme_bytes, fits, why_not, dict(zip(PHASES, totals)), PHASES[peak],
                           performance if fits else None, activations)
-    return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick)
+    return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick,
+                      fastest)
 
 
 def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
