@@ -701,3 +701,32 @@ def test_the_stage_reason_weighs_the_modules_to_save_copies():
     plain = plan(resolve_model("llama-3-8b"), hw, Training(seq_len=2048, peft="lora"))
     [why] = [r for r in plain.reasons if r.startswith("LoRA and the ZeRO stage")]
     assert "so ZeRO-1/2 have little to partition" in why
+
+
+def test_qlora_that_does_not_load_points_at_lora_only_where_lora_fits():
+    """QLoRA's whole 4-bit base loads onto every GPU; `missing` offered '--peft lora instead' whether or not LoRA fits.
+    Llama-3.1-70B on one V100-16GB at 8k tokens with checkpointing forced off: LoRA fits nowhere either (its own plan
+    asks for a 474.8 GB GPU), and the 407.0 GB the QLoRA plan asks for is a step's activations, not the 39.5 GB base
+    it blamed. Mixtral-8x7B on 8 H100s: the load is what is short, and LoRA fits, as ZeRO-3 at micro-batch 16."""
+    from dataclasses import replace
+
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    llama = resolve_model("llama-3.1-70b")
+    v100 = resolve_hardware("v100-16gb")
+    t = Training(seq_len=8192, gradient_checkpointing=False, peft="qlora")
+    result = plan(llama, v100, t)
+    assert not plan(llama, v100, replace(t, peft="lora")).decision.fits
+    assert result.missing == (
+        "needs a GPU with at least 407.0 GB: even at ZeRO-3 with the optimizer offloaded, a step's activations, the "
+        "base's partition and the overhead need that much (and transformers first loads the whole 39.5 GB 4-bit base "
+        "onto every GPU)")
+    mixtral = plan(resolve_model("mixtral-8x7b"), resolve_hardware("h100-80gb", gpus_per_node=8),
+                   Training(seq_len=4096, peft="qlora"))
+    assert mixtral.missing.endswith(
+        "transformers loads the whole 91.4 GB 4-bit base onto every GPU before ZeRO-3 partitions it, however many "
+        "GPUs there are, or --peft lora instead, which fits as ZeRO-3 at micro-batch 16 with gradient checkpointing: "
+        "ZeRO-3 builds a 16-bit base under zero.Init, partitioned as it loads")

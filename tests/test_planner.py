@@ -915,3 +915,18 @@ def test_a_closest_miss_short_of_host_memory_says_its_micro_batch_fits_on_the_gp
     assert not p.decision.fits and "CPU RAM" in p.candidates[-1].why_not
     reason = next(r for r in p.reasons if r.startswith("Micro-batch"))
     assert reason.startswith("Micro-batch 2 (16,384 tokens), the largest that fits on the GPU this way (up to 30);")
+
+
+def test_missing_names_what_leaving_the_forced_options_out_plans():
+    """Gemma-7B on 16 H200s at ZeRO-0 fits nowhere; without the forced options the planner times the multiples of 16
+    near the 1,000 samples asked and plans ZeRO-1 at micro-batch 2 (1,008 samples, 31 accumulation steps). `missing`
+    ran the rules alone on the nearest multiple and said micro-batch 1."""
+    hw = resolve_hardware("h200", gpus_per_node=8, nodes=2)
+    model = resolve_model("gemma-7b")
+    t = Training(seq_len=4096, global_batch=1000, zero_stage=0, offload_optimizer="none")
+    p = plan(model, hw, t)
+    assert not p.decision.fits
+    assert p.missing.endswith("without them the plan fits as ZeRO-1 at micro-batch 2")
+    free = plan(model, hw, replace(t, zero_stage=None, offload_optimizer=None)).decision
+    assert (free.fits, free.zero_stage, free.offload_optimizer, free.micro_batch_size,
+            free.gradient_checkpointing) == (True, 1, "none", 2, False)

@@ -324,13 +324,14 @@ def missing(ctx: Context) -> str:
     if forced:  # would the planner's own choice fit? Then the forced options are what is missing.
         free = replace(t, zero_stage=None, offload_optimizer=None, offload_param=None, micro_batch=None,
                        gradient_checkpointing=None)
-        alt = run_rules(model, hw, free, activations=ctx.activation_model, machine=ctx.machine)[0].chosen.candidate
+        # the whole plan, not its rules alone: a global batch that must be rounded is timed at each option
+        # (`batch_by_speed`), which can change the setup and micro-batch that leaving the options out plans
+        alt = plan(model, hw, free, activations=ctx.activation_model, machine=ctx.machine).decision
         if alt.fits:
-            s = alt.setup
             return (f"with {' and '.join(forced)} forced, the closest setup {ctx.chosen.candidate.why_not}; without "
                     f"{'them' if len(forced) > 1 else 'it'} the plan fits as "
-                    f"{setup_label(s.zero_stage, s.offload_optimizer, s.offload_param)} at micro-batch "
-                    f"{s.micro_batch_size}" + (" with gradient checkpointing" if s.gradient_checkpointing else ""))
+                    f"{setup_label(alt.zero_stage, alt.offload_optimizer, alt.offload_param)} at micro-batch "
+                    f"{alt.micro_batch_size}" + (" with gradient checkpointing" if alt.gradient_checkpointing else ""))
     options = []
     gpus = gpus_needed(ctx)
     if gpus is not None and gpus > hw.world_size:
@@ -367,10 +368,18 @@ def missing(ctx: Context) -> str:
             if lacks:
                 options.append(" and ".join(lacks) + " for ZeRO-Infinity offload to NVMe")
     elif ctx.qlora and ctx.qlora_load > hw.gpu_memory_bytes:
-        options.append(f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: transformers loads the whole "
-                       f"{format_bytes(ctx.peft.frozen_bytes_at(3))} 4-bit base onto every GPU before ZeRO-3 "
-                       "partitions it, however many GPUs there are")
-        options.append("--peft lora instead: ZeRO-3 builds a 16-bit base under zero.Init, partitioned as it loads")
+        base = format_bytes(ctx.peft.frozen_bytes_at(3))
+        if ctx.qlora_load >= _frugal_need(ctx, 3, "cpu", "none", hw.world_size):  # the load is what sets the size
+            why = (f"transformers loads the whole {base} 4-bit base onto every GPU before ZeRO-3 partitions it, "
+                   "however many GPUs there are")
+        else:  # a step needs more than the load: its activations (checkpointing forced off, a long sequence)
+            why = ("even at ZeRO-3 with the optimizer offloaded, a step's activations, the base's partition and the "
+                   f"overhead need that much (and transformers first loads the whole {base} 4-bit base onto every "
+                   "GPU)")
+        options.append(f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: {why}")
+        lora = lora_instead(ctx)
+        if lora:
+            options.append(lora)
     else:
         text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
                 "largest layer, one micro-batch's activations and the overhead need that much")
@@ -399,6 +408,21 @@ def adapters_instead(ctx: Context) -> str:
                     f"{d.micro_batch_size}" + (" with gradient checkpointing" if d.gradient_checkpointing else "")
                     + f", {format_bytes(p.memory.total)} per GPU, {format_rate(p.performance.tokens_per_s)} tokens/s")
     return ""
+
+
+def lora_instead(ctx: Context) -> str:
+    """For QLoRA whose 4-bit base does not load onto the GPU: '--peft lora instead, which fits as ...', where LoRA
+    with the same options fits this machine (its base loads partitioned at ZeRO-3), else nothing."""
+    try:
+        p = plan(ctx.model, ctx.hardware, replace(ctx.training, peft="lora"), machine=ctx.machine)
+    except BadInput:  # an option LoRA refuses too
+        return ""
+    if not p.decision.fits:
+        return ""
+    d = p.decision
+    return (f"--peft lora instead, which fits as {setup_label(d.zero_stage, d.offload_optimizer, d.offload_param)} at "
+            f"micro-batch {d.micro_batch_size}" + (" with gradient checkpointing" if d.gradient_checkpointing else "")
+            + ": ZeRO-3 builds a 16-bit base under zero.Init, partitioned as it loads")
 
 
 def _flag(value: object) -> str:
