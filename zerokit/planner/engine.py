@@ -232,25 +232,40 @@ def check_positions(model: ModelSpec, seq_len: int) -> None:
 
 def tight_fit(ctx: Context) -> list[str]:
     """A warning when the decision fits with more than TIGHT of the GPU's memory (the overhead reserve counted): the
-    largest micro-batch that fits is chosen, so about one plan in seven does; how to leave room. On DeepSpeed's CPU
-    accelerator, of the node's RAM, which the ranks share with what offload keeps there (`Context.host_training`)."""
+    largest micro-batch that fits is chosen, so about one plan in seven does; how to leave room: the largest smaller
+    --micro-batch whose own plan leaves it (one whose peak is the optimizer step, or that then plans another tight
+    setup, would not), else a larger --overhead. On DeepSpeed's CPU accelerator, of the node's RAM, which the ranks
+    share with what offload keeps there (`Context.host_training`)."""
     c, hw = ctx.chosen.candidate, ctx.hardware
+    share = _filled(ctx)
+    if not c.fits or share <= TIGHT:
+        return []
     if hw.accelerator == "cpu" and hw.cpu_memory_bytes:  # the ranks and what offload keeps share one RAM
-        share = ctx.host_training(ctx.chosen.host, c.memory.total) / hw.cpu_memory_bytes
         states = " and the offloaded states" if ctx.chosen.host.steady_state else ""
         what, where = (f"the node's {format_bytes(hw.cpu_memory_bytes)} of RAM (its {hw.gpus_per_node} ranks"
                        f"{states})"), "the machine"
     else:
-        share = c.memory.total / hw.gpu_memory_bytes
         what, where = f"each GPU's {format_bytes(hw.gpu_memory_bytes)}", "the GPU"
-    if not c.fits or share <= TIGHT:
-        return []
     reserve = f", its {format_bytes(ctx.overhead)} overhead reserve counted" if ctx.overhead else ""
     mb = c.setup.micro_batch_size
-    smaller = [m for m in ctx.batch.micro_batches if m < mb]
-    how = f"--micro-batch {smaller[-1]} or a larger --overhead" if smaller else "a larger --overhead"
+    roomy = None
+    for m in reversed([m for m in ctx.batch.micro_batches if m < mb]):  # what `--micro-batch m` plans
+        alt = run_rules(ctx.model, hw, replace(ctx.training, micro_batch=m), activations=ctx.activation_model,
+                        machine=ctx.machine)[0]
+        if alt.chosen.candidate.fits and _filled(alt) <= TIGHT:
+            roomy = m
+            break
+    how = f"--micro-batch {roomy} or a larger --overhead" if roomy else "a larger --overhead"
     return [(f"the plan fills {share:.0%} of {what}{reserve}: it fits as planned, with little room for what a plan "
              f"does not see, such as another process on {where}; for headroom, plan with {how}")]
+
+
+def _filled(ctx: Context) -> float:
+    """The share of the GPU's memory the chosen setup needs; on DeepSpeed's CPU accelerator, of the node's RAM."""
+    c, hw = ctx.chosen.candidate, ctx.hardware
+    if hw.accelerator == "cpu" and hw.cpu_memory_bytes:
+        return ctx.host_training(ctx.chosen.host, c.memory.total) / hw.cpu_memory_bytes
+    return c.memory.total / hw.gpu_memory_bytes
 
 
 def held_gathered(ctx: Context) -> list[str]:
