@@ -954,3 +954,16 @@ def test_missing_names_what_leaving_the_forced_options_out_plans():
     free = plan(model, hw, replace(t, zero_stage=None, offload_optimizer=None)).decision
     assert (free.fits, free.zero_stage, free.offload_optimizer, free.micro_batch_size,
             free.gradient_checkpointing) == (True, 1, "none", 2, False)
+
+
+def test_more_gpus_are_counted_at_the_micro_batch_a_forced_one_falls_back_to():
+    """--micro-batch 16 of Mistral-7B on one A100-40GB fits nowhere; a --micro-batch that fits no setup is a ceiling,
+    the plan takes the largest below it that fits. `missing` counted the GPUs ZeRO-3 needs at micro-batch 16, 5, where
+    4 plan ZeRO-3 without offload (at a smaller micro-batch), as the same options forced there show."""
+    t = Training(seq_len=1024, micro_batch=16)
+    model = resolve_model("mistral-7b")
+    p = plan(model, resolve_hardware("a100-40gb", cpu_memory="64GB"), t)
+    assert not p.decision.fits and p.missing.startswith("needs 3 more a100-40gb GPUs (4 in all, ZeRO-3 without offload)")
+    zero3 = replace(t, zero_stage=3, offload_optimizer="none", offload_param="none")
+    assert plan(model, resolve_hardware("a100-40gb", nodes=4, cpu_memory="64GB"), zero3).decision.fits
+    assert not plan(model, resolve_hardware("a100-40gb", nodes=3, cpu_memory="64GB"), zero3).decision.fits

@@ -492,7 +492,7 @@ def _frugal_need(ctx: Context, stage: int, opt: str, param: str, world_size: int
     the most frugal buffers."""
     t = ctx.training
     ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
-    mb = ctx.batch.micro_batches[0]
+    mb = 1  # a --micro-batch that fits nowhere is a ceiling: the plan takes a smaller one (`plan`), down to 1
     costs = ctx.frugal_costs(stage, opt, param, world_size, ctx.accumulation_steps(mb), ck)
     return costs.need(ctx.activation(mb, ck, stage))
 
