@@ -165,3 +165,16 @@ def test_experts_stacked_under_another_name_count_at_top_k():
     attention_experts = 4 * 32 * 64 + 4 * 64 * 32  # input_linear [4, 32, 64], output_linear [4, 64, 32]
     every_token = 4 * 64 + 4 * 64 + 64 * 64  # the two routers, kv_proj
     assert spec.active_matmul_parameters == 2 * ((mlp + attention_experts) * 2 // 4 + every_token)
+
+
+def test_experts_whose_top_k_sits_in_a_sub_config_count_at_top_k():
+    # DBRX keeps moe_top_k and moe_num_experts in its ffn_config: it was priced as the dense llama of 4 x hidden, and
+    # the plan said "no top-k for its experts"
+    config = {"model_type": "dbrx", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 100,
+              "attn_config": {"kv_n_heads": 2, "rope_theta": 10000},
+              "ffn_config": {"ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2}}
+    spec = _spec_from_meta(config, "dbrx")
+    attention = 64 * (64 + 2 * 32) + 64 * 64  # Wqkv (q 64, k and v 2 heads of 16), out_proj
+    experts = 4 * 3 * 64 * 32  # w1, v1, w2 of 4 experts, 2 a token
+    router = 4 * 64
+    assert spec.active_matmul_parameters == 2 * (attention + experts * 2 // 4 + router)

@@ -407,7 +407,8 @@ def test_meta_fallback_errors_are_one_line(tmp_path):
     pytest.importorskip("transformers")
     with pytest.raises(BadInput, match=r"does not know model_type 'no_such_arch'"):
         resolve_model(_write(tmp_path, '{"model_type": "no_such_arch", "hidden_size": 8}'))
-    with pytest.raises(BadInput, match=r"cannot build a causal LM from vit \(model_type .vit.\): Unrecognized"):
+    with pytest.raises(BadInput, match=r"transformers has no causal LM for model_type 'vit' \(AutoModelForCausalLM does "
+                                       r"not build ViTConfig"):
         spec_from_config({"model_type": "vit", "hidden_size": 64, "num_attention_heads": 4}, "vit")
 
 
@@ -503,3 +504,48 @@ def test_a_config_json_cut_short_is_planned_with_transformers_defaults_and_says_
     aliased = tmp_path / "gptj.json"  # GPT-J names them n_embd and n_layer: given, under its own names
     aliased.write_text(json.dumps({"model_type": "gptj", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000}))
     assert not [n for n in resolve_model(str(aliased)).notes if "gives no" in n]
+
+
+def test_a_wrapper_config_giving_its_sizes_in_text_config_is_not_said_to_give_none(tmp_path):
+    """Gemma 3's and Llama 4's config.json give the text model's sizes under text_config: the plan said they gave no
+    hidden_size, num_hidden_layers or vocab_size and were planned with defaults, when they were the config's own."""
+    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000}
+    spec = resolve_model(_write(tmp_path, json.dumps({"model_type": "gemma3", "text_config": text})))
+    assert (spec.hidden_size, spec.num_layers, spec.vocab_size) == (64, 2, 1000)
+    assert not [n for n in spec.notes if "gives no" in n]
+    cut = {k: v for k, v in text.items() if k not in ("num_hidden_layers", "vocab_size")}
+    cut_path = _write(tmp_path, json.dumps({"model_type": "gemma3", "text_config": cut}), "cut.json")
+    assert [n for n in resolve_model(cut_path).notes if "gives no" in n] == [
+        (f"{cut_path} gives no num_hidden_layers, vocab_size: planned with transformers' gemma3 defaults, "
+         "num_hidden_layers (26), vocab_size (262208); add them to the config.json if those are not the model's")]
+
+
+def test_a_model_type_without_a_causal_lm_is_one_line_that_says_what_to_do(tmp_path):
+    """Qwen2-VL and Llava build with AutoModelForImageTextToText, not AutoModelForCausalLM: the error was transformers'
+    "Unrecognized configuration class", cut off in its list of hundreds of classes."""
+    pytest.importorskip("transformers")
+    with pytest.raises(BadInput, match=r"^transformers has no causal LM for model_type 'qwen2_vl' \(AutoModelForCausal"
+                                       r"LM does not build Qwen2VLConfig: .*; use a decoder's config.json, a preset or "
+                                       r"a count like 7B$") as e:
+        resolve_model(_write(tmp_path, json.dumps({"model_type": "qwen2_vl"})))
+    assert "\n" not in str(e.value)
+    llava = {"model_type": "llava", "text_config": {"model_type": "llama", "hidden_size": 64}}
+    with pytest.raises(BadInput, match=r"save its text_config as a config.json \(model_type 'llama'\)"):
+        resolve_model(_write(tmp_path, json.dumps(llava)))
+
+
+def test_infinities_saved_as_transformers_5_writes_them_are_read_back(tmp_path):
+    """transformers 5's save_pretrained writes a Mamba-2's time_step_limit [0.0, inf] as [0.0, {"__float__":
+    "Infinity"}] and reads it back; zerokit passed the object on, and transformers refused the config."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    config = transformers.AutoConfig.for_model("mamba2", hidden_size=64, num_heads=4, head_dim=32, n_groups=1,
+                                               state_size=16, num_hidden_layers=2, vocab_size=1000)
+    config.save_pretrained(tmp_path)
+    assert '"__float__": "Infinity"' in (tmp_path / "config.json").read_text()
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
+    spec = resolve_model(str(tmp_path))
+    assert spec.parameters == sum(p.numel() for p in model.parameters())

@@ -124,6 +124,7 @@ def spec_from_path(path: str) -> ModelSpec:
         raise BadInput(f"{file}: not a usable config.json ({what}); fix the file") from None
     if not isinstance(config, dict):
         raise BadInput(f"{file} is not a transformers config.json (expected a JSON object with model_type)")
+    config = _special_floats(config)
     if "model_type" not in config:
         raise BadInput(f"{file} has no model_type, so it is not a transformers config.json; add \"model_type\" "
                        f"(e.g. \"llama\") or use a preset")
@@ -137,6 +138,20 @@ def spec_from_path(path: str) -> ModelSpec:
                 raise BadInput(f"{file} ({model_type}) lacks {alias}; copy the model's full config.json, "
                                "or use a preset")
     return spec_from_config(config, path, source="config")
+
+
+_FLOAT_TAGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _special_floats(value: Any) -> Any:
+    """`{"__float__": "Infinity"}` as the float: transformers 5's save_pretrained writes infinities and NaN so (a
+    Mamba-2's time_step_limit [0.0, inf]), and its from_pretrained reads them back (`_decode_special_floats`)."""
+    if isinstance(value, dict):
+        tag = value.get("__float__") if len(value) == 1 else None
+        if isinstance(tag, str) and tag in _FLOAT_TAGS:
+            return _FLOAT_TAGS[tag]
+        return {k: _special_floats(v) for k, v in value.items()}
+    return [_special_floats(v) for v in value] if isinstance(value, list) else value
 
 
 def spec_from_config(config: Mapping[str, Any], name: str, source: str = "config") -> ModelSpec:
@@ -232,6 +247,7 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
             raise BadInput(f"transformers refuses {name} (model_type {model_type!r}): {one_line(e, 300)}; fix the "
                            "config.json") from None
         _check_meta_shape(hf_config, model_type)
+        _check_causal_lm(hf_config, model_type)
         try:
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_config)
@@ -259,8 +275,9 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
     notes = [(f"counted by instantiating {type(model).__name__} on the meta device "
              f"(transformers {transformers.__version__})")]
     aliases = getattr(text, "attribute_map", {}) or {}  # gpt-j's n_layer for num_hidden_layers
+    given = config if text is hf_config else _sub_config(config, hf_config, text)  # a VLM's under its text_config
     absent = [f"{key} ({getattr(text, key)})" for key in ("hidden_size", "num_hidden_layers", "vocab_size")
-              if key not in config and aliases.get(key) not in config and getattr(text, key, None) is not None]
+              if key not in given and aliases.get(key) not in given and getattr(text, key, None) is not None]
     if absent:  # transformers fills them in: a cut config.json builds its family's default shape, silently
         notes.append(f"{name} gives no {', '.join(k.split(' ')[0] for k in absent)}: planned with transformers' "
                      f"{model_type} defaults, {', '.join(absent)}; add them to the config.json if those are not "
@@ -271,6 +288,31 @@ def _spec_from_meta(config: Mapping[str, Any], name: str) -> ModelSpec:
                      config=full, notes=tuple(notes), module_trace=(trace := module_trace(torch, model, layers)),
                      expert_views=expert_views(model) if trace else (),
                      active_matmul_parameters=active_matmul_parameters(torch, model, full))
+
+
+def _check_causal_lm(hf_config: Any, model_type: str) -> None:
+    """BadInput for a model_type AutoModelForCausalLM has no class for (a vision-language model such as Qwen2-VL or
+    Llava, an encoder, an encoder-decoder): it raised "Unrecognized configuration class", cut off in its list of
+    hundreds of classes. The plan, the memory model and the training script all build AutoModelForCausalLM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if getattr(hf_config, "model_type", model_type) in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    text_type = getattr(text, "model_type", None)
+    hint = (f"to plan its language model alone, save its text_config as a config.json (model_type {text_type!r}); "
+            if text is not hf_config and text_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else "")
+    raise BadInput(f"transformers has no causal LM for model_type {model_type!r} (AutoModelForCausalLM does not build "
+                   f"{type(hf_config).__name__}: a vision-language, encoder or encoder-decoder model), and zerokit plans "
+                   f"causal LMs; {hint}use a decoder's config.json, a preset or a count like 7B")
+
+
+def _sub_config(config: Mapping[str, Any], hf_config: Any, text: Any) -> Mapping[str, Any]:
+    """What the config.json gives for the text model of a wrapper (Gemma 3's, Llama 4's): the object under the key
+    (`text_config`) whose config `get_text_config` returned; empty where it gives none, so every size is the default."""
+    key = next((k for k in getattr(hf_config, "sub_configs", None) or {} if getattr(hf_config, k, None) is text), None)
+    sub = config.get(key) if key is not None else None
+    return sub if isinstance(sub, Mapping) else {}
 
 
 def module_trace(torch: Any, model: Any, layers: int) -> tuple[tuple[int, int], ...]:
@@ -317,8 +359,16 @@ def expert_views(model: Any) -> tuple[int, ...]:
 EXPERT_PARAMETER = re.compile(r"(^|\.)experts(\.|$)")
 """A routed MoE expert's parameter by its name: `mlp.experts.3.w1.weight`, `mlp.experts.gate_up_proj` (experts
 fused in one tensor); not a shared expert (`shared_expert.`, `shared_experts.`), which every token runs."""
-TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "num_selected_experts", "n_activated_experts", "top_k")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "num_selected_experts", "n_activated_experts", "top_k", "moe_top_k")
 EXPERTS_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+
+
+def _config_count(config: Mapping[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of `keys` the config sets to a whole number >= 1: at its top level, else in a sub-config one level
+    down (DBRX keeps moe_top_k and moe_num_experts in its ffn_config)."""
+    levels = [config, *(v for v in config.values() if isinstance(v, Mapping))]
+    return next((c[key] for c in levels for key in keys
+                 if isinstance(c.get(key), int) and not isinstance(c[key], bool) and c[key] > 0), None)
 
 
 def active_matmul_parameters(torch: Any, model: Any, config: Mapping[str, Any]) -> int:
@@ -330,8 +380,7 @@ def active_matmul_parameters(torch: Any, model: Any, config: Mapping[str, Any]) 
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         skip.add(id(head.weight))
-    k = next((config[key] for key in TOP_K_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
-    e = next((config[key] for key in EXPERTS_KEYS if isinstance(config.get(key), int) and config[key] > 0), None)
+    k, e = _config_count(config, TOP_K_KEYS), _config_count(config, EXPERTS_KEYS)
     dense = routed = 0
     for name, p in model.named_parameters():
         if p.dim() < 2 or id(p) in skip:
