@@ -534,6 +534,11 @@ def test_5000_digit_integers_in_config_json_and_lint_input(capsys, tmp_path):
     (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     code, _, err = zk(capsys, "plan", "--model", str(tmp_path / "config.json"), "--gpu", "a100-80gb", "--seq-len", "8")
     assert code == 2 and "not a usable config.json (nested too deeply); fix the file" in err
+    # nesting json decodes, under a model_type: a walk of the decoded config for transformers 5's {"__float__": ...}
+    # overran the recursion limit (internal error, exit 70)
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "a": ' + "[" * 900 + "]" * 900 + "}")
+    code, _, err = zk(capsys, "plan", "--model", str(tmp_path / "config.json"), "--gpu", "a100-80gb", "--seq-len", "8")
+    assert code == 2 and "lacks hidden_size" in err and "internal error" not in err
     for name, body in (("ds.json", '{"train_batch_size": ' + "9" * 5000 + "}"),
                        ("ds.hjson", "{\n  train_batch_size: " + "9" * 5000 + "\n}"),
                        ("acc.yaml", "deepspeed_config:\n  zero_stage: " + "9" * 5000 + "\n")):

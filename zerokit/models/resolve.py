@@ -111,7 +111,7 @@ def spec_from_path(path: str) -> ModelSpec:
                            "config.json") from None
         raise BadInput(f"{e}; point --model at a transformers config.json (or a folder holding one)") from None
     try:
-        config = json.loads(raw.decode("utf-8"))
+        config = json.loads(raw.decode("utf-8"), object_hook=_special_float)
     except json.JSONDecodeError as e:
         if raw.startswith(b"\xef\xbb\xbf"):  # transformers reads config.json as plain UTF-8 and fails on it too
             raise BadInput(f"{file} starts with a UTF-8 byte-order mark, which transformers' json.loads refuses "
@@ -124,7 +124,6 @@ def spec_from_path(path: str) -> ModelSpec:
         raise BadInput(f"{file}: not a usable config.json ({what}); fix the file") from None
     if not isinstance(config, dict):
         raise BadInput(f"{file} is not a transformers config.json (expected a JSON object with model_type)")
-    config = _special_floats(config)
     if "model_type" not in config:
         raise BadInput(f"{file} has no model_type, so it is not a transformers config.json; add \"model_type\" "
                        f"(e.g. \"llama\") or use a preset")
@@ -143,15 +142,12 @@ def spec_from_path(path: str) -> ModelSpec:
 _FLOAT_TAGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
 
 
-def _special_floats(value: Any) -> Any:
-    """`{"__float__": "Infinity"}` as the float: transformers 5's save_pretrained writes infinities and NaN so (a
-    Mamba-2's time_step_limit [0.0, inf]), and its from_pretrained reads them back (`_decode_special_floats`)."""
-    if isinstance(value, dict):
-        tag = value.get("__float__") if len(value) == 1 else None
-        if isinstance(tag, str) and tag in _FLOAT_TAGS:
-            return _FLOAT_TAGS[tag]
-        return {k: _special_floats(v) for k, v in value.items()}
-    return [_special_floats(v) for v in value] if isinstance(value, list) else value
+def _special_float(obj: dict) -> Any:
+    """`{"__float__": "Infinity"}` as the float, each object as json decodes it (no walk of its own, which absurd
+    nesting overran): transformers 5's save_pretrained writes infinities and NaN so (a Mamba-2's time_step_limit
+    [0.0, inf]), and its from_pretrained reads them back (`_decode_special_floats`)."""
+    tag = obj.get("__float__") if len(obj) == 1 else None
+    return _FLOAT_TAGS[tag] if isinstance(tag, str) and tag in _FLOAT_TAGS else obj
 
 
 def spec_from_config(config: Mapping[str, Any], name: str, source: str = "config") -> ModelSpec:
