@@ -510,9 +510,14 @@ def test_smaller_buffers_only_when_they_buy_a_faster_step():
 
 
 def _largest(ctx, level: int) -> int:
-    from zerokit.planner.rules import _largest_fitting
-
-    return _largest_fitting(ctx, 3, "cpu", "none", level, False)
+    """The largest micro-batch ZeRO-3 + CPU optimizer offload fits at a buffer rung, without checkpointing, by
+    `Context.largest_fitting`; a global batch's largest micro-batch, which may need no accumulation, on its own."""
+    mbs = ctx.batch.micro_batches
+    if ctx.batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
+        if ctx.largest_fitting(3, "cpu", "none", level, 1, False, mbs[-1:]) is not None:
+            return mbs[-1]
+        mbs = mbs[:-1]
+    return ctx.largest_fitting(3, "cpu", "none", level, ctx.accumulation_steps(mbs[0]), False, mbs)
 
 
 def test_planning_imports_neither_torch_nor_deepspeed():

@@ -1111,7 +1111,8 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
     best = None  # (tokens/s, level, micro-batch, checkpointing, StepTime)
     at_auto: dict[bool, int] = {}  # the largest micro-batch with HF's auto buffers, per checkpointing
     fastest: dict[bool, tuple[int, StepTime, int]] = {}  # `Evaluation.fastest`
-    # `_largest_fitting`, its batch split made once per candidate and each setting's limits looked up once
+    # `Context.largest_fitting` with a global batch's largest micro-batch apart (it may need no accumulation, so
+    # holds no gradients between micro-batches), its batch split made once and each setting's limits looked up once
     search, limit_of, batch = ctx._search, ctx._limit, ctx.batch
     mbs = batch.micro_batches
     largest = mbs[-1]
@@ -1189,18 +1190,6 @@ def _evaluate(ctx: Context, stage: int, opt: str, param: str) -> Evaluation:
                           performance if fits else None, activations)
     return Evaluation(candidate, levels[pick], max(gpu_ratio, cpu_ratio, nvme_ratio), components, host, pick,
                       fastest)
-
-
-def _largest_fitting(ctx: Context, stage: int, opt: str, param: str, level: int, checkpointing: bool) -> int | None:
-    """Binary search over the micro-batches: the bytes grow with it, so only the ~log2(n) probed ones are ever
-    estimated. With a global batch the largest micro-batch may need no accumulation (and so hold no gradients
-    between micro-batches): it is checked on its own."""
-    mbs, batch = ctx.batch.micro_batches, ctx.batch
-    if batch.per_gpu_samples == mbs[-1] and len(mbs) > 1:
-        if ctx.largest_fitting(stage, opt, param, level, 1, checkpointing, mbs[-1:]) is not None:
-            return mbs[-1]
-        mbs = mbs[:-1]
-    return ctx.largest_fitting(stage, opt, param, level, ctx.accumulation_steps(mbs[0]), checkpointing, mbs)
 
 
 def _why_not(ctx: Context, total: int, host: HostMemory, ratios: tuple[float, float, float], loading: int = 0,
