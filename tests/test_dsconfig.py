@@ -11,7 +11,7 @@ import copy
 import dataclasses
 
 import pytest
-from _support import DataParallelMpu, one_rank_gloo_group
+from _support import ROOT, DataParallelMpu, one_rank_gloo_group
 
 from zerokit.dsconfig import (
     ADAM_BETAS,
@@ -534,3 +534,46 @@ def test_given_lr_reaches_the_consumer_that_fills_it():
     assert "learning_rate" not in training_arguments(make_plan(2, target="trainer"))  # the default stays HF's
     accelerate = make_plan(2, target="accelerate", lr=3e-5)
     assert "DummyOptim(params, lr=3e-05, weight_decay=0.0)" in training_arguments_hint(accelerate)
+
+
+@pytest.mark.parametrize("lr_args, rate", [([], 5e-5), (["--lr", "1e-5"], 1e-5), (["--lr", "3e-4"], 3e-4)])
+def test_the_trainer_trains_at_the_given_lr_even_when_it_is_zerokits_default(capsys, tmp_path, tiny_model, lr_args,
+                                                                              rate):
+    """The plan's `Training:` line, parsed as the Trainer parses its command line, then transformers' own fill and
+    the Trainer's own schedule (no scheduler section): the rate is --lr whenever --lr is given. `--lr 1e-5`, zerokit's
+    default, was taken for not given and left out of the line, so the Trainer trained at its own 5e-5; without --lr
+    the Trainer's default stays."""
+    import shlex
+
+    import torch
+    import transformers
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    from zerokit.cli import main
+
+    code = main(["plan", "--model", str(ROOT / "examples" / "models" / "tiny-llama"), "--gpu", "h100-80gb", "--seq-len", "64",
+                 "--micro-batch", "2", "--global-batch", "8", "--warmup-steps", "10", "--total-steps", "100",
+                 *lr_args, "-o", str(tmp_path / "ds_config.json")])
+    text = capsys.readouterr().out
+    assert code == 0
+    line = next(ln for ln in text.splitlines() if ln.startswith("Training: pass the HF Trainer "))
+    (args,) = transformers.HfArgumentParser(transformers.TrainingArguments).parse_args_into_dataclasses(
+        [*shlex.split(line.removeprefix("Training: pass the HF Trainer ")), "--output_dir", str(tmp_path),
+         "--use_cpu", "--report_to", "none"])
+    hf = HfTrainerDeepSpeedConfig(str(tmp_path / "ds_config.json"))
+    hf.trainer_config_process(args)
+    hf.trainer_config_finalize(args, tiny_model, num_training_steps=args.max_steps)
+    assert hf.mismatches == [] and autos(hf.config) == []
+    assert hf.config["optimizer"]["params"]["lr"] == rate
+    params = hf.config["optimizer"]["params"]
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=params["lr"], betas=params["betas"],
+                                  eps=params["eps"], weight_decay=params["weight_decay"])
+    scheduler = transformers.get_scheduler(args.lr_scheduler_type, optimizer,
+                                           num_warmup_steps=args.get_warmup_steps(args.max_steps),
+                                           num_training_steps=args.max_steps)
+    rates = []
+    for _ in range(args.max_steps):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert (rates[0], rates[10], rates[55], rates[99]) == pytest.approx((0, rate, rate / 2, rate / 90))

@@ -33,6 +33,8 @@ FP16_DYNAMIC = {"loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power
 ADAM_BETAS = [0.9, 0.999]
 ADAM_EPS = 1e-8
 GRADIENT_CLIPPING = 1.0
+DEFAULT_LR = 1e-5
+"""The learning rate zerokit writes when --lr is not given (`Training.lr` None); the Trainer then keeps its own."""
 # libaio settings DeepSpeed's own NVMe tutorials use; DeepSpeed's defaults except overlap_events.
 AIO = {"block_size": 1048576, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
        "overlap_events": True}
@@ -85,7 +87,7 @@ def resolved_config(plan: Plan) -> dict[str, Any]:
         config["aio"] = dict(AIO)
     config["optimizer"] = {
         "type": "AdamW",
-        "params": {"lr": t.lr, "betas": list(ADAM_BETAS), "eps": ADAM_EPS, "weight_decay": t.weight_decay},
+        "params": {"lr": learning_rate(t), "betas": list(ADAM_BETAS), "eps": ADAM_EPS, "weight_decay": t.weight_decay},
     }
     config["scheduler"] = _scheduler(plan)
     return config
@@ -110,6 +112,11 @@ def auto_keys(plan: Plan) -> list[str]:
     return sorted(keys)
 
 
+def learning_rate(t: Training) -> float:
+    """--lr, or zerokit's default where it was not given."""
+    return DEFAULT_LR if t.lr is None else t.lr
+
+
 def _constant_rate(t: Training) -> bool:
     """A schedule zerokit writes as WarmupLR from `--lr` to itself: no warm-up and no decay, under a target that
     takes the config's scheduler (the Trainer's has none)."""
@@ -124,7 +131,10 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
     Accelerate requires when the config defines the optimizer and reads lr/weight decay/warmup from.
     """
     d, t = plan.decision, plan.training
-    given = {f: getattr(t, f) for f in ("lr", "weight_decay") if getattr(t, f) != _TRAINING_DEFAULTS[f]}
+    # --lr given at all (zerokit's default is not the Trainer's 5e-5, so `--lr 1e-5` must be passed on too)
+    given = {"lr": t.lr} if t.lr is not None else {}
+    if t.weight_decay != _TRAINING_DEFAULTS["weight_decay"]:
+        given["weight_decay"] = t.weight_decay
     if t.target == "trainer":
         args: dict[str, Any] = {
             "per_device_train_batch_size": d.micro_batch_size,
@@ -150,7 +160,7 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
             "gradient_accumulation_steps": d.gradient_accumulation_steps,
             "mixed_precision": d.precision if d.precision in ("bf16", "fp16") else "no",
             "gradient_checkpointing": d.gradient_checkpointing,
-            "lr": t.lr,
+            "lr": learning_rate(t),
             "weight_decay": t.weight_decay,
             "warmup_num_steps": max(1, t.warmup_steps),
         }
@@ -244,8 +254,8 @@ def _scheduler(plan: Plan) -> dict[str, Any]:
     no_warmup = t.target != "trainer" and not t.warmup_steps
     decays = t.total_steps is not None or t.target == "trainer"
     params: dict[str, Any] = {
-        "warmup_min_lr": t.lr if _constant_rate(t) else 0,
-        "warmup_max_lr": t.lr,
+        "warmup_min_lr": learning_rate(t) if _constant_rate(t) else 0,
+        "warmup_max_lr": learning_rate(t),
         # DeepSpeed >= 0.19.6 rejects warmup_num_steps <= 0; the Trainer and Accelerate fill max(1, ...) too.
         "warmup_num_steps": max(1, t.warmup_steps),
         # DeepSpeed's Warmup* schedulers default to a logarithmic warmup (half the peak a tenth of the way in)

@@ -126,7 +126,7 @@ training_options = _options(
 )
 
 optimizer_options = _options(
-    click.option("--lr", type=float, default=1e-5, show_default=True, help=_doc("Training", "lr")),
+    click.option("--lr", type=float, default=None, help=_doc("Training", "lr")),
     click.option("--weight-decay", type=float, default=0.0, show_default=True, help=_doc("Training", "weight_decay")),
     click.option("--warmup-steps", type=click.IntRange(min=0, max=MAX_INT), default=0, show_default=True,
                  help=_doc("Training", "warmup_steps")),
@@ -312,7 +312,7 @@ def parse_overhead(text: str) -> int:
 
 def build_training(seq_len: str, micro_batch: str, global_batch: str | None, global_batch_tokens: str | None,
                    zero_stage: str, offload_optimizer: str, offload_param: str, gradient_checkpointing: str,
-                   attention: str, precision: str, overhead: str | None, lr: float, weight_decay: float,
+                   attention: str, precision: str, overhead: str | None, lr: float | None, weight_decay: float,
                    warmup_steps: int, total_steps: str | int | None, target: str, peft: str = "none",
                    lora_rank: str | None = None, lora_targets: str | None = None,
                    lora_dropout: str | None = None, train_tokens: str | None = None,
@@ -322,7 +322,7 @@ def build_training(seq_len: str, micro_batch: str, global_batch: str | None, glo
     global_batch, global_batch_tokens = unless_auto(global_batch), unless_auto(global_batch_tokens)
     if global_batch is not None and global_batch_tokens is not None:
         raise BadInput("give --global-batch or --global-batch-tokens, not both")
-    lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True)
+    lr = parse_finite(lr, "--lr", minimum=0.0, exclusive_minimum=True) if lr is not None else None
     weight_decay = parse_finite(weight_decay, "--weight-decay", minimum=0.0)
     seq = parse_positive_int(seq_len, "--seq-len", maximum=MAX_SEQ_LEN)
     return types.Training(

@@ -125,8 +125,9 @@ class Training:
     overhead_bytes: int | None = None
     """Per-GPU reserve for the CUDA context, NCCL and allocator fragmentation (e.g. 2GB; 0 for none); None = the
     documented default."""
-    lr: float = 1e-5
-    """Learning rate written into the optimizer when target=deepspeed (others leave it "auto")."""
+    lr: float | None = None
+    """Learning rate written into the optimizer when target=deepspeed (others leave it "auto"); default 1e-5, except
+    that the HF Trainer keeps its own (--learning_rate, 5e-5) unless --lr is given."""
     weight_decay: float = 0.0
     """Weight decay written into the optimizer when target=deepspeed."""
     warmup_steps: int = 0
