@@ -129,11 +129,11 @@ def test_sbatch_carries_env_values_with_shell_characters(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     value = "a $(id) `x` 'q' \"d\" ;&|\nline two"
-    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("ZK_VALUE", value),), files_dir=str(tmp_path))
+    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("ZK_VALUE", value),), files_dir=str(tmp_path / ".zerokit"))
     with pytest.raises(BadInput, match="has shell characters"):
         build_command(s)  # pdsh: refused as before
     text = render_sbatch(s, "zerokit launch ...", "j.sbatch")
-    exports = text[text.index('srun="$(command -v srun)"\n') + 26:text.index("export MASTER_ADDR")]
+    exports = text[text.index('> "$hostfile"\n') + 14:text.index("export MASTER_ADDR")]
     out = subprocess.run(["bash", "-c", exports + 'printf %s "$ZK_VALUE"'], capture_output=True, text=True,
                          check=True).stdout
     assert out == value

@@ -4,6 +4,7 @@ under --env, hostfiles DeepSpeed accepts, and --master-addr's default."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -256,3 +257,138 @@ def test_dry_run_names_the_users_env_values_without_showing_them_and_writes_noth
             "shown as <redacted>; written 0600)\nHF_TOKEN=<redacted>\nNCCL_DEBUG=INFO\n") in out
     assert f"# {work / '.zerokit' / 'hostfile'}: not written by --dry-run; the launch writes it\n" in out
     assert f"DS_ENV_FILE={env_file} " in out and not (work / ".zerokit").exists()
+
+
+# ---------------------------------------------------------------- the emitted artifacts' review
+
+def _run_script_but_the_runner(path, env) -> subprocess.CompletedProcess:
+    lines = path.read_text().splitlines()
+    assert lines[-1].startswith("exec ") or lines[-1] == "true"
+    lines[-1] = "true"  # everything but the runner itself
+    path.write_text("\n".join(lines) + "\n")
+    return subprocess.run(["bash", str(path)], env=env, capture_output=True, text=True, check=False)
+
+
+def test_a_script_writes_the_merged_env_file_0600_over_a_world_readable_one_and_never_into_a_directory(
+        tmp_path, monkeypatch):
+    """The script wrote the file with `> FILE` under umask 077, which keeps the mode of a file already there: the
+    user's HF_TOKEN landed in a 0644 file (the launch's own atomic write gives 0600 whatever was there)."""
+    import os
+    import stat
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".deepspeed_env").write_text("HF_TOKEN=hush\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DS_ENV_FILE", raising=False)
+    monkeypatch.chdir(work)
+    (work / "ds.json").write_text("{}")
+    assert main(["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "--emit-script", "run.sh",
+                 "train.py"]) == 0
+    env_file = work / ".zerokit" / ".deepspeed_env"
+    env_file.parent.mkdir()
+    env_file.write_text("OLD=1\n")
+    env_file.chmod(0o644)
+    done = _run_script_but_the_runner(work / "run.sh", {**os.environ, "HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert env_file.read_text() == "HF_TOKEN=hush\nNCCL_DEBUG=INFO\n"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert sorted(p.name for p in env_file.parent.iterdir()) == [".deepspeed_env", "hostfile"]  # no temp file left
+    env_file.unlink()
+    env_file.mkdir()  # `mv` would move the file into it, and DeepSpeed would read no env file: one line, exit 2
+    done = _run_script_but_the_runner(work / "run.sh", {**os.environ, "HOME": str(home)})
+    assert done.returncode == 2 and done.stderr == f"{env_file} is a directory; remove it\n"
+    assert list(env_file.iterdir()) == [] and sorted(p.name for p in env_file.parent.iterdir()) == [
+        ".deepspeed_env", "hostfile"]
+
+
+@pytest.mark.parametrize("where", ["work", "home"])
+def test_a_files_dir_where_the_users_own_env_file_is_read_is_refused(capsys, tmp_path, monkeypatch, where):
+    """`--files-dir .` (or ~) made zerokit's .deepspeed_env the user's own: the launch rewrote the user's file with
+    --env merged in (0600, for every later job), and --emit-script's `{ ... } > FILE` emptied it before reading it,
+    so the user's HF_TOKEN was gone."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    own = (home if where == "home" else work) / ".deepspeed_env"
+    own.write_text("HF_TOKEN=hush\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("DS_ENV_FILE", raising=False)
+    monkeypatch.chdir(work)
+    (work / "ds.json").write_text("{}")
+    files_dir = str(home) if where == "home" else "."
+    for emit in ([], ["--emit-script", "run.sh"]):
+        code = main(["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "--files-dir",
+                     files_dir, "--dry-run", *emit, "train.py"])
+        err = capsys.readouterr().err
+        assert code == 2 and err == (f"zerokit launch: error: --files-dir {files_dir}: the .deepspeed_env zerokit "
+                                     f"writes there would replace your own {'./' if where == 'work' else ''}"
+                                     f"{own if where == 'home' else '.deepspeed_env'}, which DeepSpeed's runner "
+                                     "reads for every job; give another --files-dir (default .zerokit)\n"), err
+    assert own.read_text() == "HF_TOKEN=hush\n"
+    build_command(spec(hosts=(("node1", 8), ("node2", 8)), files_dir=files_dir))  # no --env, no file: fine
+    build_command(spec(hosts=(("node1", 8), ("node2", 8)), env=(("A", "1"),), files_dir=files_dir, no_ssh=True,
+                       node_rank=0, master_addr="node1"))  # --no-ssh writes no env file
+
+
+def test_env_ds_env_file_is_refused_where_it_would_hide_zeroKits_env_file():
+    """`--env DS_ENV_FILE=x` replaced zerokit's DS_ENV_FILE in the runner's environment: DeepSpeed read ~/x and ./x,
+    never the file zerokit wrote, and no --env value reached the other nodes. --no-ssh reads no env file: kept."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    two = (("node1", 8), ("node2", 8))
+    with pytest.raises(BadInput, match=r"^--env DS_ENV_FILE: zerokit points DeepSpeed's runner at the "
+                                       r"\.deepspeed_env it writes"):
+        build_command(spec(hosts=two, env=(("NCCL_DEBUG", "INFO"), ("DS_ENV_FILE", "mine.env"))))
+    _, env = build_command(spec(hosts=two, env=(("DS_ENV_FILE", "mine.env"),), no_ssh=True, node_rank=0,
+                                master_addr="node1"))
+    assert env["DS_ENV_FILE"] == "mine.env"
+    _, env = build_command(spec(hosts=two, env=(("NCCL_DEBUG", "INFO"),), files_dir="/zk"))
+    assert env["DS_ENV_FILE"] == "/zk/.deepspeed_env"
+    assert [__import__("os").path.join(d, env["DS_ENV_FILE"]) for d in runner.DEEPSPEED_ENVIRONMENT_PATHS] == [
+        "/zk/.deepspeed_env"] * 2  # where DeepSpeed's runner looks, under that name: zerokit's file alone
+
+
+def test_sbatch_env_path_without_the_system_dirs_still_runs_the_scripts_own_tools(tmp_path, monkeypatch):
+    """`--env PATH=/venv/bin` (the ranks' deepspeed, nothing else): the script found scontrol and srun first, but then
+    ran head, sed and srun's `bash` on that PATH: `head: command not found`, and no rank started."""
+    import json
+    import os
+    import sys
+
+    from zerokit.launch.runner import render_sbatch
+
+    monkeypatch.chdir(tmp_path)
+    slurm, venv = tmp_path / "slurm", tmp_path / "venv"
+    slurm.mkdir()
+    venv.mkdir()
+    record_argv = (f"#!{sys.executable}\nimport json, os, sys\nopen(os.environ['RECORD'], 'w').write("
+                   "json.dumps({'argv': sys.argv[1:], 'path': os.environ['PATH']}))\n")
+    for path, body in ((slurm / "scontrol", "#!/bin/sh\nprintf 'gpu-a\\ngpu-b\\n'\n"),
+                       (slurm / "srun", "#!/bin/sh\nshift\nexec \"$@\"\n"),  # drops --kill-on-bad-exit=1
+                       (venv / "deepspeed", record_argv)):
+        path.write_text(body)
+        path.chmod(0o755)
+    s = spec(hosts=(("gpu-a", 8), ("gpu-b", 8)), env=(("PATH", str(venv)),))
+    (tmp_path / "job.sbatch").write_text(render_sbatch(s, "zerokit launch ...", "job.sbatch"))
+    record = tmp_path / "record.json"
+    env = {**os.environ, "PATH": f"{slurm}:{os.environ['PATH']}", "RECORD": str(record), "SLURM_JOB_ID": "42",
+           "SLURM_JOB_NODELIST": "gpu-[a-b]", "SLURM_NODEID": "1", "SLURM_SUBMIT_DIR": str(tmp_path)}
+    done = subprocess.run(["bash", "job.sbatch"], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(record.read_text())
+    assert got["path"] == str(venv)
+    assert got["argv"][:12] == ["--hostfile", str(tmp_path / "hostfile-42"), "--no_ssh", "--node_rank", "1",
+                                "--num_nodes", "2", "--num_gpus", "8", "--master_addr", "gpu-a", "--master_port"]
+    assert (tmp_path / "hostfile-42").read_text() == "gpu-a slots=8\ngpu-b slots=8\n"
+
+
+def test_sbatch_with_gpus_per_node_takes_hosts_of_different_slots():
+    """`--hosts a:4,b:8 --gpus-per-node 4` is 4 ranks on each node (one --gpus-per-node for Slurm); it was refused
+    as 'the hosts have different slots'."""
+    from zerokit.launch.runner import render_sbatch
+
+    text = render_sbatch(spec(hosts=(("a", 4), ("b", 8)), gpus_per_node=4), "zerokit launch ...", "j.sbatch")
+    assert "#SBATCH --gpus-per-node=4\n" in text and "--num_nodes 2 --num_gpus 4 " in text
+    with pytest.raises(BadInput, match=r"the hosts have different slots \(a:4, b:8\).*--gpus-per-node N"):
+        render_sbatch(spec(hosts=(("a", 4), ("b", 8))), "zerokit launch ...", "j.sbatch")

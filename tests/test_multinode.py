@@ -13,6 +13,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -301,7 +302,7 @@ def test_sbatch_pins_the_nodelist_and_every_argument_arrives(tmp_path, monkeypat
     node_command = ("exec deepspeed --hostfile \"$HOSTFILE\" --no_ssh --node_rank \"$SLURM_NODEID\" --num_nodes 2 "
                     "--num_gpus 8 --master_addr \"$MASTER_ADDR\" --master_port \"$MASTER_PORT\" train.py "
                     + " ".join(shlex.quote(a) for a in hostile) + f" --deepspeed {config}")
-    assert calls[2]["argv"] == ["--kill-on-bad-exit=1", "bash", "-c", node_command]
+    assert calls[2]["argv"] == ["--kill-on-bad-exit=1", shutil.which("bash"), "-c", node_command]
     for node, call in enumerate(calls[3:]):
         assert call["node"] == str(node)
         assert call["argv"] == ["--hostfile", str(tmp_path / "hostfile-42"), "--no_ssh", "--node_rank", str(node),

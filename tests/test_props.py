@@ -273,15 +273,16 @@ def test_launch_dry_run(capsys, workdir, case):
 
 
 SCRIPT_COMMANDS = ("set ", "cd ", "export ", "exec ", "mkdir ", "cat ", 'scontrol="$(command -v scontrol)"',
-                   'srun="$(command -v srun)"', '"$srun" ', '"$scontrol" ',
+                   'srun="$(command -v srun)"', 'bash="$(command -v bash)"', 'master_addr="$("$scontrol" ',
+                   'hostfile="${SLURM_SUBMIT_DIR:-$PWD}/', '"$srun" ', '"$scontrol" ',
                    # the one-node guard against a CUDA_VISIBLE_DEVICES the runner would drop (launch.sh.j2)
                    'if [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && { [ -e ', '  echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES: ',
                    "  exit 2", "fi",
                    # the .deepspeed_env block: the user's own env files read at run time, then --env's (launch.sh.j2)
-                   "(", "  umask 077", "  {", '    for f in "$HOME/${DS_ENV_FILE:-.deepspeed_env}"',
+                   "(", "  umask 077", '  tmp="$(mktemp ', """  trap 'rm -f "$tmp"' EXIT""", "  {", '    for f in "$HOME/${DS_ENV_FILE:-.deepspeed_env}"',
                    '      case "${DS_ENV_FILE:-}" in /*) f="$DS_ENV_FILE";; esac',
                    '      if [ -f "$f" ]; then while IFS= read -r line', "    done", "    cat <<'ZEROKIT_EOF'",
-                   "  } > ", ")")
+                   "  } > ", "  if [ -d ", '  mv -f "$tmp" ', ")")
 
 
 def _expanding(command: str) -> str:
@@ -325,7 +326,7 @@ def check_script(text: str, args: list[str], env: dict[str, str]) -> None:
     tail = " " + quoted(["train.py", *args])
     command = next(line for line in body if line.startswith(("exec ", '"$srun" ')))
     if command.startswith('"$srun" '):
-        prefix = '"$srun" --kill-on-bad-exit=1 bash -c '
+        prefix = '"$srun" --kill-on-bad-exit=1 "$bash" -c '
         assert command.startswith(prefix)
         inner = shlex.split(command[len(prefix):])
         assert len(inner) == 1 and shlex.quote(inner[0]) == command[len(prefix):]

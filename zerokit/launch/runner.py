@@ -402,6 +402,8 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
     for host, _ in spec.hosts:
         validate_hostname(host)
     _check_env_keys(spec.env)
+    if spec.remote_shell and spec.env:
+        _check_env_file(spec)
     for key, value in spec.env:
         if spec.remote_shell and not _SHELL_SAFE.fullmatch(value):
             raise BadInput(f"--env {key}: value {value!r} has shell characters; DeepSpeed's .deepspeed_env "
@@ -530,6 +532,24 @@ def _check_env_keys(env: tuple[tuple[str, str], ...]) -> None:
     for key, _ in env:
         if not _ENV_KEY.fullmatch(key):
             raise BadInput(f"--env {key!r}: a variable name is letters, digits and '_', not starting with a digit")
+
+
+def _check_env_file(spec: LaunchSpec) -> None:
+    """The .deepspeed_env that carries --env to the nodes must be the one DeepSpeed's runner reads, and not one of the
+    user's own: zerokit's DS_ENV_FILE points the runner at it (an --env DS_ENV_FILE would point it elsewhere, and every
+    --env value would stay behind), and writing it replaces the file there (`--files-dir .` or `~` is where the
+    user's own ./.deepspeed_env or ~/.deepspeed_env is read from; an emitted script emptied it before reading it)."""
+    from zerokit.fileio import same_path
+
+    if "DS_ENV_FILE" in dict(spec.env):
+        raise BadInput("--env DS_ENV_FILE: zerokit points DeepSpeed's runner at the .deepspeed_env it writes in "
+                       "--files-dir, which carries --env to the nodes; to add your own env file, export DS_ENV_FILE "
+                       "in your shell instead (zerokit merges that file's variables in)")
+    for own in users_env_files():
+        if same_path(own, spec.env_file):
+            raise BadInput(f"--files-dir {spec.files_dir}: the .deepspeed_env zerokit writes there would replace your "
+                           f"own {own}, which DeepSpeed's runner reads for every job; give another --files-dir "
+                           "(default .zerokit)")
 
 
 def _check_launcher_limits(spec: LaunchSpec) -> None:
@@ -821,10 +841,8 @@ def users_deepspeed_env() -> dict[str, str]:
     """The variables DeepSpeed's runner would read from the user's own env files, which zerokit's DS_ENV_FILE (an
     absolute path, joined to ~ and . alike) hides: `$DS_ENV_FILE` or `.deepspeed_env`, in ~ then in the working
     directory, a later line winning (deepspeed.launcher.runner: DEEPSPEED_ENVIRONMENT_NAME/_PATHS, main())."""
-    name = os.environ.get("DS_ENV_FILE", ".deepspeed_env")
     found: dict[str, str] = {}
-    for directory in (os.path.expanduser("~"), "."):
-        path = os.path.join(directory, name)
+    for path in users_env_files():
         if not os.path.isfile(path):
             continue
         try:
@@ -840,6 +858,13 @@ def users_deepspeed_env() -> dict[str, str]:
                                "fails on such a line: fix or remove it")
             found[key.strip()] = value.strip()  # deepspeed.launcher.multinode_runner's add_export strips both
     return found
+
+
+def users_env_files() -> list[str]:
+    """Where DeepSpeed's runner looks for the user's own env files: `$DS_ENV_FILE` or `.deepspeed_env` joined to ~,
+    then to the working directory (an absolute DS_ENV_FILE is that file, twice)."""
+    name = os.environ.get("DS_ENV_FILE", ".deepspeed_env")
+    return [os.path.join(directory, name) for directory in (os.path.expanduser("~"), ".")]
 
 
 def hosts_of(spec: LaunchSpec) -> dict[str, int]:
@@ -906,10 +931,11 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     if hosts and nodes > len(hosts):
         raise BadInput(f"--nodes {nodes} is more than the {len(hosts)} hosts given")
     nodelist = list(hosts)[:nodes]
-    if len({hosts[h] for h in nodelist}) > 1:  # --gpus-per-node, slots= and --num_gpus below are one number
+    if spec.gpus_per_node is None and len({hosts[h] for h in nodelist}) > 1:  # slots= and --num_gpus: one number
         counts = ", ".join(f"{h}:{hosts[h]}" for h in nodelist[:5])
         raise BadInput(f"--emit-sbatch: the hosts have different slots ({counts}) and Slurm's --gpus-per-node is one "
-                       "number; give every host the same slots, or emit one sbatch per group of equal hosts")
+                       "number; give every host the same slots, --gpus-per-node N (N ranks on each), or emit one sbatch per "
+                       "group of equal hosts")
     gpus = spec.gpus_per_node or (next(iter(hosts.values())) if hosts else None)
     if gpus is None:
         raise BadInput("--emit-sbatch needs --gpus-per-node N (or --hosts/--hostfile with slots)")
