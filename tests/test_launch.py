@@ -931,3 +931,23 @@ def test_a_name_the_hosts_file_maps_to_this_machine_is_this_machine(tmp_path):
     assert not any(is_this_machine(name, str(hosts)) for name in ("node-b", "node-d", "node-z", "#", "cluster"))
     assert not is_this_machine("node-a", str(tmp_path / "missing"))
     assert is_this_machine("127.0.0.3") and not is_this_machine("192.0.2.55")
+
+
+@pytest.mark.parametrize("name", ["hostfile", ".deepspeed_env"])
+def test_a_job_file_that_is_no_regular_file_stops_the_launch_before_its_preflight(capsys, tmp_path, monkeypatch, name):
+    """A directory (or a FIFO) where launch writes the job's hostfile or .deepspeed_env failed after the preflight,
+    saying "is a directory; give a file name such as .zerokit/hostfile/ds_config.json", a file --files-dir cannot
+    name. It is one line before the checks, with the fix."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("")
+    Path(".zerokit").mkdir()
+    if name == "hostfile":
+        Path(".zerokit", name).mkdir()
+    else:
+        os.mkfifo(Path(".zerokit", name))
+    code = main(["launch", "--hosts", "node1:2,node2:2", "--env", "A=1", "--master-port", str(free_port()),
+                 "train.py"])
+    err = capsys.readouterr().err
+    assert code == 2 and "preflight" not in err, err
+    assert err == (f"zerokit launch: error: --files-dir .zerokit: {tmp_path / '.zerokit' / name} is not a regular "
+                   f"file, where zerokit writes the job's {name}; remove it, or give another --files-dir\n")

@@ -202,6 +202,10 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         click.echo(runner.shell_line(argv, env_add))
         return 0
     files = runner.render_files(spec)
+    for path in files:  # before the preflight: a write that fails after it would waste its checks
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise BadInput(f"--files-dir {spec.files_dir}: {path} is not a regular file, where zerokit writes the "
+                           f"job's {os.path.basename(path)}; remove it, or give another --files-dir")
 
     watch = _start_watch(spec, watch_port, used) if spec.no_ssh and watch_port != 0 else None
     if not no_preflight:
