@@ -324,6 +324,21 @@ def test_sbatch_nodelist_takes_the_first_nodes_of_a_hostfile(tmp_path):
     assert "--nodelist" not in render_sbatch(spec(gpus_per_node=8), "zerokit launch ...", "job.sbatch")
 
 
+def test_sbatch_without_hosts_lets_slurm_allocate_the_nodes(tmp_path, monkeypatch, capsys):
+    """`--emit-sbatch --nodes 2 --gpus-per-node 4` with no hosts: the way a Slurm user asks, leaving the choice of
+    nodes to Slurm. It was refused ("--nodes 2 needs the nodes: give --hostfile"), a direct launch's rule, though the
+    script reads the allocation from $SLURM_JOB_NODELIST. It asks for 2 nodes and names none; a direct launch still
+    needs the hosts."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["launch", "--nodes", "2", "--gpus-per-node", "4", "--emit-sbatch", "job.sbatch", "train.py"]) == 0
+    text = (tmp_path / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2\n" in text and "--nodelist" not in text and "#SBATCH --gpus-per-node=4\n" in text
+    assert "--num_nodes 2 --num_gpus 4 " in text
+    capsys.readouterr()
+    assert main(["launch", "--nodes", "2", "--gpus-per-node", "4", "train.py"]) == 2
+    assert "--nodes 2 needs the nodes: give --hostfile FILE" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- slow: real two-node jobs
 
 JOB = textwrap.dedent("""

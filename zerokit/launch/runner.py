@@ -914,7 +914,10 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     """A SLURM batch script that runs the same job: srun starts one deepspeed runner per node (--no_ssh)."""
     # srun, not pdsh: every word below is quoted for bash, and the --env values are exported, shell-quoted, in the
     # script, whose environment srun passes to every node (no .deepspeed_env to carry them)
-    validate(replace(spec, launcher="slurm", env=()), launcher_limits=False)
+    named = bool(spec.hostfile or spec.hosts)
+    # --nodes N without hosts: Slurm allocates N nodes (#SBATCH --nodes, no --nodelist), which the script reads from
+    # $SLURM_JOB_NODELIST; a direct launch needs the hosts named (`validate`)
+    validate(replace(spec, launcher="slurm", env=(), nodes=spec.nodes if named else None), launcher_limits=False)
     _check_env_keys(spec.env)
     for option, value in (("--include", spec.include), ("--exclude", spec.exclude)):
         if value is not None:  # the script's --nodelist and --num_gpus pick the ranks; it would be dropped
@@ -926,7 +929,7 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     if spec.launcher in MPI_LAUNCHERS:  # srun starts one runner per node, with --no_ssh: no launcher is used
         raise BadInput(f"--launcher {spec.launcher} has no place in an sbatch script: srun starts one deepspeed "
                        "runner per node; drop --launcher, or use --emit-script for an mpirun launch")
-    hosts = hosts_of(spec) if (spec.hostfile or spec.hosts) else {}
+    hosts = hosts_of(spec) if named else {}
     nodes = spec.nodes or len(hosts) or 1
     if hosts and nodes > len(hosts):
         raise BadInput(f"--nodes {nodes} is more than the {len(hosts)} hosts given")
