@@ -234,6 +234,20 @@ def test_emitted_multi_node_script_writes_its_hostfile_and_env_file(tmp_path, mo
     runner = pytest.importorskip("deepspeed.launcher.runner")
     assert runner._parse_hostfile(got["hostfile"].splitlines()) == {"node1": 4, "node2": 4}
     assert got["env_file"] == "NCCL_DEBUG=INFO\n"
+    # the hostfile is written to a new file and renamed over what is there: `cat > hostfile` hung on a FIFO left at
+    # its path and wrote through a symlink; a directory there stops the script in one line
+    hostfile_path = Path(hostfile)
+    hostfile_path.unlink()
+    os.mkfifo(hostfile_path)
+    subprocess.run(["bash", str(moved / "run.sh")], check=True, timeout=60, cwd=moved,
+                   env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert hostfile_path.is_file() and json.loads(record.read_text())["hostfile"] == got["hostfile"]
+    hostfile_path.unlink()
+    hostfile_path.mkdir()
+    r = subprocess.run(["bash", str(moved / "run.sh")], capture_output=True, text=True, timeout=60, cwd=moved,
+                       env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, check=False)
+    assert r.returncode == 2 and r.stderr == f"{hostfile_path} is a directory; remove it\n"
+    assert sorted(p.name for p in hostfile_path.parent.iterdir()) == [".deepspeed_env", "hostfile"]  # no temp file
 
 
 # ---------------------------------------------------------------- 6. bounded input

@@ -282,7 +282,9 @@ SCRIPT_COMMANDS = ("set ", "cd ", "export ", "exec ", "mkdir ", "cat ", 'scontro
                    "(", "  umask 077", '  tmp="$(mktemp ', """  trap 'rm -f "$tmp"' EXIT""", "  {", '    for f in "$HOME/${DS_ENV_FILE:-.deepspeed_env}"',
                    '      case "${DS_ENV_FILE:-}" in /*) f="$DS_ENV_FILE";; esac',
                    '      if [ -f "$f" ]; then while IFS= read -r line', "    done", "    cat <<'ZEROKIT_EOF'",
-                   "  } > ", "  if [ -d ", '  mv -f "$tmp" ', ")")
+                   "  } > ", "  if [ -d ", '  mv -f "$tmp" ', ")",
+                   # the hostfile, written the same way
+                   """  cat > "$tmp" <<'ZEROKIT_EOF'""")
 
 
 def _expanding(command: str) -> str:
