@@ -951,3 +951,18 @@ def test_a_job_file_that_is_no_regular_file_stops_the_launch_before_its_prefligh
     assert code == 2 and "preflight" not in err, err
     assert err == (f"zerokit launch: error: --files-dir .zerokit: {tmp_path / '.zerokit' / name} is not a regular "
                    f"file, where zerokit writes the job's {name}; remove it, or give another --files-dir\n")
+
+
+@pytest.mark.parametrize("hosts", [["--gpus-per-node", "2"], ["--hosts", "localhost:2"]])
+def test_a_master_addr_on_one_node_is_named_as_left_out(capsys, tmp_path, monkeypatch, hosts):
+    """DeepSpeed's runner sets 127.0.0.1 on its one-node path, and zerokit left --master-addr out without a word,
+    where it refuses or names the options that do nothing elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text("")
+    code = main(["launch", *hosts, "--master-addr", "10.0.0.5", "--dry-run", "train.py"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "--master_addr" not in out
+    assert ("zerokit launch: warning: --master-addr 10.0.0.5 has no effect on one node: DeepSpeed's runner sets "
+            "127.0.0.1 there, so zerokit leaves it out (it matters to jobs on other hosts, and to --no-ssh)\n") in err
+    code = main(["launch", "--hosts", "node1:2,node2:2", "--master-addr", "node1", "--dry-run", "train.py"])
+    assert code == 0 and "has no effect" not in capsys.readouterr().err

@@ -619,6 +619,9 @@ def notes(spec: LaunchSpec) -> list[str]:
         out.append("with --launcher slurm, srun places the ranks on the nodes of the SLURM allocation this runs in "
                    "(DeepSpeed passes srun no --nodelist): the hosts listed count the ranks, and must be that "
                    "allocation's nodes")
+    if spec.master_addr is not None and not spec.multi_node and not spec.no_ssh:
+        out.append(f"--master-addr {spec.master_addr} has no effect on one node: DeepSpeed's runner sets 127.0.0.1 "
+                   "there, so zerokit leaves it out (it matters to jobs on other hosts, and to --no-ssh)")
     if spec.visible_devices is not None and (spec.multi_node or spec.no_ssh):
         out.append(f"{VISIBLE_DEVICES}={spec.visible_devices} does not pick the GPUs of a job with a hostfile: "
                    "DeepSpeed's runner starts a rank on every slot it lists (and the other nodes never see this "
