@@ -72,17 +72,24 @@ def test_exclude_is_checked_as_include_is(kw, message):
         build_command(spec(hosts=(("node1", 2), ("node2", 2)), **kw))
 
 
-def test_env_file_keeps_the_users_own_deepspeed_env_files(tmp_path, monkeypatch):
-    """zerokit's DS_ENV_FILE is absolute, so DeepSpeed's join with ~ and . gave zerokit's file twice and the user's
-    ~/.deepspeed_env and ./.deepspeed_env were no longer read."""
+def _home_and_work(tmp_path, monkeypatch) -> tuple:
+    """(home, work): new directories, HOME the one, the working directory the other, no DS_ENV_FILE: where
+    DeepSpeed's runner looks for the user's own .deepspeed_env (~ then .)."""
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    (home / ".deepspeed_env").write_text("NCCL_IB_DISABLE=1\nWANDB_PROJECT = home \nNCCL_DEBUG=WARN\n")
-    (work / ".deepspeed_env").write_text("WANDB_PROJECT=work\nHF_HOME=/data/hf")  # no final newline
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("DS_ENV_FILE", raising=False)
     monkeypatch.chdir(work)
+    return home, work
+
+
+def test_env_file_keeps_the_users_own_deepspeed_env_files(tmp_path, monkeypatch):
+    """zerokit's DS_ENV_FILE is absolute, so DeepSpeed's join with ~ and . gave zerokit's file twice and the user's
+    ~/.deepspeed_env and ./.deepspeed_env were no longer read."""
+    home, work = _home_and_work(tmp_path, monkeypatch)
+    (home / ".deepspeed_env").write_text("NCCL_IB_DISABLE=1\nWANDB_PROJECT = home \nNCCL_DEBUG=WARN\n")
+    (work / ".deepspeed_env").write_text("WANDB_PROJECT=work\nHF_HOME=/data/hf")  # no final newline
     s = spec(hosts=(("node1", 8), ("node2", 8)), env=(("NCCL_DEBUG", "INFO"),), files_dir=str(tmp_path / "zk"))
     written = render_files(s)[str(tmp_path / "zk" / ".deepspeed_env")]
     assert written == "NCCL_IB_DISABLE=1\nWANDB_PROJECT=work\nNCCL_DEBUG=INFO\nHF_HOME=/data/hf\n"
@@ -121,13 +128,8 @@ def test_the_users_secrets_stay_private_the_launch_writes_0600_and_a_script_read
     import stat
     import subprocess
 
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    home, work = _home_and_work(tmp_path, monkeypatch)
     (home / ".deepspeed_env").write_text("SECRET_TOKEN=hush\nNCCL_DEBUG=WARN")  # no final newline
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("DS_ENV_FILE", raising=False)
-    monkeypatch.chdir(work)
     (work / "ds.json").write_text("{}")
     (work / "train.py").write_text("")
     args = ["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO"]
@@ -241,13 +243,8 @@ def test_master_addr_help_says_what_deepspeed_does(capsys):
 def test_dry_run_names_the_users_env_values_without_showing_them_and_writes_nothing(capsys, tmp_path, monkeypatch):
     """--dry-run printed the merged .deepspeed_env, the user's HF_TOKEN=... with it, on stdout (the launch writes that
     file 0600 and --emit-script leaves the values out), and its DS_ENV_FILE named a file it never wrote, unsaid."""
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    home, work = _home_and_work(tmp_path, monkeypatch)
     (home / ".deepspeed_env").write_text("HF_TOKEN=hf_hush\nNCCL_DEBUG=WARN\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("DS_ENV_FILE", raising=False)
-    monkeypatch.chdir(work)
     (work / "train.py").write_text("")
     assert main(["launch", "--dry-run", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "train.py"]) == 0
     out = capsys.readouterr().out
@@ -276,13 +273,8 @@ def test_a_script_writes_the_merged_env_file_0600_over_a_world_readable_one_and_
     import os
     import stat
 
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    home, work = _home_and_work(tmp_path, monkeypatch)
     (home / ".deepspeed_env").write_text("HF_TOKEN=hush\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("DS_ENV_FILE", raising=False)
-    monkeypatch.chdir(work)
     (work / "ds.json").write_text("{}")
     assert main(["launch", "--config", "ds.json", *TWO_NODES, "--env", "NCCL_DEBUG=INFO", "--emit-script", "run.sh",
                  "train.py"]) == 0
@@ -308,14 +300,9 @@ def test_a_files_dir_where_the_users_own_env_file_is_read_is_refused(capsys, tmp
     """`--files-dir .` (or ~) made zerokit's .deepspeed_env the user's own: the launch rewrote the user's file with
     --env merged in (0600, for every later job), and --emit-script's `{ ... } > FILE` emptied it before reading it,
     so the user's HF_TOKEN was gone."""
-    home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
+    home, work = _home_and_work(tmp_path, monkeypatch)
     own = (home if where == "home" else work) / ".deepspeed_env"
     own.write_text("HF_TOKEN=hush\n")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("DS_ENV_FILE", raising=False)
-    monkeypatch.chdir(work)
     (work / "ds.json").write_text("{}")
     files_dir = str(home) if where == "home" else "."
     for emit in ([], ["--emit-script", "run.sh"]):
