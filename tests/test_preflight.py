@@ -594,13 +594,19 @@ def test_nodes_include_and_exclude_narrow_the_hosts_and_ranks_the_checks_see(tmp
         preflight.make_target(hostfile=str(hostfile), include="node3")
 
 
+def _ssh_refused(monkeypatch) -> list[str]:
+    """Every host refuses the preflight's ssh (`probe_ssh`); the list it returns fills with the hosts asked."""
+    asked: list[str] = []
+    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    return asked
+
+
 def test_launch_preflight_checks_ssh_to_the_selected_hosts_only(tmp_path, monkeypatch, capsys):
     hostfile = tmp_path / "hf2"
     hostfile.write_text("node1.invalid slots=4\nnode2.invalid slots=4\n")
     script = tmp_path / "train.py"
     script.write_text("")
-    asked = []
-    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    asked = _ssh_refused(monkeypatch)
     monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")  # pdsh "present"
     for extra in (["--nodes", "1"], ["--include", "node1.invalid:0"]):
         asked.clear()
@@ -629,8 +635,7 @@ def test_a_hostfile_narrowed_to_this_machine_still_checks_ssh_to_it(tmp_path, mo
     hostfile.write_text("localhost slots=2\nnode2.invalid slots=2\n")
     script = tmp_path / "train.py"
     script.write_text("")
-    asked = []
-    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    asked = _ssh_refused(monkeypatch)
     monkeypatch.setattr(preflight.shutil, "which", lambda name: f"/usr/bin/{name}")  # pdsh "present"
     for command in (["preflight"], ["launch"]):
         asked.clear()
@@ -1074,8 +1079,7 @@ def test_slurm_jobs_need_ssh_to_their_first_host(monkeypatch):
 
     source = inspect.getsource(ds_runner.main)
     assert "if multi_node_exec and not args.no_ssh_check and not args.no_ssh:" in source
-    asked = []
-    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    asked = _ssh_refused(monkeypatch)
     check = preflight.check_ssh(Target(hosts={"node1": 2, "node2": 2}, launcher="slurm"))
     assert asked == ["node1"] and not check.ok and "node1" in check.detail
 
