@@ -931,6 +931,8 @@ def test_a_name_the_hosts_file_maps_to_this_machine_is_this_machine(tmp_path):
     assert not any(is_this_machine(name, str(hosts)) for name in ("node-b", "node-d", "node-z", "#", "cluster"))
     assert not is_this_machine("node-a", str(tmp_path / "missing"))
     assert is_this_machine("127.0.0.3") and not is_this_machine("192.0.2.55")
+    hosts.write_text("127.0.1.8 node-b\n")  # read once while unchanged; an edited file is read again
+    assert is_this_machine("node-b", str(hosts)) and not is_this_machine("node-a", str(hosts))
 
 
 @pytest.mark.parametrize("name", ["hostfile", ".deepspeed_env"])

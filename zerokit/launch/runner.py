@@ -233,23 +233,37 @@ def is_this_machine(host: str, hosts_file: str = HOSTS_FILE) -> bool:
     return _is_this_address(address)
 
 
-def _addresses_in(hosts_file: str, name: str) -> list[Any]:
-    """The addresses `hosts_file` (the /etc/hosts format: an address, then its names; `#` starts a comment) gives
-    `name`, as ipaddress objects; none where the file cannot be read."""
+def _addresses_in(hosts_file: str, name: str) -> tuple[Any, ...]:
+    """The addresses `hosts_file` gives `name`, as ipaddress objects; none where the file cannot be read. The file is
+    read once while it is unchanged (`_hosts_table`), not once per host of the job."""
+    try:
+        st = os.stat(hosts_file)
+    except OSError:
+        return ()
+    return _hosts_table(hosts_file, st.st_mtime_ns, st.st_size).get(name, ())
+
+
+@functools.lru_cache(maxsize=4)
+def _hosts_table(hosts_file: str, mtime_ns: int, size: int) -> dict[str, tuple[Any, ...]]:
+    """{name: its addresses} of a file in the /etc/hosts format (an address, then its names; `#` starts a comment),
+    keyed by the file's modification time and size too, so an edited file is read again."""
     import ipaddress
 
     try:
         with open(hosts_file, encoding="utf-8", errors="replace") as f:
             lines = f.read(1 << 20).splitlines()
     except OSError:
-        return []
-    found = []
+        return {}
+    table: dict[str, tuple[Any, ...]] = {}
     for line in lines:
         address, *names = line.split("#", 1)[0].split() or [""]
-        if name in names:
-            with contextlib.suppress(ValueError):
-                found.append(ipaddress.ip_address(address.split("%", 1)[0]))
-    return found
+        try:
+            parsed = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            continue
+        for name in names:
+            table[name] = (*table.get(name, ()), parsed)
+    return table
 
 
 def _is_this_address(address: Any) -> bool:
