@@ -226,6 +226,36 @@ def test_zk106_duplicate_key(ds, tmp_path):
     assert HfDeepSpeedConfig(str(path)).get_value("zero_optimization.stage") == 2  # json.load: last one wins
 
 
+def test_zk106_one_field_under_both_its_names_is_refused(ds, tmp_path):
+    """DeepSpeedConfigModel validates with populate_by_name and extra="forbid": pydantic reads the alias and refuses
+    the field's own name beside it. An "auto" DeepSpeed drops does not count; one the HF Trainer fills does."""
+    pytest.importorskip("transformers")
+    zero = {"stage": 3, "prefetch_bucket_size": 10, "stage3_prefetch_bucket_size": 20,
+            "stage3_gather_16bit_weights_on_model_save": True}
+    both = with_({"zero_optimization": zero})
+    [f] = [f for f in lint(both) if f.code == "ZK106"]
+    assert (f.key, f.severity, f.suggestion) == ("zero_optimization.prefetch_bucket_size", "error", None)
+    assert "delete one (keep 'stage3_prefetch_bucket_size'" in f.message
+    with pytest.raises(ValueError, match="prefetch_bucket_size\n  Extra inputs are not permitted"):
+        ds_config(both)
+    tp = with_({"tensor_parallel": {"tp": {"tp_size": 1}, "tensor_parallel": {"tp_size": 1}}})
+    assert [f.key for f in lint(tp) if f.code == "ZK106"] == ["tensor_parallel.tensor_parallel"]
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        ds_config(tp)
+    for one in ("prefetch_bucket_size", "stage3_prefetch_bucket_size"):  # either name alone is fine
+        alone = with_({"zero_optimization": {k: v for k, v in zero.items() if k != one}})
+        assert "ZK106" not in codes(alone)
+        ds_config(alone)
+    auto = with_({"zero_optimization": dict(zero, stage3_prefetch_bucket_size="auto")})
+    assert "ZK106" not in codes(auto)  # DeepSpeedConfigModel drops "auto" before it validates
+    ds_config(auto)
+    assert "ZK106" in codes(auto, "trainer")
+    [said] = hf_trainer(tmp_path, [[auto, False]])
+    assert said[0] == "ok" and said[2]["stage3_prefetch_bucket_size"] == int(0.9 * 64 * 64)
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        ds_config(with_(auto, {"zero_optimization": said[2]}))
+
+
 def test_zk107_hjson_works_for_deepspeed_but_not_behind_hf(ds, tmp_path):
     from transformers.integrations.deepspeed import HfDeepSpeedConfig
 

@@ -270,10 +270,22 @@ def _string_stage_behind_hf(hit: Hit, ctx: Context) -> Hit | None:
 
 
 def duplicate_keys(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeed loads files with dict_raise_error_on_duplicate_keys; HF's json.load keeps the last one silently."""
+    """DeepSpeed loads files with dict_raise_error_on_duplicate_keys; HF's json.load keeps the last one silently.
+    One pydantic field under both its names (prefetch_bucket_size and its alias stage3_prefetch_bucket_size) is a
+    duplicate too: DeepSpeedConfigModel validates with populate_by_name and extra="forbid" (runtime/config_utils.py),
+    so pydantic takes the alias and refuses the field's own name as an extra input, at initialize."""
     for key, _pos in doc.duplicates:
         yield Hit(key, f"'{dotted(key)}' appears twice in one object: DeepSpeed refuses the file, json.load (HF "
                   "Trainer, Accelerate) silently keeps the last value; delete one")
+    for parent, name, alias in schema_mod.alias_pairs():
+        section = _at(doc.data, parent)
+        key, other = parent + (name,), parent + (alias,)
+        if _given(section, name, dotted(key), ctx) and _given(section, alias, dotted(other), ctx):
+            keep = (f" (keep '{alias}', the name the HF Trainer and Accelerate read and fill)"
+                    if alias.startswith("stage3_") else "")
+            yield Hit(key, f"'{dotted(key)}' and '{dotted(other)}' are one DeepSpeed field under two names: pydantic "
+                      f"reads '{alias}' and refuses '{name}' beside it (extra inputs are not permitted), so the config "
+                      f"fails at initialize; delete one{keep}")
 
 
 def hjson_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:

@@ -85,6 +85,21 @@ def _leaf_index() -> dict[str, list[str]]:
     return index
 
 
+@lru_cache(maxsize=1)
+def alias_pairs() -> tuple[tuple[tuple, str, str], ...]:
+    """(section path, pydantic field name, its alias) for every field DeepSpeed accepts under two names
+    (x-alias-of: zero_optimization's stage3_* names, tensor_parallel's tp and kernel_inject)."""
+    pairs = []
+    stack = [((), load_schema())]
+    while stack:
+        path, node = stack.pop()
+        for key, sub in (node.get("properties") or {}).items():
+            if sub.get("x-alias-of"):
+                pairs.append((path, key, sub["x-alias-of"]))
+            stack.append((path + (key,), sub))
+    return tuple(sorted(pairs))
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
