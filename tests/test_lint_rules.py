@@ -213,6 +213,40 @@ def test_zk105_out_of_range(ds):
         ds_config(cfg)
 
 
+def test_zk103_to_zk105_what_pydantic_validators_refuse_or_convert(ds):
+    """Constraints DeepSpeed's models enforce in validators, not Field annotations: ZenFlowConfig.validate_fields
+    refuses a strategy but auto/step/epoch, an interval string but "auto", an update_interval below 1;
+    DeepSpeedZeroLeafModuleConfig takes null for {} and one string for a list of it; and
+    seq_parallel_communication_data_type null picks the dtype from the precision (engine.communication_data_type)."""
+    from pydantic import ValidationError
+
+    zenflow = {"stage": 2}
+    for bad, code, message in (({"select_strategy": "bogus"}, "ZK104", "select_strategy must be one of"),
+                               ({"select_interval": "often"}, "ZK103", "select_interval is a string, it must be"),
+                               ({"update_interval": 0}, "ZK105", "update_interval is a number, it must be at least")):
+        cfg = with_({"zero_optimization": dict(zenflow, zenflow=bad)})
+        assert [f.code for f in lint(cfg)] == [code], bad
+        with pytest.raises(ValidationError, match=message):
+            ds_config(cfg)
+    [f] = lint(with_({"zero_optimization": dict(zenflow, zenflow={"select_strategy": "epochs"})}))
+    assert f.suggestion == "epoch" and '"auto", "step", "epoch"' in f.message
+    good = with_({"zero_optimization": dict(zenflow, zenflow={"select_strategy": "step", "select_interval": 5,
+                                                              "update_interval": 1})})
+    assert lint(good) == []
+    ds_config(good)
+    leaf = {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}
+    one = with_({"zero_optimization": dict(leaf, leaf_module={"classes": "my.Block", "names": ["moe"]})})
+    assert lint(one) == [] and ds_config(one).zero_config.leaf_module.classes == ["my.Block"]
+    null = with_({"zero_optimization": dict(leaf, leaf_module=None)})
+    assert lint(null) == [] and ds_config(null).zero_config.leaf_module.names == []
+    number = with_({"zero_optimization": dict(leaf, leaf_module={"classes": 5})})
+    assert [f.code for f in lint(number)] == ["ZK103"]
+    with pytest.raises(ValidationError, match="Input should be a valid list"):
+        ds_config(number)
+    seq = with_({"seq_parallel_communication_data_type": None})
+    assert lint(seq) == [] and ds_config(seq).seq_parallel_communication_data_type is None
+
+
 def test_zk106_duplicate_key(ds, tmp_path):
     from transformers.integrations.deepspeed import HfDeepSpeedConfig
 

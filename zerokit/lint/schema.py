@@ -197,7 +197,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
             ok = value.lower() in [e.lower() for e in enum if isinstance(e, str)]
         if not ok:
             name = dotted(keypath)
-            options = [e for e in enum if e != AUTO]
+            options = [e for e in enum if e != AUTO or node.get("default") == AUTO]  # DeepSpeed's own "auto"
             guess = _did_you_mean(str(value), [str(e) for e in options]) if isinstance(value, str) else None
             yield Hit(keypath, f"'{name}' is {_show(value)}; DeepSpeed accepts "
                       + ", ".join(_show(e) for e in options), guess, ERROR, "ZK104")

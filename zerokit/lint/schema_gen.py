@@ -65,8 +65,10 @@ DICT_SECTIONS: dict[str, dict] = {
     "disable_allgather": leaf(B, False, "Disable allgather (legacy ZeRO stage-1 option)."),
     "communication_data_type": leaf([S, "null"], None, "Dtype of gradient communication; null picks it from "
                                     "the training precision.", enum=DTYPES + [None], **{"x-ignore-case": True}),
-    "seq_parallel_communication_data_type": leaf(S, "fp32", "Dtype of sequence-parallel communication.",
-                                                 enum=DTYPES, **{"x-ignore-case": True}),
+    "seq_parallel_communication_data_type": leaf([S, "null"], "fp32", "Dtype of sequence-parallel communication; "
+                                                 "null picks it from the training precision, as for "
+                                                 "communication_data_type.", enum=DTYPES + [None],
+                                                 **{"x-ignore-case": True}),
     "prescale_gradients": leaf(B, False, "Scale gradients before allreduce instead of after."),
     "gradient_predivide_factor": leaf(N, 1.0, "Divide gradients by this factor before allreduce, the rest after."),
     "gradient_allreduce_op": leaf(S, "mean", "Reduction of data-parallel gradients. 'sum' is rejected with "
@@ -242,11 +244,23 @@ PYDANTIC_SECTIONS = {
 }
 
 
+_INTERVAL = {"select_interval": {"anyOf": [{"type": "integer"}, {"const": "auto"}]},
+             "update_interval": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]}}
 VALIDATOR_BOUNDS = {
     ("fp16", "loss_scale"): {"minimum": 0},  # DeepSpeedFP16Config._validate_loss_scale: "must be >= 0"
+    # ZenFlowConfig.validate_fields (runtime/zenflow/zenflow_config.py): one of three strategies; an interval is an
+    # int (update_interval at least 1) or the one string "auto"
+    ("zero_optimization", "zenflow", "select_strategy"): {"enum": ["auto", "step", "epoch"]},
+    **{("zero_optimization", "zenflow", key): value for key, value in _INTERVAL.items()},
+    # DeepSpeedZeroLeafModuleConfig._coerce_container_types (runtime/zero/leaf_module_config.py): null is {}, and
+    # one string is a list of it
+    ("zero_optimization", "leaf_module"): {"type": ["object", "null"]},
+    **{("zero_optimization", "leaf_module", key): {"type": ["array", "string"]}
+       for key in ("classes", "names", "name_suffixes")},
 }
-"""Bounds a pydantic section enforces in a field_validator, where model_schema cannot read them off the Field
-(runtime/precision_config.py). The fp16 window and floor are checked only with dynamic scaling (lint's ZK204)."""
+"""What a pydantic section enforces or converts in a validator, where model_schema cannot read it off the Field
+annotation (key path -> the schema keywords that replace the generated ones). The fp16 window and floor are
+checked only with dynamic scaling (lint's ZK204)."""
 
 
 def _import(path: str):
@@ -406,8 +420,11 @@ def build_schema() -> dict:
             ep_props[key]["default"] = value
         if key in hints:
             ep_props[key].update(_autoep_type(hints[key], value))
-    for (sec, key), bounds in VALIDATOR_BOUNDS.items():
-        props[sec]["properties"][key].update(bounds)
+    for (sec, *inner), bounds in VALIDATOR_BOUNDS.items():
+        node = props[sec]
+        for key in inner:
+            node = node["properties"][key]
+        node.update(bounds)
     props["expert_parallel"] = section("AutoEP: automatic expert parallelism for MoE models.",
                                        dict(sorted(ep_props.items())))
     props["timers"] = section("Engine timers.", {"throughput": model_schema(
