@@ -193,6 +193,32 @@ def test_zk103_wrong_type_in_pydantic_section(ds):
     assert ds_config(coerced).zero_optimization_stage == 2
 
 
+def test_zk103_what_pydantic_converts_is_a_warning_and_what_it_refuses_an_error(ds):
+    """pydantic's lax mode reads a boolean word in any case but not padded, an integer written "500.0" (not "5e8")
+    and true as 1; a converted value is still checked against the field's enum and bounds."""
+    from pydantic import ValidationError
+
+    def zero(**kw) -> dict:
+        return with_({"zero_optimization": {"stage": 2, **kw}})
+
+    converted = {"overlap_comm": ("TRUE", True), "reduce_bucket_size": ("500.0", 500),
+                 "allgather_bucket_size": (True, 1), "contiguous_gradients": (0, False)}
+    for key, (written, read) in converted.items():
+        [f] = lint(zero(**{key: written}))
+        assert (f.code, f.severity, f.suggestion) == ("ZK103", "warning", json.dumps(read)), key
+        assert getattr(ds_config(zero(**{key: written})).zero_config, key) == read
+    refused = {"overlap_comm": (" true", "ZK103", "valid boolean"), "reduce_bucket_size": ("5e8", "ZK103", "integer"),
+               "allgather_bucket_size": ("-2", "ZK105", "greater than or equal to 0"),
+               "stage": ("5", "ZK104", "Input should be 0, 1, 2, 3")}
+    for key, (written, code, message) in refused.items():
+        assert [(f.code, f.severity) for f in lint(zero(**{key: written}))] == [(code, "error")], key
+        with pytest.raises(ValidationError, match=message):
+            ds_config(zero(**{key: written}))
+    [f] = lint(zero(reduce_bucket_size="0"))
+    assert (f.code, f.suggestion) == ("ZK105", "500000000") and "is \"0\"; it must be > 0" in f.message
+    assert lint(zero(reduce_bucket_size=500000000)) == []
+
+
 def test_zk104_value_outside_enum(ds):
     from deepspeed.runtime.config import DeepSpeedConfigError
 

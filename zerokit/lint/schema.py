@@ -125,23 +125,28 @@ def _type_ok(value: Any, types: list[str]) -> bool:
     return t in types or (t == "integer" and "number" in types)
 
 
-def _pydantic_coerces(value: Any, types: list[str]) -> Any:
-    """The value pydantic's lax mode would turn this into, or None when it rejects it."""
+def _pydantic_coerces(value: Any, types: list[str], bools: bool = False) -> Any:
+    """The value pydantic's lax mode would turn this into, or None when it rejects it. It reads a boolean word in
+    any case but not padded (" true" fails), a number with the padding stripped, an integer written "500.0" but
+    not "5e8", and with `bools` a JSON true/false as 1/0 for a number (not for a did-you-mean's type check)."""
     if isinstance(value, str):
-        v = value.strip().lower()
+        v = value.lower()
         if "boolean" in types and v in ("true", "false", "yes", "no", "on", "off", "1", "0", "t", "f", "y", "n"):
             return v in ("true", "yes", "on", "1", "t", "y")
         if "integer" in types or "number" in types:
+            v = v.strip()
             try:
                 num = float(v)
             except ValueError:
                 return None
-            if "integer" in types and num.is_integer() and "e" not in v and "." not in v:
+            if "integer" in types and num.is_integer() and "e" not in v and "n" not in v:  # not 5e8, inf, nan
                 return int(num)
             if "number" in types and math.isfinite(num):
                 return num
     if "boolean" in types and isinstance(value, (int, float)) and not isinstance(value, bool) and value in (0, 1):
         return bool(value)
+    if bools and isinstance(value, bool) and "boolean" not in types:
+        return int(value) if "integer" in types else float(value) if "number" in types else None
     return None
 
 
@@ -163,8 +168,8 @@ def _closest(key: str, candidates: tuple[str, ...]) -> str | None:
     return lowered[match[0]] if match else None
 
 
-def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Iterator[Hit]:
-    """Type, enum and range of one value."""
+def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool, shown: str | None = None) -> Iterator[Hit]:
+    """Type, enum and range of one value (`shown`: the value as written, where pydantic converted it)."""
     node = value_node(node)
     if node.get("x-torch-dtype"):  # a pydantic field typed torch.dtype (is_instance_of): JSON has no such value
         yield Hit(keypath, f"'{dotted(keypath)}' cannot be set from a config file: DeepSpeed's field is a torch.dtype "
@@ -177,9 +182,13 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
     if types and not _type_ok(value, types):
         want = " or ".join(_ARTICLE.get(t, t) for t in types)
         name = dotted(keypath)
-        fixed = _pydantic_coerces(value, types)
+        fixed = _pydantic_coerces(value, types, bools=pydantic)
         fix = json.dumps(fixed) if fixed is not None else None
         if pydantic and fixed is not None:
+            refused = list(check_value(fixed, node, keypath, pydantic, _show(value)))
+            if refused:  # converted, and still out of range or enum: "0" for a bucket size, "5" for the stage
+                yield from refused
+                return
             yield Hit(keypath, f"'{name}' should be {want}, not {_show(value)}: DeepSpeed converts it, but HF's "
                       f"'auto' filling and other tools compare it as written; write {fix}",
                       fix, WARNING, "ZK103")
@@ -199,7 +208,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
             name = dotted(keypath)
             options = [e for e in enum if e != AUTO or node.get("default") == AUTO]  # DeepSpeed's own "auto"
             guess = _did_you_mean(str(value), [str(e) for e in options]) if isinstance(value, str) else None
-            yield Hit(keypath, f"'{name}' is {_show(value)}; DeepSpeed accepts "
+            yield Hit(keypath, f"'{name}' is {shown or _show(value)}; DeepSpeed accepts "
                       + ", ".join(_show(e) for e in options), guess, ERROR, "ZK104")
             return
     if _json_type(value) in ("integer", "number") and not isinstance(value, bool):
@@ -210,7 +219,7 @@ def check_value(value: Any, node: dict, keypath: tuple, pydantic: bool) -> Itera
                 fix = (json.dumps(default) if _json_type(default) in ("integer", "number")
                        and not isinstance(default, bool) else None)
                 why = node.get("x-out-of-range")  # what DeepSpeed does with it, where it does not refuse it
-                yield Hit(keypath, f"'{dotted(keypath)}' is {_show(value)}; it must be {words} {node[kw]}"
+                yield Hit(keypath, f"'{dotted(keypath)}' is {shown or _show(value)}; it must be {words} {node[kw]}"
                           + (f": {why}" if why else "; DeepSpeed refuses it at initialize" if pydantic else "")
                           + (f"; write {fix} (DeepSpeed's default)" if fix else ""), fix, ERROR, "ZK105")
                 return
