@@ -1873,6 +1873,30 @@ def test_zk413_adam_params_are_fusedadams_or_cpuadams_keywords(ds):
                                                                        "foreach": True}}})) & {"ZK413"}
 
 
+def test_zk413_lion_params_are_fusedlions_or_cpulions_keywords(ds):
+    """Lion's params reach FusedLion, or DeepSpeedCPULion with optimizer offload, as written: neither takes Adam's
+    eps (a TypeError at initialize, where ZK413 checked Adam alone), and each lacks one keyword of the other."""
+    from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
+
+    from zerokit.lint import rules
+
+    assert set(inspect.signature(FusedLion.__init__).parameters) - {"self", "params"} == set(rules.FUSED_LION_PARAMS)
+    assert set(inspect.signature(DeepSpeedCPULion.__init__).parameters) - {"self", "model_params"} == set(
+        rules.CPU_LION_PARAMS)
+    offload = {"stage": 2, "offload_optimizer": {"device": "cpu"}}
+    for zero, extra, cls in (({"stage": 0}, "eps", "FusedLion"), (offload, "eps", "DeepSpeedCPULion"),
+                             ({"stage": 0}, "fp32_optimizer_states", "FusedLion"),
+                             (offload, "set_grad_none", "DeepSpeedCPULion")):
+        cfg = with_({"zero_optimization": zero, "optimizer": {"type": "Lion", "params": {"lr": 1e-4, extra: True}}})
+        assert [(f.code, f.key) for f in lint(cfg) if f.code != "ZK403"] == [("ZK413", f"optimizer.params.{extra}")]
+        with pytest.raises(TypeError, match=f"{cls}.__init__\\(\\) got an unexpected keyword argument '{extra}'"):
+            initialize(ds, cfg)  # Python refuses the keyword before FusedLion looks for its kernel
+    fine = with_({"zero_optimization": offload, "optimizer": {"type": "Lion", "params": {
+        "lr": 1e-4, "betas": [0.9, 0.99], "weight_decay": 0.01, "fp32_optimizer_states": True}}})
+    assert lint(fine) == []
+    assert type(initialize(ds, fine).basic_optimizer).__name__ == "DeepSpeedCPULion"
+
+
 def test_zk406_a_scheduler_without_params_fails_at_initialize(ds):
     cfg = with_(ADAGRAD, {"scheduler": {"type": "WarmupLR"}})
     [f] = lint(cfg)

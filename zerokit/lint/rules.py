@@ -57,6 +57,17 @@ CPU_ADAM_PARAMS = ("lr", "betas", "eps", "weight_decay", "bias_correction", "ams
 engine passes itself (in params they would be given twice: TypeError)."""
 ADAM_OWN_PARAMS = ("adam_w_mode", "torch_adam", "fp32_optimizer_states")
 """optimizer.params keys engine._configure_basic_optimizer and get_optimizer_configuration pop before the call."""
+FUSED_LION_PARAMS = ("lr", "betas", "weight_decay", "set_grad_none")
+"""deepspeed.ops.lion.FusedLion's keywords (ops/lion/fused_lion.py), but params: no eps, unlike Adam."""
+CPU_LION_PARAMS = ("lr", "betas", "weight_decay", "fp32_optimizer_states")
+"""DeepSpeedCPULion's (ops/lion/cpu_lion.py), but model_params; the engine passes Lion's params as written."""
+OPTIMIZER_KEYWORDS = {
+    "adam": (("FusedAdam", FUSED_ADAM_PARAMS), ("DeepSpeedCPUAdam", CPU_ADAM_PARAMS), ADAM_OWN_PARAMS),
+    "adamw": (("FusedAdam", FUSED_ADAM_PARAMS), ("DeepSpeedCPUAdam", CPU_ADAM_PARAMS), ADAM_OWN_PARAMS),
+    "lion": (("FusedLion", FUSED_LION_PARAMS), ("DeepSpeedCPULion", CPU_LION_PARAMS), ()),
+}
+"""DeepSpeed optimizer name -> (the class without optimizer offload, its keywords), (the class with it, its
+keywords), the params keys the engine pops itself (engine._configure_basic_optimizer)."""
 # zero_quantized_gradients: the engine builds its all-to-all group at any stage, but only the stage-3 optimizer
 # receives it (engine.py _configure_zero_optimizer)
 STAGE3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
@@ -1072,35 +1083,39 @@ def optimizer_lr_type(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def optimizer_params(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """engine._configure_basic_optimizer hands optimizer.params, less the keys it reads itself (ADAM_OWN_PARAMS), to
-    the optimizer's constructor as keywords: for "Adam"/"AdamW" DeepSpeed's FusedAdam, or DeepSpeedCPUAdam with
-    optimizer offload. A keyword either does not take is a TypeError at initialize. With torch_adam: true the class
-    is torch's, whose keywords zerokit does not list (it imports without torch): not checked."""
+    """engine._configure_basic_optimizer hands optimizer.params, less the keys it reads itself (ADAM_OWN_PARAMS for
+    Adam), to the optimizer's constructor as keywords: for "Adam"/"AdamW" DeepSpeed's FusedAdam, or DeepSpeedCPUAdam
+    with optimizer offload; for "Lion" FusedLion or DeepSpeedCPULion (OPTIMIZER_KEYWORDS). A keyword the class does
+    not take is a TypeError at initialize. With torch_adam: true the class is torch's, whose keywords zerokit does not
+    list (it imports without torch): not checked."""
     opt = _section(doc.data, "optimizer")
     name, params = opt.get("type"), opt.get("params")
-    if not isinstance(name, str) or name.lower() not in ("adam", "adamw") or not isinstance(params, dict):
+    if not isinstance(name, str) or name.lower() not in OPTIMIZER_KEYWORDS or not isinstance(params, dict):
         return
-    if params.get("torch_adam") not in (None, False):
+    if name.lower() in ("adam", "adamw") and params.get("torch_adam") not in (None, False):
         return
+    (plain, plain_taken), (offloaded, offloaded_taken), own = OPTIMIZER_KEYWORDS[name.lower()]
     device = _offload(doc.data, "optimizer")[0]
     cpu = device in ("cpu", "nvme")
-    cls, taken = ("DeepSpeedCPUAdam", CPU_ADAM_PARAMS) if cpu else ("FusedAdam", FUSED_ADAM_PARAMS)
+    cls, taken = (offloaded, offloaded_taken) if cpu else (plain, plain_taken)
     if device == AUTO:  # the consumer fills the device: only what neither class takes
-        cls, cpu = "FusedAdam (or DeepSpeedCPUAdam)", False
+        cls, cpu, taken = f"{plain} (or {offloaded})", False, tuple(dict.fromkeys(plain_taken + offloaded_taken))
     for key in params:
-        if key in taken or key in ADAM_OWN_PARAMS or key == "max_grad_norm":  # max_grad_norm: ZK404
+        if key in taken or key in own or key == "max_grad_norm":  # max_grad_norm: ZK404
             continue
-        if key in FUSED_ADAM_PARAMS:  # set_grad_none, with optimizer offload
-            why = f"{cls} (the optimizer offload's) has no keyword '{key}'"
-        elif key == "adamw_mode" and cpu:  # get_optimizer_configuration passes it from adam_w_mode
+        if key in plain_taken + offloaded_taken:  # set_grad_none with optimizer offload, Lion's reverse
+            why = (f"{cls} (" + ("the optimizer offload's" if cpu else f"DeepSpeed's {name} without optimizer offload")
+                   + f") has no keyword '{key}'")
+        elif key == "adamw_mode" and cpu and own:  # get_optimizer_configuration passes it from adam_w_mode
             why = f"DeepSpeed passes {cls} adamw_mode itself (from params.adam_w_mode), so it would be given twice"
         else:
             why = f"'{key}' is not a keyword of {cls}, DeepSpeed's {name}" + (" with optimizer offload" if cpu else "")
-        guess = schema_mod._did_you_mean(key, list(taken) + list(ADAM_OWN_PARAMS))
+        guess = schema_mod._did_you_mean(key, list(taken) + list(own))
         if key in ("beta1", "beta2", "adam_beta1", "adam_beta2"):
             guess = "betas"
         yield Hit(("optimizer", "params", key), f"{why}: initialize fails with TypeError (unexpected keyword "
-                  f"argument); it takes {', '.join(taken)} (and DeepSpeed reads {', '.join(ADAM_OWN_PARAMS)} itself)"
+                  f"argument); it takes {', '.join(taken)}"
+                  + (f" (and DeepSpeed reads {', '.join(own)} itself)" if own else "")
                   + (" (did you mean 'betas'? one list, [beta1, beta2])" if guess == "betas" else
                      f" (did you mean '{guess}'?)" if guess else ""), guess)
 
