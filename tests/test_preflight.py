@@ -597,7 +597,7 @@ def test_nodes_include_and_exclude_narrow_the_hosts_and_ranks_the_checks_see(tmp
 def _ssh_refused(monkeypatch) -> list[str]:
     """Every host refuses the preflight's ssh (`probe_ssh`); the list it returns fills with the hosts asked."""
     asked: list[str] = []
-    monkeypatch.setattr(preflight, "probe_ssh", lambda host: (asked.append(host), (False, "refused"))[1])
+    monkeypatch.setattr(preflight, "probe_ssh", lambda host, ssh_port=None: (asked.append(host), (False, "refused"))[1])
     return asked
 
 
@@ -771,13 +771,14 @@ def test_the_master_port_is_checked_where_rank_0_runs(monkeypatch):
     """DeepSpeed's runner puts rank 0 on the job's first host: the port is checked there, over ssh, unless that
     host is this one; a login node's own ports say nothing about it."""
     asked = []
-    monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port: asked.append((host, port)) or (True, ""))
+    monkeypatch.setattr(preflight, "probe_remote_port",
+                        lambda host, port, ssh_port=None: asked.append((host, port)) or (True, ""))
     remote = Target(hosts={"gpu-a": 8, "gpu-b": 8}, master_port=29611)
     assert not remote.hosts_rendezvous
     check = preflight.check_master_port(remote)
     assert asked == [("gpu-a", 29611)] and not check.ok
     assert check.detail == "29611 is in use on gpu-a, rank 0's node" and "--master-port" in check.fix
-    monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port: (None, "ssh failed: refused"))
+    monkeypatch.setattr(preflight, "probe_remote_port", lambda host, port, ssh_port=None: (None, "ssh failed: refused"))
     assert preflight.check_master_port(remote) == preflight.NotChecked(
         "master port", True, "29611 on gpu-a (rank 0's node): not checked (ssh failed: refused)")
     # a check not made is not shown as passed (it showed ✓)

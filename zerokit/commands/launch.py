@@ -73,6 +73,10 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
               "node2 or node1:0 (not with --include).")
 @click.option("--master-addr", help="Address of rank 0's node (default: DeepSpeed's runner takes the first address "
               "`ssh HOST hostname -I` prints on the job's first host; 127.0.0.1 on one node).")
+@click.option("--launcher-args", metavar="TEXT",
+              help="Extra arguments for the --launcher command (pdsh, mpirun, srun), one string split as a shell "
+                   "splits it: DeepSpeed's --launcher_args, e.g. \"-mca btl_tcp_if_include eth0\" for openmpi. Jobs on "
+                   "other hosts only.")
 @click.option("--no-ssh", is_flag=True,
               help="No ssh between nodes (Kubernetes, srun): run the same command on every node with its "
                    "--node-rank; each starts its own ranks. Needs --hosts/--hostfile and --master-addr.")
@@ -100,9 +104,10 @@ def check_emit_targets(targets: dict[str, str], force: bool, dry_run: bool, inpu
               help="Seconds the ranks get after Ctrl-C/SIGTERM before they are killed.")
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
-            master_addr, no_ssh, node_rank, watch_port, env, bind_cores_to_rank, bind_core_list, files_dir, emit_sbatch,
-            emit_script, force, time_limit, dry_run, no_preflight, grace, script, script_args) -> int:
+def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, ssh_port, nodes, include,
+            exclude, master_addr, no_ssh, launcher_args, node_rank, watch_port, env, bind_cores_to_rank, bind_core_list,
+            files_dir, emit_sbatch, emit_script, force, time_limit, dry_run, no_preflight, grace, script,
+            script_args) -> int:
     """Check the machine, then start SCRIPT on every rank with the deepspeed runner.
 
     The config reaches the script as `--deepspeed PATH` unless its arguments already name that file (another
@@ -114,6 +119,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     \b
       zerokit launch --config ds_config.json --gpus-per-node 8 train.py --epochs 1
       zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 train.py
+      zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 --ssh-port 2222 train.py
       zerokit launch --config ds_config.json --hosts node1:8,node2:8 --master-addr node1 --no-ssh --node-rank 1 train.py
       zerokit launch --config ds_config.json --hosts node1,node2 --gpus-per-node 8 --emit-sbatch job.sbatch train.py
     """
@@ -152,7 +158,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
         # --env's value too: the runner gets it in its environment, and deletes it as it deletes an exported one
         visible_devices=None if emits else runner.visible_devices({**os.environ, **dict(_env_pairs(env))},
                                                                   runner.gpus_present()),
-        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
+        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list, ssh_port=ssh_port,
+        launcher_args=launcher_args,
     )
     if time_limit is not None and emit_sbatch is None:
         raise BadInput("--time is the SLURM time limit of --emit-sbatch; give --emit-sbatch FILE too, or drop --time")
@@ -172,6 +179,8 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                                           time_limit=time_limit), "sbatch", "--emit-sbatch")
         if emit_script is not None:
             rendered[emit_script] = (runner.render_launch_script(spec, zerokit_command), "bash", "--emit-script")
+            for note in runner.notes(spec):  # the script runs the same command: what it leaves out, said here
+                click.echo(f"zerokit launch: warning: {note}", err=True)
         for path, (text, how, option) in rendered.items():
             if dry_run:
                 click.echo(f"# {path}\n{text}", nl=False)
@@ -215,7 +224,7 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
                                        exclude=spec.exclude, document=document,  # the runner's hosts and ranks
                                        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
-                                       remote=spec.remote_shell)
+                                       remote=spec.remote_shell, ssh_port=spec.ssh_port)
         checks = preflight.run_job_checks(target, spec)  # zerokit preflight's, --include against the devices too
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

@@ -26,6 +26,10 @@ def target_options(f):
                      help="How the runner reaches the other nodes."),
         click.option("--master-port", type=click.IntRange(1, 65535), default=DEFAULT_MASTER_PORT, show_default=True,
                      help="Rendezvous port on the master node."),
+        click.option("--ssh-port", type=click.IntRange(1, 65535),
+                     help="The nodes' ssh port (DeepSpeed's --ssh_port): the runner's ssh check and `hostname -I` "
+                          "probe, pdsh's ssh and the preflight's use it; mpirun's needs it in --launcher-args too "
+                          "[default: ssh's own, 22 or ~/.ssh/config's]."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -59,8 +63,8 @@ def parsed_hosts(hosts: str | None, gpus_per_node: int | None, hostfile: str | N
 @binding_options("As launch --bind-cores-to-rank: check what DeepSpeed's core binding needs (numactl, a core for "
                  "each rank).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, nodes, include, exclude,
-            bind_cores_to_rank, bind_core_list, fmt) -> int:
+def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_port, ssh_port, nodes, include,
+            exclude, bind_cores_to_rank, bind_core_list, fmt) -> int:
     """Check this machine can run a config: DeepSpeed ops, accelerator, memory, NVMe, ports, hosts.
 
     Exit 0: every check passed; 3: a check failed; 2: bad input (a --config, --plan or --hostfile that cannot be
@@ -81,13 +85,13 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
     spec = runner.LaunchSpec(script="SCRIPT", config=config, gpus_per_node=gpus_per_node, nodes=nodes, include=include,
                              exclude=exclude, hostfile=hostfile, hosts=tuple(host_map.items()), launcher=launcher,
                              master_port=master_port, bind_cores_to_rank=bind_cores_to_rank,
-                             bind_core_list=bind_core_list)
+                             bind_core_list=bind_core_list, ssh_port=ssh_port)
     runner.validate(spec)
     target = preflight.make_target(config=config, plan=plan_file, hosts=host_map, hostfile=hostfile,
                                    gpus_per_node=gpus_per_node, launcher=launcher, master_port=master_port,
                                    nodes=nodes, include=include, exclude=exclude,
                                    bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
-                                   remote=spec.remote_shell)
+                                   remote=spec.remote_shell, ssh_port=ssh_port)
     checks = preflight.run_job_checks(target, spec)
     if fmt == "json":
         click.echo(json.dumps(preflight.as_json(checks), indent=2))

@@ -117,6 +117,8 @@ class Target:
     """Each node starts its own ranks (launch --no-ssh): no launcher binary, no ssh between nodes."""
     node_rank: int | None = None
     master_addr: str | None = None
+    ssh_port: int | None = None
+    """The port the runner's ssh uses (launch --ssh-port), which the preflight's ssh uses too; None: ssh's own."""
     env: dict[str, str] = field(default_factory=dict)
     """Variables the ranks get on top of this environment (launch --env)."""
     config: dict[str, Any] = field(default_factory=dict)
@@ -547,23 +549,23 @@ SSH_FAILURES_SHOWN = 5
 """Failed hosts the ssh check names; the rest are counted (a thousand names make no useful line)."""
 
 
-def probe_ssh(host: str) -> tuple[bool, str]:
+def probe_ssh(host: str, ssh_port: int | None = None) -> tuple[bool, str]:
     """Whether DeepSpeed's own check, `ssh -o PasswordAuthentication=no HOST hostname` (launcher/runner.py), succeeds,
     within a short timeout and without any prompt (BatchMode): an unknown host key fails here, as it stops
     DeepSpeed's check at a prompt, and nothing is written to ~/.ssh/known_hosts. The user's ssh config applies, as it
-    does to DeepSpeed's ssh and pdsh's."""
-    r = _ssh(host, "hostname")
+    does to DeepSpeed's ssh and pdsh's; `ssh_port`, DeepSpeed's --ssh_port, goes in as its `-p`."""
+    r = _ssh(host, "hostname", ssh_port)
     if isinstance(r, str):
         return False, r
     last = (r.stderr.strip().splitlines() or [""])[-1]
     return r.returncode == 0, last
 
 
-def probe_host_address(host: str) -> tuple[str | None, str]:
+def probe_host_address(host: str, ssh_port: int | None = None) -> tuple[str | None, str]:
     """(the first address `ssh HOST hostname -I` prints, or None; why none): how DeepSpeed's runner finds the master
     address when it is given none (launcher/runner.py: `result.decode('utf-8').split()[0]`), which fails where that
     `hostname` has no -I (busybox, BSD) or the host prints no address."""
-    r = _ssh(host, "hostname -I")
+    r = _ssh(host, "hostname -I", ssh_port)
     if isinstance(r, str):
         return None, r
     words = r.stdout.split()
@@ -573,11 +575,13 @@ def probe_host_address(host: str) -> tuple[str | None, str]:
     return words[0], ""
 
 
-def _ssh(host: str, command: str) -> subprocess.CompletedProcess | str:
-    """`command` run on `host` the way DeepSpeed's runner checks a host (`ssh -o PasswordAuthentication=no`), in
-    batch mode (no prompt) within a short timeout; or why ssh could not run it."""
+def _ssh(host: str, command: str, ssh_port: int | None = None) -> subprocess.CompletedProcess | str:
+    """`command` run on `host` the way DeepSpeed's runner checks a host (`ssh -o PasswordAuthentication=no`, with
+    `-p PORT` where it is given --ssh_port), in batch mode (no prompt) within a short timeout; or why ssh could not
+    run it."""
+    port = ["-p", str(ssh_port)] if ssh_port is not None else []
     argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
-            host, command]
+            *port, host, command]
     try:
         return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
                               stdin=subprocess.DEVNULL)
@@ -1214,28 +1218,39 @@ def check_ssh(t: Target) -> Check | None:
     if t.launcher == "slurm":  # srun reaches the nodes, but the runner ssh-checks the first host and asks it for its
         hosts = hosts[:1]      # address (`ssh HOST hostname -I`) whatever the backend (deepspeed/launcher/runner.py)
     with ThreadPoolExecutor(max_workers=min(SSH_PARALLEL, len(hosts))) as pool:
-        results = dict(zip(hosts, pool.map(probe_ssh, hosts)))
+        results = dict(zip(hosts, pool.map(lambda host: probe_ssh(host, ssh_port=t.ssh_port), hosts)))
     failed = [f"{h} ({why or 'refused'})" for h, (ok, why) in results.items() if not ok]
     if failed:
         shown = ", ".join(failed[:SSH_FAILURES_SHOWN])
         if len(failed) > SSH_FAILURES_SHOWN:
             shown += f" and {len(failed) - SSH_FAILURES_SHOWN} more of the {len(hosts)} hosts"
-        return Check("ssh", False, "no passwordless ssh to " + shown,
-                     "ssh-copy-id to each host and accept its host key once (ssh HOST hostname must work without "
-                     "a prompt: DeepSpeed's runner checks exactly that)")
-    detail = f"{len(hosts)} hosts answer (BatchMode, {SSH_TIMEOUT_S} s timeout)"
+        other_port = "" if t.ssh_port is not None else "; where the nodes' sshd listens on another port: --ssh-port N"
+        return Check("ssh", False, f"no passwordless ssh{on_port(t)} to " + shown,
+                     f"ssh-copy-id to each host and accept its host key once ({ssh_shown(t)} HOST hostname must work "
+                     f"without a prompt: DeepSpeed's runner checks exactly that){other_port}")
+    detail = f"{len(hosts)} hosts answer{on_port(t)} (BatchMode, {SSH_TIMEOUT_S} s timeout)"
     if t.master_addr is None:  # the runner asks the first host for its address, whatever the backend
         from zerokit.launch.runner import DISCOVERY_LAUNCHERS  # here, as is_this_host is: the runner module
 
-        address, why = probe_host_address(hosts[0])
+        address, why = probe_host_address(hosts[0], ssh_port=t.ssh_port)
         if address is None:
             fix = ("give zerokit launch --master-addr with its address" if t.launcher not in DISCOVERY_LAUNCHERS else
                    f"install a hostname with -I there (Debian's hostname package): --launcher {t.launcher} takes no "
                    "--master-addr")
-            return Check("ssh", False, f"`ssh {hosts[0]} hostname -I` gives no address ({why}), and DeepSpeed's "
-                         "runner asks it for the master address", fix)
+            return Check("ssh", False, f"`{ssh_shown(t)} {hosts[0]} hostname -I` gives no address ({why}), and "
+                         "DeepSpeed's runner asks it for the master address", fix)
         detail += f"; the master address: {address} (`hostname -I` on {hosts[0]})"
     return Check("ssh", True, detail)
+
+
+def on_port(t: Target) -> str:
+    """' on port N' where the job's ssh has its own port (--ssh-port), for the ssh check's lines; '' where not."""
+    return f" on port {t.ssh_port}" if t.ssh_port is not None else ""
+
+
+def ssh_shown(t: Target) -> str:
+    """How the job's ssh is typed: `ssh`, or `ssh -p N` with --ssh-port."""
+    return "ssh" + (f" -p {t.ssh_port}" if t.ssh_port is not None else "")
 
 
 def probe_master_addr(addr: str) -> tuple[str | None, bool]:
@@ -1276,7 +1291,7 @@ def check_master_port(t: Target) -> Check | None:
     if t.no_ssh or t.launcher == "slurm":
         return None  # the rendezvous listens on node 0, which this host does not reach by ssh
     host = next(iter(t.hosts))  # rank 0's node, which the runner reaches by ssh (check_ssh)
-    busy, why = probe_remote_port(host, t.master_port)
+    busy, why = probe_remote_port(host, t.master_port, ssh_port=t.ssh_port)
     if busy is None:
         return NotChecked("master port", True, f"{t.master_port} on {host} (rank 0's node): not checked ({why})")
     if busy:
@@ -1291,10 +1306,10 @@ IPv6, with bash's /dev/tcp (no Python needed on that PATH). A port held only by 
 (TIME_WAIT) opens none, and is free for the rendezvous, as `probe_port_free` has it."""
 
 
-def probe_remote_port(host: str, port: int) -> tuple[bool | None, str]:
+def probe_remote_port(host: str, port: int, ssh_port: int | None = None) -> tuple[bool | None, str]:
     """(whether `port` is in use on `host`, or None where ssh could not ask; why not), asked over ssh as
-    `probe_ssh` asks (BatchMode, no prompt, a short timeout)."""
-    r = _ssh(host, REMOTE_PORT_PROBE.format(port=int(port)))
+    `probe_ssh` asks (BatchMode, no prompt, a short timeout, `ssh_port`)."""
+    r = _ssh(host, REMOTE_PORT_PROBE.format(port=int(port)), ssh_port)
     if isinstance(r, str):
         return None, r if r.startswith("ssh") else "ssh " + r
     answer = (r.stdout.strip().splitlines() or [""])[-1]
@@ -1576,11 +1591,13 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                 master_port: int = 29500, no_ssh: bool = False, node_rank: int | None = None,
                 master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
                 include: str | None = None, exclude: str | None = None, document: Any = None,
-                bind_cores_to_rank: bool = False, bind_core_list: str | None = None, remote: bool = False) -> Target:
+                bind_cores_to_rank: bool = False, bind_core_list: str | None = None, remote: bool = False,
+                ssh_port: int | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
     narrowed to the hosts and ranks the runner will use (`runner.select_hosts`). `document`: the config as the
     caller already read it (`read_config_document`; launch reads it before anything starts), not read again.
-    `remote`: the job's `runner.LaunchSpec.remote_shell` (`Target.remote`)."""
+    `remote`: the job's `runner.LaunchSpec.remote_shell` (`Target.remote`). `ssh_port`: launch --ssh-port, which the
+    ssh checks use as the runner does."""
     if config is not None and document is None:
         document = read_config_document(config)
     ds_config = document.data if document is not None else {}
@@ -1606,5 +1623,5 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
                   node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config,
                   config_file=config, document=document, plan=plan_data, bind_cores_to_rank=bind_cores_to_rank,
-                  bind_core_list=bind_core_list, remote=remote)
+                  bind_core_list=bind_core_list, remote=remote, ssh_port=ssh_port)
 

@@ -111,6 +111,13 @@ class LaunchSpec:
     OMP_NUM_THREADS that share (DeepSpeed's ZeRO-Offload tutorial advises it where CPU Adam steps the optimizer)."""
     bind_core_list: str | None = None
     """DeepSpeed's --bind_core_list (`0-31,64-95`): the cores shared out instead of all the node's physical ones."""
+    ssh_port: int | None = None
+    """The nodes' ssh port (DeepSpeed's --ssh_port); None: ssh's own (22, or what ~/.ssh/config gives the host).
+    DeepSpeed's runner uses it for its ssh check and its `hostname -I` probe whatever the backend, and gives it to
+    pdsh's ssh; mpirun's ssh never gets it (`check_mpirun_ssh_port`)."""
+    launcher_args: str | None = None
+    """Extra arguments for the backend's command (pdsh, mpirun, srun): DeepSpeed's --launcher_args, one string that it
+    splits as a shell would (shlex) and adds after its own."""
 
     @property
     def multi_node(self) -> bool:
@@ -397,6 +404,14 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
                            f"list them all, or use --nodes {listed}")
     _check_gpus_per_node(spec)
     check_binding(spec, launcher_limits)
+    if spec.launcher_args is not None:
+        launcher_words(spec.launcher_args)
+    if spec.no_ssh:
+        for option, value, why in (("--ssh-port", spec.ssh_port, "nothing uses ssh"),
+                                   ("--launcher-args", spec.launcher_args, "no launcher runs")):
+            if value is not None:
+                raise BadInput(f"{option} has no effect with --no-ssh: each node's runner starts its own ranks, and "
+                               f"{why}; drop {option}")
     if spec.node_rank is not None and not spec.no_ssh:
         raise BadInput("--node-rank goes with --no-ssh (each node starts its own ranks); without --no-ssh the runner "
                        "reaches every node itself")
@@ -442,6 +457,99 @@ def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
                 raise BadInput(f"{word!r} has a '%': pdsh replaces %n (the node's rank), %h (its host), %u (the "
                                "user) and %% in the command it runs, so the nodes would get another value; remove "
                                "it or use --launcher openmpi")
+
+
+def launcher_words(text: str) -> list[str]:
+    """--launcher-args as DeepSpeed's runner splits it (shlex.split, as a shell would); what it cannot split (an
+    unclosed quote, a trailing backslash) is refused here rather than by its traceback, and so is an empty one."""
+    how = "e.g. --launcher-args \"-mca btl_tcp_if_include eth0\""
+    if not text.strip():
+        raise BadInput(f"--launcher-args is empty; give the launcher's arguments ({how}), or leave it out")
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise BadInput(f"--launcher-args {text!r}: {str(e).lower()}; DeepSpeed splits it as a shell would (shlex): "
+                       f"close every quote, {how}") from None
+
+
+_HYDRA_SSH = ((), ("HYDRA_LAUNCHER_EXTRA_ARGS",), "export HYDRA_LAUNCHER_EXTRA_ARGS='-p {port}' (hydra's ssh reads it)")
+MPIRUN_SSH = {
+    "openmpi": (("plm_rsh_args", "plm_ssh_args"), ("OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args"),
+                "--launcher-args \"--mca plm_rsh_args '-p {port}'\""),
+    "impi": (("-bootstrap-exec-args",), ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",),
+             "--launcher-args \"-bootstrap-exec-args '-p {port}'\""),
+    "mpich": _HYDRA_SSH,
+    "mvapich": _HYDRA_SSH,
+}
+"""How mpirun's own ssh is given arguments, per MPI backend: (the option of --launcher-args that carries them: Open
+MPI's MCA parameter, Intel MPI's mpirun option; the variables mpirun reads them from; the fix that gives it a port).
+DeepSpeed's MPI backends pass --ssh_port to none of them (deepspeed/launcher/multinode_runner.py: only PDSHRunner
+reads it)."""
+
+
+def mpirun_ssh_args(spec: LaunchSpec, launcher_args_only: bool = False) -> list[str] | None:
+    """The arguments the job gives the ssh of its MPI backend's mpirun (`MPIRUN_SSH`): from --launcher-args, else
+    from the variable mpirun reads (this environment, --env on top); None where it gives none."""
+    if spec.launcher not in MPIRUN_SSH:
+        return None
+    names, variables, _ = MPIRUN_SSH[spec.launcher]
+    words = launcher_words(spec.launcher_args) if spec.launcher_args is not None else []
+    for i, word in enumerate(words):
+        if spec.launcher == "openmpi":  # --mca NAME VALUE
+            if word in ("-mca", "--mca", "--prtemca") and i + 2 < len(words) and words[i + 1] in names:
+                return _split_loosely(words[i + 2])
+        elif word in names and i + 1 < len(words):  # -OPTION VALUE
+            return _split_loosely(words[i + 1])
+    if launcher_args_only:
+        return None
+    environ = {**os.environ, **dict(spec.env)}
+    given = next((environ[name] for name in variables if environ.get(name)), None)
+    return None if given is None else _split_loosely(given)
+
+
+def _split_loosely(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def ssh_args_port(words: list[str]) -> str | None:
+    """The port ssh's arguments give (`-p N`, `-pN`, `-o Port=N`, `-oPort=N`), the first one; None where none."""
+    for i, word in enumerate(words):
+        flag = word[:2]
+        if flag not in ("-p", "-o"):
+            continue
+        if word == flag:  # the value is the next word (which the loop then reads as a word of its own: harmless)
+            value = words[i + 1] if i + 1 < len(words) else ""
+        else:
+            value = word[2:]
+        if flag == "-p":
+            return value
+        m = re.fullmatch(r"\s*port\s*[= ]\s*(\S+)\s*", value, re.IGNORECASE)
+        if m:
+            return m.group(1)
+    return None
+
+
+def check_mpirun_ssh_port(spec: LaunchSpec) -> None:
+    """--ssh-port with an MPI backend: DeepSpeed's runner runs its own ssh check and `hostname -I` probe on that port,
+    but its MPI backends never hand it to mpirun, whose ssh then uses its default port (multinode_runner.py: only
+    PDSHRunner reads ssh_port). Refused unless the job gives mpirun's ssh the same port its own way (`MPIRUN_SSH`).
+    pdsh gets the port from DeepSpeed (PDSH_SSH_ARGS_APPEND), and srun needs no ssh: the runner's own ssh is all."""
+    if spec.ssh_port is None or not spec.remote_shell or spec.launcher not in MPIRUN_SSH:
+        return
+    port = str(spec.ssh_port)
+    given = mpirun_ssh_args(spec)
+    said = ssh_args_port(given) if given is not None else None
+    if said == port:
+        return
+    launcher = spec.launcher
+    fix = MPIRUN_SSH[launcher][2].format(port=port)
+    whose = f"whose ssh is given port {said}" if said is not None else "whose ssh would use its default port"
+    raise BadInput(f"--ssh-port {port} with --launcher {launcher}: DeepSpeed's {launcher} backend uses it only for "
+                   f"the runner's own ssh check, not for mpirun, {whose}; give mpirun port {port} too: {fix}, or set "
+                   f"Port {port} for the nodes in ~/.ssh/config (every ssh reads it) and drop --ssh-port")
 
 
 def _check_gpus_per_node(spec: LaunchSpec) -> None:
@@ -636,6 +744,20 @@ def notes(spec: LaunchSpec) -> list[str]:
     if spec.master_addr is not None and not spec.multi_node and not spec.no_ssh:
         out.append(f"--master-addr {spec.master_addr} has no effect on one node: DeepSpeed's runner sets 127.0.0.1 "
                    "there, so zerokit leaves it out (it matters to jobs on other hosts, and to --no-ssh)")
+    if not spec.multi_node and not spec.no_ssh:
+        for option, value, why in (("--ssh-port", spec.ssh_port, "uses no ssh there"),
+                                   ("--launcher-args", spec.launcher_args,
+                                    "starts the ranks itself there (launch.py), with no launcher")):
+            if value is not None:
+                out.append(f"{option} {shlex.quote(str(value))} has no effect on one node: DeepSpeed's runner {why}, "
+                           "so zerokit leaves it out (it matters to jobs on other hosts)")
+    if spec.remote_shell and spec.ssh_port is None and spec.launcher in MPIRUN_SSH:
+        given = mpirun_ssh_args(spec, launcher_args_only=True)
+        port = ssh_args_port(given) if given is not None else None
+        if port is not None:
+            out.append(f"--launcher-args gives mpirun's ssh port {port}, but DeepSpeed's runner runs its own ssh check "
+                       f"and `hostname -I` probe on ssh's default port: add --ssh-port {port}, unless ~/.ssh/config "
+                       "gives the nodes that port")
     if spec.visible_devices is not None and (spec.multi_node or spec.no_ssh):
         out.append(f"{VISIBLE_DEVICES}={spec.visible_devices} does not pick the GPUs of a job with a hostfile: "
                    "DeepSpeed's runner starts a rank on every slot it lists (and the other nodes never see this "
@@ -764,6 +886,7 @@ def select_slots(hosts: dict[str, int], nodes: int | None = None, include: str |
 def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
     """The runner's argv and the variables to add to the environment (not a copy of os.environ)."""
     validate(spec)
+    check_mpirun_ssh_port(spec)
     argv = [spec.runner]
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}  # ranks' output streams through as it comes
     if not spec.multi_node and not spec.no_ssh and os.path.isfile(DEEPSPEED_DEFAULT_HOSTFILE):
@@ -778,6 +901,10 @@ def build_command(spec: LaunchSpec) -> tuple[list[str], dict[str, str]]:
         argv += ["--hostfile", spec.hostfile or spec.written_hostfile, "--launcher", spec.launcher, "--force_multi"]
         if spec.master_addr:
             argv += ["--master_addr", spec.master_addr]
+        if spec.ssh_port is not None:
+            argv += ["--ssh_port", str(spec.ssh_port)]
+        if spec.launcher_args is not None:  # one word: argparse takes a separate '-mca ...' for an option of its own
+            argv.append(f"--launcher_args={spec.launcher_args}")
         if spec.env:
             env["DS_ENV_FILE"] = spec.env_file  # the runner joins it to ~ and .; an absolute path wins both
     # An MPI backend refuses --num_nodes/--num_gpus; validate let them through only where they restate the hostfile.
@@ -943,6 +1070,11 @@ def render_sbatch(spec: LaunchSpec, zerokit_command: str, sbatch_name: str, job_
     if spec.master_addr is not None:  # the script takes the job's first node from scontrol
         raise BadInput(f"--master-addr {spec.master_addr} has no place in an sbatch script: the job's first node "
                        "(scontrol show hostnames) is the master; drop --master-addr")
+    for option, value, why in (("--ssh-port", spec.ssh_port, "and nothing uses ssh"),
+                               ("--launcher-args", spec.launcher_args, "which starts no launcher")):
+        if value is not None:  # srun starts one runner per node, with --no_ssh
+            raise BadInput(f"{option} has no place in an sbatch script: srun starts one deepspeed runner per node "
+                           f"(--no_ssh), {why}; drop {option}, or use --emit-script for a launch through --launcher")
     if spec.launcher in MPI_LAUNCHERS:  # srun starts one runner per node, with --no_ssh: no launcher is used
         raise BadInput(f"--launcher {spec.launcher} has no place in an sbatch script: srun starts one deepspeed "
                        "runner per node; drop --launcher, or use --emit-script for an mpirun launch")
