@@ -125,10 +125,12 @@ def ssh_unavailable() -> str | None:
 
 
 class Sshd:
-    """sshd in each namespace, a fresh key pair, and a directory with an `ssh` wrapper to put first on PATH."""
+    """sshd in each namespace, a fresh key pair, and a directory with an `ssh` wrapper to put first on PATH. `port`:
+    where the sshds listen (another than 22 is a container's sshd, which only `ssh -p PORT` reaches)."""
 
-    def __init__(self, nodes: Namespaces, workdir: Path):
+    def __init__(self, nodes: Namespaces, workdir: Path, port: int = 22):
         self.dir = workdir
+        self.port = port
         workdir.mkdir(parents=True, exist_ok=True)
         for key in ("host_key", "id_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(workdir / key)], check=True,
@@ -136,7 +138,7 @@ class Sshd:
         (workdir / "authorized_keys").write_text((workdir / "id_key.pub").read_text())
         (workdir / "authorized_keys").chmod(0o600)
         (workdir / "sshd_config").write_text(
-            f"HostKey {workdir / 'host_key'}\nAuthorizedKeysFile {workdir / 'authorized_keys'}\n"
+            f"Port {port}\nHostKey {workdir / 'host_key'}\nAuthorizedKeysFile {workdir / 'authorized_keys'}\n"
             "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
             "UsePAM no\nStrictModes no\nPidFile none\n")
         (workdir / "ssh_config").write_text(
@@ -160,7 +162,8 @@ class Sshd:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 30
         while True:
-            r = subprocess.run(self.nodes.argv(0, ["ssh", self.nodes.addresses[1], "true"]), env=self.env(),
+            r = subprocess.run(self.nodes.argv(0, ["ssh", "-p", str(self.port), self.nodes.addresses[1], "true"]),
+                               env=self.env(),
                                capture_output=True, text=True, timeout=30, check=False)
             if r.returncode == 0:
                 return

@@ -526,6 +526,50 @@ def test_pdsh_over_ssh_trains_on_two_nodes(two_nodes, sshd, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and all(math.isfinite(r["loss"]) for r in rows)
 
 
+ONCE = textwrap.dedent("""
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} up, sum {t.item():g}", flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def sshd_2222(two_nodes, tmp_path_factory):
+    if not isinstance(two_nodes, Namespaces):
+        pytest.skip(f"pdsh over ssh needs two network namespaces ({namespaces_unavailable()})")
+    why = ssh_unavailable()
+    if why:
+        pytest.skip(why)
+    server = Sshd(two_nodes, tmp_path_factory.mktemp("ssh2222"), port=2222)
+    yield server
+    server.close()
+
+
+@pytest.mark.slow
+def test_pdsh_over_ssh_on_another_port_with_ssh_port(two_nodes, sshd_2222, tmp_path):
+    """Nodes whose sshd listens on 2222 alone (containers), with a key no sshd on port 22 knows: with --ssh-port 2222
+    the preflight's ssh, DeepSpeed's ssh check, its `hostname -I` probe (no --master-addr) and pdsh's ssh all reach
+    it, and the job runs on both nodes; without it the preflight's ssh check fails, where DeepSpeed's would."""
+    script = tmp_path / "once.py"
+    script.write_text(ONCE)
+    hosts = ",".join(f"{h}:1" for h in two_nodes.hostnames)
+    args = ["--hosts", hosts, "--master-port", str(free_port()), "--env", f"GLOO_SOCKET_IFNAME={two_nodes.ifname}",
+            "--files-dir", str(tmp_path / "zk"), str(script)]
+    refused = zerokit_on(two_nodes, 0, args, env=sshd_2222.env(), cwd=tmp_path)
+    out = refused.communicate(timeout=120)[0]
+    assert refused.returncode == 3 and "no passwordless ssh to " in out, out[-4000:]
+    proc = zerokit_on(two_nodes, 0, ["--ssh-port", "2222", *args], env=sshd_2222.env(), cwd=tmp_path)
+    out = proc.communicate(timeout=RUN_TIMEOUT)[0]
+    assert proc.returncode == 0, out[-6000:]
+    assert "✓ ssh: 2 hosts answer on port 2222" in out
+    assert f"the master address: {two_nodes.addresses[0]} (`hostname -I` on {two_nodes.hostnames[0]})" in out
+    assert "--ssh_port 2222" in out  # the command zerokit starts
+    for node, address in enumerate(two_nodes.addresses):  # pdsh prefixes each node's lines with its host
+        assert f"{address}: rank {node} of 2 up, sum 2" in out, out[-6000:]
+
+
 @pytest.mark.slow
 def test_pdsh_a_failed_node_fails_the_job_in_bounded_time_and_leaves_no_rank(two_nodes, sshd, tmp_path):
     marker = f"zk-pdsh-{os.getpid()}-{time.time_ns()}"
