@@ -730,3 +730,28 @@ def test_qlora_that_does_not_load_points_at_lora_only_where_lora_fits():
         "transformers loads the whole 91.4 GB 4-bit base onto every GPU before ZeRO-3 partitions it, however many "
         "GPUs there are, or --peft lora instead, which fits as ZeRO-3 at micro-batch 16 with gradient checkpointing: "
         "ZeRO-3 builds a 16-bit base under zero.Init, partitioned as it loads")
+
+
+def test_qlora_that_loads_but_does_not_train_blames_the_held_4bit_base_not_the_largest_layer():
+    """Llama-2-70B QLoRA on 16 A100-40GB: the 36.4 GB 4-bit base loads, but at ZeRO-3 every GPU holds the gathered
+    base through the step (34.2 GB, `held_gathered`). `missing` said 'even with everything offloaded, the largest
+    layer, one micro-batch's activations and the overhead need that much': QLoRA cannot offload parameters, and the
+    largest layer is not what fills the GPU. LoRA fits there (its gathered 16-bit weights are released), and is
+    offered now; on one GPU nothing is gathered, and the whole 4-bit base is named."""
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    llama = resolve_model("llama-2-70b")
+    result = plan(llama, resolve_hardware("a100-40gb", gpus_per_node=8, nodes=2), Training(seq_len=4096, peft="qlora"))
+    assert not result.decision.fits
+    assert result.missing == (
+        "needs a GPU with at least 49.9 GB: even at ZeRO-3 with the optimizer offloaded (the 4-bit weights cannot be "
+        "offloaded), every GPU holds the gathered 4-bit base through the step (34.2 GB, however many GPUs there are) "
+        "beside its partition, a micro-batch's activations and the overhead need that much, or --peft lora instead, "
+        "which fits as ZeRO-3 at micro-batch 2 with gradient checkpointing: ZeRO-3 builds a 16-bit base under "
+        "zero.Init, partitioned as it loads")
+    one = plan(llama, resolve_hardware("a100-40gb"), Training(seq_len=4096, peft="qlora"))
+    assert "(the 4-bit weights cannot be offloaded), the whole 36.4 GB 4-bit base, a micro-batch's" in one.missing
+    assert "everything offloaded" not in one.missing

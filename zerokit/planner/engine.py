@@ -395,6 +395,20 @@ def missing(ctx: Context) -> str:
         lora = lora_instead(ctx)
         if lora:
             options.append(lora)
+    elif ctx.qlora:  # the base loads, but a step holds it gathered: neither more GPUs nor offload removes that
+        held = _frugal_held(ctx)
+        holds = (f"every GPU holds the gathered 4-bit base through the step ({format_bytes(held)}, however many GPUs "
+                 "there are) beside its partition" if held else
+                 f"the whole {format_bytes(ctx.peft.frozen_bytes_at(3))} 4-bit base")
+        text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even at ZeRO-3 with the optimizer offloaded "
+                f"(the 4-bit weights cannot be offloaded), {holds}, a micro-batch's activations and the overhead need "
+                "that much")
+        if short:
+            text += f", with {format_bytes(full_bytes)} of CPU RAM per node for the optimizer's offload{have}"
+        options.append(text)
+        lora = lora_instead(ctx)
+        if lora:
+            options.append(lora)
     else:
         text = (f"a GPU with at least {format_bytes(smallest_gpu(ctx))}: even with everything offloaded, the "
                 "largest layer, one micro-batch's activations and the overhead need that much")
@@ -480,6 +494,14 @@ def _full_offload_need(ctx: Context) -> int:
     """Full offload's per-GPU peak; QLoRA's whole 4-bit base on every GPU while it loads, where that is more."""
     need = _frugal_need(ctx, 3, "cpu", _param_offload(ctx, "cpu"), ctx.hardware.world_size)
     return max(need, ctx.qlora_load) if ctx.qlora else need
+
+
+def _frugal_held(ctx: Context) -> int:
+    """QLoRA at ZeRO-3, optimizer offloaded: the gathered 4-bit weights every GPU holds from forward to the end of the
+    step (`held_gathered`'s warning), at the smallest micro-batch `_frugal_need` weighs."""
+    t = ctx.training
+    ck = t.gradient_checkpointing if t.gradient_checkpointing is not None else True
+    return ctx.frugal_costs(3, "cpu", "none", ctx.hardware.world_size, ctx.accumulation_steps(1), ck).step_held
 
 
 def _param_offload(ctx: Context, device: str) -> str:
