@@ -755,3 +755,39 @@ def test_qlora_that_loads_but_does_not_train_blames_the_held_4bit_base_not_the_l
     one = plan(llama, resolve_hardware("a100-40gb"), Training(seq_len=4096, peft="qlora"))
     assert "(the 4-bit weights cannot be offloaded), the whole 36.4 GB 4-bit base, a micro-batch's" in one.missing
     assert "everything offloaded" not in one.missing
+
+
+@pytest.mark.parametrize("target, how", [
+    ("trainer", "create TrainingArguments(deepspeed=...) before from_pretrained"),
+    ("accelerate", "create the Accelerator before from_pretrained"),
+    ("deepspeed", "call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before from_pretrained"),
+])
+def test_qlora_on_several_gpus_a_node_says_how_each_rank_loads_onto_its_own(target, how):
+    """bitsandbytes' quantizer puts a 4-bit model on torch.cuda.current_device() when from_pretrained gets no
+    device_map, GPU 0 until the rank sets its own; accelerate's PartialState (made by TrainingArguments and the
+    Accelerator) sets it, deepspeed.init_distributed does not. Only the markdown snippet of the trainer target said
+    so; a table or JSON plan, and every Accelerate or DeepSpeed plan, left every rank of a node loading onto GPU 0."""
+    import inspect
+
+    from zerokit.hardware import resolve_hardware
+    from zerokit.models.resolve import resolve_model
+    from zerokit.planner import plan
+    from zerokit.planner.types import Training
+
+    llama = resolve_model("llama-3-8b")
+    eight = plan(llama, resolve_hardware("a100-80gb", gpus_per_node=8), Training(seq_len=4096, peft="qlora",
+                                                                                 target=target))
+    [said] = [w for w in eight.warnings if w.startswith("QLoRA on 8 GPUs a node")]
+    assert how in said and "device_map={'': int(os.environ['LOCAL_RANK'])}" in said
+    for quiet in (plan(llama, resolve_hardware("a100-80gb"), Training(seq_len=4096, peft="qlora", target=target)),
+                  plan(llama, resolve_hardware("a100-80gb", gpus_per_node=8), Training(seq_len=4096, peft="lora",
+                                                                                      target=target))):
+        assert not any(w.startswith("QLoRA on") for w in quiet.warnings)
+    # what the warning cites, in the installed libraries
+    quantizer = pytest.importorskip("transformers.quantizers.quantizer_bnb_4bit")
+    assert 'device_map = {"": torch.cuda.current_device()}' in inspect.getsource(
+        quantizer.Bnb4BitHfQuantizer.update_device_map)
+    comm = pytest.importorskip("deepspeed.comm.comm")
+    assert "set_device" not in inspect.getsource(comm.init_distributed)
+    state = pytest.importorskip("accelerate.state")
+    assert "self.set_device()" in inspect.getsource(state.PartialState.__init__)

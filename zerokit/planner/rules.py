@@ -1010,6 +1010,13 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
             "recomputation as a memory pass, which nothing measured on this machine (bitsandbytes' own kernels "
             "and Python overhead may cost more); `zerokit probe` with bitsandbytes installed times its 4-bit "
             "linears, and `--hardware` plans with them")
+    if peft.method == "qlora" and ctx.hardware.gpus_per_node > 1 and ctx.hardware.accelerator != "cpu":
+        ctx.warnings.append(
+            f"QLoRA on {ctx.hardware.gpus_per_node} GPUs a node: bitsandbytes loads the 4-bit base onto the current "
+            "CUDA device (transformers' quantizer_bnb_4bit.update_device_map: device_map={'': "
+            "torch.cuda.current_device()} when none is given), GPU 0 on every rank until the rank's own is "
+            f"set: {QLORA_DEVICE_HOW[ctx.training.target]}, or pass "
+            "device_map={'': int(os.environ['LOCAL_RANK'])} to from_pretrained")
     # ZeRO-3 partitions the weights; a QLoRA base's quantization constants are no parameters and stay whole on every
     # rank (`PeftPlan.costs_at`'s replicated_bytes)
     whole = peft.quantization_constants if peft.method == "qlora" else 0
@@ -1068,6 +1075,14 @@ ZERO_INIT_HOW = {
 }
 """How each target's training script loads a model partitioned, under zero.Init (transformers' get_init_context
 enters it when is_deepspeed_zero3_enabled(), which a live HfDeepSpeedConfig of a ZeRO-3 config turns on)."""
+QLORA_DEVICE_HOW = {
+    "trainer": "create TrainingArguments(deepspeed=...) before from_pretrained (accelerate's PartialState, which it "
+               "makes, sets the rank's GPU)",
+    "accelerate": "create the Accelerator before from_pretrained (its PartialState sets the rank's GPU)",
+    "deepspeed": "call torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before from_pretrained "
+                 "(deepspeed.init_distributed does not, deepspeed.initialize only later)",
+}
+"""How each target's script puts a rank's 4-bit base on its own GPU (`rule_peft_advice`)."""
 ADAPTER_SAVE_HOW = {
     "trainer": "save with trainer.save_model()",
     "accelerate": "save with accelerator.get_state_dict(model) on every rank, then the unwrapped model's "
