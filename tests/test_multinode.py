@@ -493,16 +493,21 @@ def test_ctrl_c_on_one_node_stops_the_ranks_on_every_node(two_nodes, tmp_path, i
 
 # ---------------------------------------------------------------- slow: DeepSpeed's pdsh launcher over ssh
 
-@pytest.fixture(scope="module")
-def sshd(two_nodes, tmp_path_factory):
+def _sshd(two_nodes, tmp_path_factory, **options):
+    """An sshd on both namespaces (`Sshd`), closed after the module; skips where there are none."""
     if not isinstance(two_nodes, Namespaces):
         pytest.skip(f"pdsh over ssh needs two network namespaces ({namespaces_unavailable()})")
     why = ssh_unavailable()
     if why:
         pytest.skip(why)
-    server = Sshd(two_nodes, tmp_path_factory.mktemp("ssh"))
+    server = Sshd(two_nodes, tmp_path_factory.mktemp("ssh"), **options)
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def sshd(two_nodes, tmp_path_factory):
+    yield from _sshd(two_nodes, tmp_path_factory)
 
 
 def pdsh_args(nodes, port: int) -> list[str]:
@@ -537,14 +542,7 @@ ONCE = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def sshd_2222(two_nodes, tmp_path_factory):
-    if not isinstance(two_nodes, Namespaces):
-        pytest.skip(f"pdsh over ssh needs two network namespaces ({namespaces_unavailable()})")
-    why = ssh_unavailable()
-    if why:
-        pytest.skip(why)
-    server = Sshd(two_nodes, tmp_path_factory.mktemp("ssh2222"), port=2222)
-    yield server
-    server.close()
+    yield from _sshd(two_nodes, tmp_path_factory, port=2222)
 
 
 @pytest.mark.slow
