@@ -791,3 +791,71 @@ def test_qlora_on_several_gpus_a_node_says_how_each_rank_loads_onto_its_own(targ
     assert "set_device" not in inspect.getsource(comm.init_distributed)
     state = pytest.importorskip("accelerate.state")
     assert "self.set_device()" in inspect.getsource(state.PartialState.__init__)
+
+
+ACCELERATE_ADAPTER_SAVE = """
+import json, os, sys, torch, transformers, peft
+from accelerate import Accelerator
+from accelerate.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
+from safetensors.torch import load_file
+acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(sys.argv[1])), mixed_precision="bf16")
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[2], dtype=torch.bfloat16)
+model = peft.get_peft_model(model, peft.LoraConfig(**json.loads(sys.argv[3])))
+opt = DummyOptim([p for p in model.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.0)
+loader = torch.utils.data.DataLoader(torch.randint(0, 512, (2, 16)), batch_size=2)
+model, opt, loader, _ = acc.prepare(model, opt, loader, DummyScheduler(opt, warmup_num_steps=1))
+batch = next(iter(loader))
+acc.backward(model(input_ids=batch, labels=batch).loss)
+opt.step()
+print("GET_STATE_DICT", sum(t.numel() for t in acc.get_state_dict(model).values()))
+state_dict = model._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
+acc.unwrap_model(model).save_pretrained(sys.argv[4], state_dict=state_dict)
+print("SAVED", sum(t.numel() for t in load_file(os.path.join(sys.argv[4], "adapter_model.safetensors")).values()))
+torch.distributed.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def test_the_accelerate_target_saves_zero3_adapters_without_gathering_the_base(capsys, tmp_path):
+    """Accelerate's get_state_dict calls DeepSpeed's _zero3_consolidated_16bit_state_dict() without
+    exclude_frozen_parameters: saving a LoRA adapter as the plan said gathered the whole frozen base (138 GB for
+    Llama-2-70B) into the main rank's host RAM. The plan now gives the HF Trainer's call (exclude_frozen_parameters),
+    and says what get_state_dict would cost."""
+    doc = plan_json(capsys, "--model", "llama-2-70b", "--gpu", "a100-80gb", "--gpus-per-node", "8", "--seq-len", "4096",
+                    "--peft", "lora", "--zero-stage", "3", "--target", "accelerate")
+    [said] = [w for w in doc["warnings"] if w.startswith("ZeRO-3 partitions the adapters too")]
+    assert ("save with state_dict = model._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True) on "
+            "every rank (model: the engine accelerator.prepare returns; what the HF Trainer calls for a PEFT model; "
+            "accelerator.get_state_dict(model) gathers the whole 138.0 GB frozen base too, into the main rank's host "
+            "RAM), then accelerator.unwrap_model(model).save_pretrained(OUTPUT, state_dict=state_dict) on the main "
+            "one") in said
+
+
+@pytest.mark.slow
+def test_the_accelerate_save_as_advised_writes_the_adapter_and_get_state_dict_the_base_too(capsys, tmp_path):
+    """One rank of Accelerate + DeepSpeed ZeRO-3 on the CPU: get_state_dict returns the base's 156,480 parameters
+    beside the adapters; the advised call writes exactly the 36,992 adapter parameters the plan counts."""
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "3", "--target", "accelerate",
+                    "--lora-dropout", "0")
+    pytest.importorskip("deepspeed")
+    pytest.importorskip("accelerate")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from zerokit.launch.runner import free_port
+
+    assert doc["model"]["trainable_parameters"] == TINY_LORA_16
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(
+        tmp_path / "base")
+    config = doc["ds_config"]  # as the plan wrote it, its "auto"s Accelerate's to fill
+    env = dict(os.environ, ACCELERATE_USE_DEEPSPEED="true", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port("127.0.0.1")), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    r = subprocess.run([sys.executable, "-c", ACCELERATE_ADAPTER_SAVE, json.dumps(config), str(tmp_path / "base"),
+                        json.dumps(doc["peft"]["lora_config"]), str(tmp_path / "adapter")],
+                       capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("GET_STATE_DICT", "SAVED")))
+    assert int(lines["GET_STATE_DICT"]) == TINY_PARAMETERS + TINY_LORA_16
+    assert int(lines["SAVED"]) == TINY_LORA_16

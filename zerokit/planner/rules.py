@@ -1059,7 +1059,8 @@ def rule_peft_advice(ctx: Context) -> tuple[None, str | None]:
             "ZeRO-3 partitions the adapters too: saving them gathers 16-bit weights, so the ds_config sets "
             "stage3_gather_16bit_weights_on_model_save (Accelerate's get_state_dict refuses without it; the HF "
             "Trainer gathers a PEFT model's trainable weights with exclude_frozen_parameters): "
-            f"{ADAPTER_SAVE_HOW[ctx.training.target]}, not model.save_pretrained(), which writes each rank's "
+            f"{ADAPTER_SAVE_HOW[ctx.training.target].format(base=format_bytes(peft.frozen_bytes_at(3)))}, not "
+            "model.save_pretrained(), which writes each rank's "
             "partitions, empty tensors")
     return None, why
 
@@ -1085,8 +1086,11 @@ QLORA_DEVICE_HOW = {
 """How each target's script puts a rank's 4-bit base on its own GPU (`rule_peft_advice`)."""
 ADAPTER_SAVE_HOW = {
     "trainer": "save with trainer.save_model()",
-    "accelerate": "save with accelerator.get_state_dict(model) on every rank, then the unwrapped model's "
-                  "save_pretrained(OUTPUT, state_dict=...) on the main one",
+    "accelerate": "save with state_dict = model._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True) "
+                  "on every rank (model: the engine accelerator.prepare returns; what the HF Trainer calls for a PEFT "
+                  "model; accelerator.get_state_dict(model) gathers the whole {base} frozen base too, into the main "
+                  "rank's host RAM), then accelerator.unwrap_model(model).save_pretrained(OUTPUT, "
+                  "state_dict=state_dict) on the main one",
     "deepspeed": "save with engine.save_16bit_model(OUTPUT, exclude_frozen_parameters=True) on every rank",
 }
 """How each target's script saves ZeRO-3-partitioned adapters gathered."""
