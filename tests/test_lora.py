@@ -174,3 +174,15 @@ def test_family_count_equals_peft(family, targets, peft_count):
 def test_preset_all_linear_equals_peft(name, peft_count):
     config = _preset(name)
     assert lora_parameters(config, 16).trainable == peft_count(config, 16, ALL_LINEAR)
+
+
+def test_one_layers_module_is_refused_as_such_not_as_no_module(peft_count):
+    """'model.layers.0.self_attn.q_proj' is a module PEFT adapts (its dotted name matches), in layer 0 alone; the
+    refusal said it 'is not a module of llama that LoRA can adapt'. zerokit plans every layer alike, and says so."""
+    config = {"model_type": "llama", **FAMILY_CASES["llama"][0]}
+    assert peft_count(config, 4, ["model.layers.0.self_attn.q_proj"]) == 4 * (64 + 64)  # PEFT takes it: one layer
+    with pytest.raises(BadInput, match=r"^--lora-targets: 'model.layers.0.self_attn.q_proj' names one layer's module, "
+                                       r"and zerokit plans adapters on every layer alike; give q_proj \(PEFT matches it "
+                                       r"in each layer\), or a comma list of llama modules: q_proj, k_proj"):
+        lora_parameters(config, 4, "model.layers.0.self_attn.q_proj")
+    assert lora_parameters(config, 4, "self_attn.q_proj").trainable == 2 * 4 * (64 + 64)  # a suffix of every layer's

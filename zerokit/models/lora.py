@@ -218,6 +218,11 @@ def _resolve(key: tuple[str, tuple], names: str | tuple[str, ...]
                            f"on linear layers only; to train the embedding (new tokens), give --lora-modules-to-save "
                            f"{embedding} (PEFT trains a whole copy of it), and adapt linears: "
                            f"{', '.join(_valid(key))}")
+        one_layer = next((n for n in bad if _leaf(n) in _valid(key) and any(c.isdigit() for c in n)), None)
+        if one_layer is not None:  # PEFT adapts it (a dotted suffix); zerokit counts every layer alike
+            raise BadInput(f"--lora-targets: {_show(one_layer)} names one layer's module, and zerokit plans adapters "
+                           f"on every layer alike; give {_leaf(one_layer)} (PEFT matches it in each layer), or a "
+                           f"comma list of {family} modules: {', '.join(_valid(key))}")
         if bad:
             raise BadInput(f"--lora-targets: {', '.join(_show(b) for b in bad)} "
                            f"{'is not a module' if len(bad) == 1 else 'are not modules'} of {family} that LoRA can "
