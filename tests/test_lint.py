@@ -465,7 +465,8 @@ def test_gpu_memory_without_a_unit_is_refused_as_plan_refuses_it(capsys):
 
 
 def test_a_newline_in_a_key_keeps_one_finding_on_one_line(capsys, tmp_path):
-    path = write(tmp_path, "nl.json", '{"bad\\nkey": 1, "zero_optimization": {"stage": 0}}')
+    path = write(tmp_path, "nl.json", '{"bad\\nkey": 1, "zero_optimization": {"stage": 0}, '
+                 '"train_micro_batch_size_per_gpu": "auto"}')
     code, out, _ = run(capsys, path)
     line = f"{path}:1:2: error ZK100 unknown key 'bad\\nkey' at the top level: DeepSpeed silently ignores it; "
     line += "correct its name or delete it"
@@ -495,7 +496,8 @@ def test_gpu_memory_past_any_gpu_is_bad_input(capsys):
 
 def test_an_absurd_reduce_bucket_is_an_error_not_clean(capsys, tmp_path):
     """The config from the bug report linted as "no problems"; DeepSpeed refuses 1e30 at initialize."""
-    path = write(tmp_path, "ds_config.json", '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e30}}')
+    path = write(tmp_path, "ds_config.json", '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 1e30}, '
+                 '"train_micro_batch_size_per_gpu": 1}')
     code, out, err = run(capsys, path)
     assert code == 1 and err == "1 file checked: 1 error, 0 warnings\n"
     assert out.startswith(f"{path}:1:36: error ZK314 zero_optimization.reduce_bucket_size 1e+30 is no bucket size")

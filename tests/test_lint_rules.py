@@ -641,9 +641,143 @@ def test_zk201_autotp_beside_sequence_parallel_divides_the_ranks_by_sequence_par
 def test_zk202_no_batch_size_for_deepspeed(ds):
     cfg = {"gradient_accumulation_steps": 1}
     assert codes(cfg) == {"ZK202"}
-    assert codes({**cfg, **ZERO0}, target="trainer") == set()  # the Trainer writes both
+    for target in ("trainer", "accelerate"):  # they fill "auto" alone (hf_runs: the real ones assert)
+        [f] = lint({**cfg, **ZERO0}, target=target)
+        assert (f.code, f.suggestion) == ("ZK202", "train_micro_batch_size_per_gpu")
+        assert f.message.endswith('set "train_micro_batch_size_per_gpu": "auto"')
     with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
         ds_config(cfg)
+    nulls = {"train_batch_size": None, "train_micro_batch_size_per_gpu": None}
+    assert codes({**cfg, **nulls}) == {"ZK202"}  # a null is no value: param_dict.get gives None
+    with pytest.raises(AssertionError, match="Either train_batch_size or train_micro_batch_size_per_gpu"):
+        ds_config({**cfg, **nulls})
+
+
+def test_a_null_batch_key_is_derived_by_deepspeed(ds):
+    """DeepSpeedConfig reads the three with param_dict.get(key, None) and derives a None as if the key were absent;
+    the batch check (ZK201) runs on what it derives."""
+    for null, derived in (("train_batch_size", 8), ("train_micro_batch_size_per_gpu", 2),
+                          ("gradient_accumulation_steps", 2)):
+        cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, null: None}
+        assert lint(cfg, world_size=2) == [], null
+        assert getattr(ds_config(cfg, mpu=DataParallel(2)), null) == derived
+    odd = {"train_batch_size": 9, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": None}
+    assert codes(odd, world_size=2) == {"ZK201"}
+    with pytest.raises(AssertionError, match="Check batch related parameters"):
+        ds_config(odd, mpu=DataParallel(2))
+
+
+HF_RUNS = """
+import json, os, sys, traceback, torch, transformers
+from accelerate import Accelerator, PartialState
+from accelerate.state import AcceleratorState
+from accelerate.utils import DeepSpeedPlugin, DummyOptim
+
+cases = json.loads(sys.argv[1])
+conf = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, num_key_value_heads=2)
+data = [{"input_ids": torch.arange(8), "labels": torch.arange(8)}] * 8
+
+def failed(e):
+    return f"{type(e).__name__} in {traceback.extract_tb(e.__traceback__)[-1].name}: {e}"
+
+out = {"trainer": [], "accelerate": []}
+for cfg, bf16 in cases:  # TrainingArguments: 2 samples per rank, 2 micro-batches per step, one rank
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        args = transformers.TrainingArguments(output_dir=sys.argv[2], use_cpu=True, deepspeed=json.loads(json.dumps(cfg)),
+                                              per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                                              max_steps=1, save_strategy="no", report_to=[], bf16=bf16)
+        trainer = transformers.Trainer(model=transformers.LlamaForCausalLM(conf), args=args, train_dataset=data)
+        trainer.train()
+        e = trainer.model_wrapped
+        out["trainer"].append([e.train_batch_size(), e.train_micro_batch_size_per_gpu(),
+                               e.gradient_accumulation_steps(), e.bfloat16_enabled()])
+    except Exception as e:
+        out["trainer"].append(failed(e))
+os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+for cfg, bf16 in cases:  # an Accelerate loop: a dataloader of 2 samples, accumulate() around each step
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState(cpu=True)
+    try:
+        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=json.loads(json.dumps(cfg))),
+                          mixed_precision="bf16" if bf16 else "no")
+        model = torch.nn.Linear(8, 8)
+        e, opt, loader = acc.prepare(model, DummyOptim(model.parameters()),
+                                     torch.utils.data.DataLoader(torch.randn(8, 8), batch_size=2))
+        for x in loader:
+            with acc.accumulate(e):
+                acc.backward(e(x.to(e.module.weight.dtype)).float().pow(2).sum())
+                opt.step()
+                opt.zero_grad()
+        out["accelerate"].append([e.train_batch_size(), e.train_micro_batch_size_per_gpu(),
+                                  e.gradient_accumulation_steps(), e.bfloat16_enabled()])
+    except Exception as e:
+        out["accelerate"].append(failed(e))
+print("RESULT " + json.dumps(out), flush=True)
+torch.distributed.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+def hf_runs(tmp_path, cases: list) -> dict:
+    """Each (config, bf16) through a real HF Trainer (TrainingArguments(deepspeed=...), train) and a real Accelerate
+    loop (Accelerator.prepare, accumulate), one rank on the CPU: [train_batch_size, micro batch, accumulation,
+    bf16 on] of the engine each built, or the exception that stopped it, per target."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
+               LOCAL_RANK="0", ACCELERATE_USE_DEEPSPEED="false")
+    proc = subprocess.run([sys.executable, "-c", HF_RUNS, json.dumps(cases), str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env=env, check=False)
+    said = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert said, proc.stderr[-3000:]
+    return json.loads(said[-1][len("RESULT "):])
+
+
+def test_zk213_null_batch_keys_behind_the_trainer_and_accelerate(ds, tmp_path):
+    """DeepSpeed derives a null batch key; Accelerate (the Trainer prepares through it) reads a null
+    gradient_accumulation_steps back as its own and multiplies the micro batch by it; a null micro batch leaves it
+    nothing to fill an "auto" train_batch_size with. ZK201 and ZK202 follow what DeepSpeed then gets: the plugin
+    writes gradient_accumulation_steps 1 where it is missing, and nobody fills a missing or null batch size."""
+    pytest.importorskip("transformers")
+    z = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adagrad", "params": {"lr": "auto"}}}
+    mbs, gas, tbs = "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"
+    cases = [{**z, mbs: "auto", gas: None, tbs: "auto"},
+             {**z, mbs: None, gas: None, tbs: 4},
+             {**z, mbs: None, gas: "auto", tbs: "auto"},
+             {**z, mbs: "auto", gas: "auto", tbs: None},
+             {**z, mbs: 2, tbs: 4},
+             {**z, gas: 2}]
+    found = {t: [sorted((f.code, f.key) for f in lint(c, t, world_size=1)) for c in cases]
+             for t in ("trainer", "accelerate")}
+    assert found["trainer"] == [[("ZK213", gas)], [], [], [], [("ZK201", tbs)], [("ZK202", "")]]
+    assert found["accelerate"] == [[("ZK213", gas)], [("ZK213", gas)], [("ZK213", tbs)], [], [("ZK201", tbs)],
+                                   [("ZK202", "")]]
+    [f] = lint(cases[0], "accelerate")
+    assert "TypeError in Accelerator._prepare_deepspeed" in f.message and f.suggestion == "auto"
+    [f] = lint(cases[1], "accelerate")
+    assert "accumulate() then fails (TypeError: step % None)" in f.message
+    [f] = lint(cases[4], "trainer", world_size=1)
+    assert f.suggestion == "2" and "DeepSpeedPlugin writes 1 there" in f.message
+    # DeepSpeed alone derives accumulation 1, micro batch 4
+    assert codes(cases[1], "deepspeed", world_size=1) == {"ZK501"}  # optimizer.params.lr "auto" alone
+    said = hf_runs(tmp_path, [[c, False] for c in cases])
+    trainer, accelerate = said["trainer"], said["accelerate"]
+    for run in (trainer[0], accelerate[0]):
+        assert run.startswith("TypeError in _prepare_deepspeed: unsupported operand type(s) for *"), run
+    assert trainer[1] == [4, 4, 1, False]
+    assert accelerate[1].startswith("TypeError in _do_sync: unsupported operand type(s) for %"), accelerate[1]
+    assert trainer[2] == [4, 2, 2, False]
+    assert accelerate[2].startswith("ValueError in fill_match: `train_batch_size` not found in kwargs"), accelerate[2]
+    assert trainer[3] == [4, 2, 2, False] and accelerate[3] == [2, 2, 1, False]
+    for run in (trainer[4], accelerate[4]):
+        assert run.startswith("AssertionError in _batch_assertion: Check batch related parameters") \
+            and run.endswith("4 != 2 * 1 * 1"), run  # DeepSpeed alone derives accumulation 2: 4 == 2 * 2 * 1
+    for run in (trainer[5], accelerate[5]):
+        assert run.startswith("AssertionError in _set_batch_related_parameters: Either train_batch_size"), run
 
 
 def test_zk203_fp16_and_bf16(ds):

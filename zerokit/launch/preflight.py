@@ -918,7 +918,7 @@ def check_batch_size(t: Target) -> Check | None:
     """Lint's ZK201 (train_batch_size = micro batch x gradient accumulation x world size, which DeepSpeedConfig
     asserts at initialize) with the job's world size."""
     from zerokit.lint.loader import Document
-    from zerokit.lint.rules import Context, batch_size_mismatch
+    from zerokit.lint.rules import Context, _auto_leaves, batch_size_mismatch
 
     keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
     if not any(k in t.config for k in keys) or (t.hostfile and not t.hosts):
@@ -928,7 +928,9 @@ def check_batch_size(t: Target) -> Check | None:
     if world is None and not t.hosts:  # one node without --gpus-per-node: DeepSpeed starts a rank on every device
         world = probe_device_count()
         counted = " (every device of this machine, which DeepSpeed starts a rank on without --gpus-per-node)"
-    hits = list(batch_size_mismatch(Document("ds_config", t.config), Context(world_size=world)))
+    # the consumer as check_config_lint guesses it: behind the Trainer a missing gradient_accumulation_steps is 1
+    target = "trainer" if next(_auto_leaves(t.config, ()), None) is not None else "deepspeed"
+    hits = list(batch_size_mismatch(Document("ds_config", t.config), Context(target=target, world_size=world)))
     if hits:
         return Check("batch size", False, f"{hits[0].message}{counted} (lint: ZK201)",
                      f"set train_batch_size to {hits[0].suggestion}, or change the ranks" if hits[0].suggestion else

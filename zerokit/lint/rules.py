@@ -335,6 +335,8 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
     t, m, g = _int(tbs), _int(mbs), _int(gas)
     if any(v is not None and v <= 0 for v in (t, m, g)):
         return  # ZK105 reports it
+    if ctx.target != "deepspeed" and "gradient_accumulation_steps" not in cfg:
+        g = 1  # DeepSpeedPlugin.__post_init__ writes 1 where the key is missing: DeepSpeed derives nothing
     key = ("train_batch_size",)
     w, why = ctx.world_size, ""
     if w is not None:
@@ -347,9 +349,12 @@ def batch_size_mismatch(doc: Document, ctx: Context) -> Iterator[Hit]:
                    "micro batches: DeepSpeed's batch check counts them all)")
     if t is not None and m is not None and g is not None:
         if w is not None and t != m * g * w:
-            yield Hit(key, f"train_batch_size {t} != micro batch {m} x gradient_accumulation_steps {g} x world size "
-                      f"{w}{why} = {m * g * w}; DeepSpeed asserts this at initialize; set train_batch_size to "
-                      f"{m * g * w}", str(m * g * w))
+            written = ("" if "gradient_accumulation_steps" in cfg else
+                       f" (not in the file: {TARGET_NAMES[ctx.target]}'s DeepSpeedPlugin writes 1 there, so DeepSpeed "
+                       "derives nothing)")
+            yield Hit(key, f"train_batch_size {t} != micro batch {m} x gradient_accumulation_steps {g}{written} x "
+                      f"world size {w}{why} = {m * g * w}; DeepSpeed asserts this at initialize; set train_batch_size "
+                      f"to {m * g * w}", str(m * g * w))
         elif w is None and t % (m * g):
             yield Hit(key, f"train_batch_size {t} is not a multiple of micro batch {m} x gradient_accumulation_steps "
                       f"{g} = {m * g}, so no world size satisfies DeepSpeed's batch assertion; fix one of the three")
@@ -451,11 +456,53 @@ def sequence_parallel_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
 
 
 def batch_size_missing(doc: Document, ctx: Context) -> Iterator[Hit]:
-    """DeepSpeedConfig._set_batch_related_parameters asserts one of the two is given; HF fills them otherwise."""
+    """DeepSpeedConfig._set_batch_related_parameters asserts one of the two is given, a null being none
+    (param_dict.get). The HF Trainer and Accelerate fill only an "auto" value (fill_match), never a missing or null
+    key, so they stop there too: a real Trainer and Accelerator.prepare show the assertion."""
     cfg = doc.data
-    if ctx.target == "deepspeed" and "train_batch_size" not in cfg and "train_micro_batch_size_per_gpu" not in cfg:
-        yield Hit((), "neither train_batch_size nor train_micro_batch_size_per_gpu is set: DeepSpeed stops at "
-                  "initialize; set train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu")
+    if cfg.get("train_batch_size") is None and cfg.get("train_micro_batch_size_per_gpu") is None:
+        said = "set" if "train_batch_size" not in cfg and "train_micro_batch_size_per_gpu" not in cfg else "given"
+        if ctx.target == "deepspeed":
+            yield Hit((), f"neither train_batch_size nor train_micro_batch_size_per_gpu is {said}: DeepSpeed stops at "
+                      "initialize; set train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu")
+        else:
+            yield Hit((), f"neither train_batch_size nor train_micro_batch_size_per_gpu is {said}: "
+                      f"{TARGET_NAMES[ctx.target]} fills only \"auto\" values, so DeepSpeed stops at initialize "
+                      "('Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided'); set "
+                      "\"train_micro_batch_size_per_gpu\": \"auto\"", "train_micro_batch_size_per_gpu")
+
+
+def null_batch_behind_hf(doc: Document, ctx: Context) -> Iterator[Hit]:
+    """A null batch key is "derive it" to DeepSpeed, not to Accelerate (the HF Trainer prepares through it too).
+    Accelerator._prepare_deepspeed reads gradient_accumulation_steps back (get_value: None), makes it the
+    Accelerator's own, and computes train_batch_size = micro batch x None whenever it knows the micro batch: a
+    TypeError at prepare. With a null micro batch it skips that line, DeepSpeed derives gradient accumulation 1, and
+    the Accelerator keeps None, so accumulate() fails (GradientState step % None); the Trainer, which counts its own
+    accumulation, trains. A null micro batch also leaves Accelerate nothing to fill an "auto" train_batch_size with
+    (ValueError: `train_batch_size` not found in kwargs); the Trainer fills it from TrainingArguments."""
+    cfg = doc.data
+    if ctx.target not in ("trainer", "accelerate") or doc.syntax == "accelerate":
+        return  # an Accelerate YAML's null is its own ZK103 (accelerate.yaml_findings)
+    micro = cfg.get("train_micro_batch_size_per_gpu")
+    if "gradient_accumulation_steps" in cfg and cfg["gradient_accumulation_steps"] is None:
+        fix = "write the number of micro-batches per step, or \"auto\""
+        if micro is not None:
+            via = "" if ctx.target == "accelerate" else "prepares through Accelerate, which "
+            yield Hit(("gradient_accumulation_steps",), "'gradient_accumulation_steps' is null: DeepSpeed would "
+                      f"derive it, but {TARGET_NAMES[ctx.target]} {via}reads the null back and multiplies the micro "
+                      f"batch by it to fill train_batch_size: TypeError in Accelerator._prepare_deepspeed; {fix}",
+                      "auto")
+        elif ctx.target == "accelerate":
+            yield Hit(("gradient_accumulation_steps",), "'gradient_accumulation_steps' is null: DeepSpeed derives 1, "
+                      "but Accelerator._prepare_deepspeed takes the null as the Accelerator's own "
+                      "gradient_accumulation_steps, and accumulate() then fails (TypeError: step % None); " + fix,
+                      "auto")
+    if ctx.target == "accelerate" and "train_micro_batch_size_per_gpu" in cfg and micro is None \
+            and cfg.get("train_batch_size") == AUTO:
+        yield Hit(("train_batch_size",), "'train_batch_size' is \"auto\" and train_micro_batch_size_per_gpu null: "
+                  "Accelerate fills train_batch_size from the micro batch, which the null leaves unknown, and stops at "
+                  "prepare (ValueError: `train_batch_size` not found in kwargs); make train_micro_batch_size_per_gpu "
+                  "\"auto\" (the dataloader's batch size) or a number", None)
 
 
 def fp16_and_bf16(doc: Document, ctx: Context) -> Iterator[Hit]:
@@ -1567,6 +1614,7 @@ RULES: tuple[Rule, ...] = (
     Rule("ZK210", ERROR, "fp16-scale-power-overflow", fp16_scale_power),
     Rule("ZK211", ERROR, "unmanaged-accumulation", unmanaged_accumulation),
     Rule("ZK212", ERROR, "sequence-parallel-behind-hf", sequence_parallel_behind_hf),
+    Rule("ZK213", ERROR, "null-batch-behind-hf", null_batch_behind_hf),
     Rule("ZK205", ERROR, "master-weights-need-zero", master_weights_need_zero),
     Rule("ZK206", ERROR, "grad-accum-dtype-without-zero", grad_accum_dtype_without_zero),
     Rule("ZK207", ERROR, "param-dtype-conflict", param_dtype_conflict),

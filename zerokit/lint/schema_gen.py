@@ -47,13 +47,15 @@ TORCH_DTYPES = ["fp32", "float32", "float", "torch.float32", "fp16", "float16", 
 (exactly as written: 'BF16' raises ValueError; its int8 fails the engine's dtype checks) -- not only DTYPES."""
 
 DICT_SECTIONS: dict[str, dict] = {
-    "train_batch_size": leaf(I, None, "Global batch: micro batch x gradient accumulation x data-parallel world size. "
-                             "DeepSpeed derives it when omitted.", exclusiveMinimum=0),
-    "train_micro_batch_size_per_gpu": leaf(I, None, "Samples per GPU per forward/backward. Derived from "
-                                           "train_batch_size / (gradient_accumulation_steps x world size) when omitted.",
-                                           exclusiveMinimum=0),
-    "gradient_accumulation_steps": leaf(I, None, "Micro-batches accumulated before each optimizer step.",
-                                        exclusiveMinimum=0),
+    # null is omitted: runtime/config.py reads the three with param_dict.get(key, None) and derives a None
+    # (_set_batch_related_parameters); what the HF Trainer and Accelerate make of a null is rules.null_batch_behind_hf
+    "train_batch_size": leaf([I, "null"], None, "Global batch: micro batch x gradient accumulation x data-parallel "
+                             "world size. DeepSpeed derives it when omitted or null.", exclusiveMinimum=0),
+    "train_micro_batch_size_per_gpu": leaf([I, "null"], None, "Samples per GPU per forward/backward. Derived from "
+                                           "train_batch_size / (gradient_accumulation_steps x world size) when omitted "
+                                           "or null.", exclusiveMinimum=0),
+    "gradient_accumulation_steps": leaf([I, "null"], None, "Micro-batches accumulated before each optimizer step. "
+                                        "Derived from the other two when omitted or null.", exclusiveMinimum=0),
     "managed_gradient_accumulation": leaf(B, True, "Let the engine track gradient accumulation boundaries."),
     "steps_per_print": leaf([I, "null"], None, "Print progress every N training steps (null: never).",
                             exclusiveMinimum=0, **{"x-out-of-range": (
