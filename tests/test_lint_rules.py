@@ -2277,6 +2277,35 @@ def hf_trainer(tmp_path, cases: list) -> list:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def test_zk102_the_old_bfloat16_section_is_never_read_behind_the_trainer_or_accelerate(ds, tmp_path):
+    """get_bfloat16_config reads "bf16" and falls back to "bfloat16" only without it; DeepSpeedPlugin.
+    set_mixed_precision always adds a "bf16" section, so behind the HF Trainer and Accelerate the old section is dead:
+    bf16 follows TrainingArguments.bf16 / the mixed precision alone, either way. Renamed, it is read as written (the
+    Trainer compares it with TrainingArguments; Accelerate keeps it)."""
+    pytest.importorskip("transformers")
+    z = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adagrad", "params": {"lr": "auto"}},
+         "train_micro_batch_size_per_gpu": "auto"}
+    on, off = {**z, "bfloat16": {"enabled": True}}, {**z, "bfloat16": {"enabled": False}}
+    for target in ("trainer", "accelerate"):
+        [f] = lint(on, target)
+        assert (f.code, f.key, f.severity, f.suggestion) == ("ZK102", "bfloat16", "error", "bf16"), target
+        assert "this section is ignored and bf16 silently follows" in f.message
+    [f] = lint(with_({"bfloat16": {"enabled": True}}))
+    assert (f.code, f.severity, f.suggestion) == ("ZK102", "warning", "bf16")  # DeepSpeed alone reads it
+    assert ds_config(with_({"bfloat16": {"enabled": True}})).bfloat16_config.enabled is True
+    both = with_({"bfloat16": {"enabled": True}, "bf16": {"enabled": False}})
+    for target in ("deepspeed", "trainer", "accelerate"):
+        [f] = [f for f in lint(both, target) if f.code == "ZK102"]
+        assert (f.severity, f.suggestion) == ("warning", None) and "ignores this section" in f.message, target
+    assert ds_config(both).bfloat16_config.enabled is False
+    renamed = {**z, "bf16": {"enabled": True}}
+    assert lint(renamed, "trainer") == [] and lint(renamed, "accelerate") == []
+    said = hf_runs(tmp_path, [[on, False], [off, True], [renamed, False]])
+    assert [run[3] for run in said["trainer"][:2]] == [False, True]  # the opposite of what the section says
+    assert [run[3] for run in said["accelerate"]] == [False, True, True]
+    assert said["trainer"][2].startswith("ValueError") and "- ds bf16.enabled=True vs hf bf16" in said["trainer"][2]
+
+
 def test_zk103_a_string_boolean_the_trainer_compares_is_an_error(ds, tmp_path):
     """fill_match compares bf16.enabled as written with TrainingArguments.bf16: "true" != True, "false" != False."""
     pytest.importorskip("transformers")

@@ -194,8 +194,8 @@ def schema_checks(doc: Document, ctx: Context) -> Iterator[Hit]:
     """Unknown, removed, deprecated keys and wrong values, from the shipped JSON Schema (ZK100-ZK105); a deprecated
     key or a converted string is an error where its consumer fails on it."""
     for hit in schema_mod.walk(doc.data):
-        yield (_deprecated_beside_replacement(hit, doc, ctx) or _string_hf_compares(hit, ctx)
-               or _string_stage_behind_hf(hit, ctx) or hit)
+        yield (_deprecated_beside_replacement(hit, doc, ctx) or _old_bf16_section(hit, doc, ctx)
+               or _string_hf_compares(hit, ctx) or _string_stage_behind_hf(hit, ctx) or hit)
     if isinstance(doc.data.get("zero_optimization"), bool):
         yield Hit(("zero_optimization",), "'zero_optimization': true/false is the deprecated form (true means "
                   "stage 1); write {\"stage\": 1}", '{"stage": 1}', WARNING, "ZK102")
@@ -229,6 +229,30 @@ def _deprecated_beside_replacement(hit: Hit, doc: Document, ctx: Context) -> Hit
                        "too: DeepSpeed asserts at initialize ('Cannot provide deprecated parameter ... and replacing "
                        f"parameter ... together'), whatever the values; delete '{hit.key[-1]}'", None, ERROR, "ZK102")
     return None
+
+
+def _old_bf16_section(hit: Hit, doc: Document, ctx: Context) -> Hit | None:
+    """get_bfloat16_config (runtime/precision_config.py) reads the "bf16" section and falls back to "bfloat16" only
+    where "bf16" is missing. Behind the HF Trainer and Accelerate it never is: DeepSpeedPlugin.set_mixed_precision
+    (AcceleratorState, whatever the precision) adds "bf16": {"enabled": <mixed precision is bf16>}, so the old
+    section is never read; bf16 follows TrainingArguments.bf16 / --mixed_precision alone, and the Trainer's own
+    check of bf16.enabled against TrainingArguments (fill_match) finds no "bf16" to compare. A real Trainer and
+    Accelerator show it: {"enabled": true} trains in fp32 without bf16=True, {"enabled": false} in bf16 with it."""
+    if hit.code != "ZK102" or hit.key != ("bfloat16",):
+        return None
+    if isinstance(doc.data.get("bf16"), dict):
+        return Hit(hit.key, "'bfloat16' is the old name of the 'bf16' section, and this config has both: DeepSpeed "
+                   "reads 'bf16' alone and ignores this section (get_bfloat16_config); move what it sets into 'bf16' "
+                   "and delete it", None, WARNING, "ZK102")
+    if ctx.target not in ("trainer", "accelerate"):
+        return None
+    who, on, flag = (("the HF Trainer", "TrainingArguments sets bf16=True", "TrainingArguments.bf16")
+                     if ctx.target == "trainer" else
+                     ("Accelerate", "the mixed precision is bf16", "Accelerate's --mixed_precision"))
+    return Hit(hit.key, f"'bfloat16' is the old name of the 'bf16' section, and {who} never lets DeepSpeed read it: "
+               "DeepSpeedPlugin.set_mixed_precision adds a 'bf16' section of its own ({\"enabled\": false} unless "
+               f"{on}), which DeepSpeed reads first, so this section is ignored and bf16 silently follows {flag} "
+               "alone; rename it to 'bf16'", "bf16", ERROR, "ZK102")
 
 
 def _at(data: Any, keypath: tuple) -> Any:
