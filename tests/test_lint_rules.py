@@ -2100,6 +2100,32 @@ def test_values_deepspeed_refuses_when_it_reads_the_config(ds):
         ds_config(tp)
 
 
+@pytest.mark.parametrize(("key", "value", "code"), [
+    ("score_apply", "before", "ZK104"), ("combine_impl", "sum", "ZK104"), ("row_weighting_impl", "triton", "ZK104"),
+    ("gate_up_impl", "packed", "ZK104"), ("comm_backend", "nccl", "ZK104"), ("score_func", "relu", "ZK104"),
+    ("preset_model", "llama", "ZK104"), ("expert_activation", "gelu", "ZK104"), ("comm_num_sm", 0, "ZK105"),
+    ("comm_qp_margin", -1, "ZK105"), ("comm_max_tokens_per_rank", -1, "ZK105"), ("num_expert_groups", 0, "ZK105"),
+    ("num_limited_groups", 0, "ZK105"),
+])
+def test_autoep_values_validate_autoep_config_refuses_at_engine_start(ds, key, value, code):
+    """DeepSpeedConfig stores the expert_parallel section unchecked (parse_autoep_config); validate_autoep_config
+    refuses these values when DeepSpeedEngine._configure_expert_parallel starts AutoEP. The enums come from
+    AutoEPConfig's Literal annotations, PRESET_MODELS and EXPERT_ACTIVATIONS, the bounds from AUTOEP_BOUNDS."""
+    from deepspeed.module_inject.auto_ep_config import parse_autoep_config, validate_autoep_config
+
+    ep = {"enabled": True, key: value}
+    [f] = lint(with_({"expert_parallel": ep}))
+    assert (f.code, f.key, f.severity) == (code, f"expert_parallel.{key}", "error")
+    assert ds_config(with_({"expert_parallel": ep})).expert_parallel_config.enabled is True  # not checked here
+    with pytest.raises(ValueError, match=key):
+        validate_autoep_config(parse_autoep_config(ep), 1, 1, 1, 1)
+    good = {"enabled": True, "score_apply": "post", "combine_impl": "legacy_bmm", "row_weighting_impl": "eager",
+            "gate_up_impl": "fused", "score_func": "sigmoid", "preset_model": "mixtral", "expert_activation": "swiglu",
+            "comm_num_sm": 1, "comm_qp_margin": 0, "num_expert_groups": 2, "num_limited_groups": 1}
+    assert lint(with_({"expert_parallel": good})) == []
+    validate_autoep_config(parse_autoep_config(good), 1, 1, 1, 1)
+
+
 def test_values_deepspeed_takes_that_the_schema_once_refused(ds):
     """AutoEP's top_k and routed_scaling_factor are numbers or "auto" (AutoEPConfig: int | str, float | str), and
     "aio": null keeps the defaults (swap_tensor/aio_config.get_aio_config)."""

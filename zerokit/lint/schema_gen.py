@@ -264,6 +264,17 @@ VALIDATOR_BOUNDS = {
 annotation (key path -> the schema keywords that replace the generated ones). The fp16 window and floor are
 checked only with dynamic scaling (lint's ZK204)."""
 
+AUTOEP_BOUNDS = {
+    "comm_num_sm": {"minimum": 1},  # validate_autoep_config: "comm_num_sm must be a positive integer"
+    "comm_qp_margin": {"minimum": 0},  # "... must be a non-negative integer"
+    "comm_max_tokens_per_rank": {"minimum": 0},  # "... must be a non-negative integer"
+    "num_expert_groups": {"minimum": 1},  # "num_expert_groups must be >= 1"
+    "num_limited_groups": {"minimum": 1},  # "num_limited_groups must be >= 1"
+}
+"""The bounds deepspeed/module_inject/auto_ep_config.py validate_autoep_config checks at engine start (where
+DeepSpeedEngine._configure_expert_parallel calls it), which AutoEPConfig's annotations do not carry. Its enums are
+generated: the Literal annotations (score_apply, combine_impl, ...), PRESET_MODELS and EXPERT_ACTIVATIONS."""
+
 
 def _import(path: str):
     mod, _, name = path.partition(":")
@@ -422,6 +433,13 @@ def build_schema() -> dict:
             ep_props[key]["default"] = value
         if key in hints:
             ep_props[key].update(_autoep_type(hints[key], value))
+        ep_props[key].update(AUTOEP_BOUNDS.get(key, {}))
+    # validate_autoep_config checks these two against DeepSpeed's own tables, not a Literal
+    from deepspeed.module_inject.auto_ep_config import PRESET_MODELS
+    from deepspeed.moe.ep_experts import EXPERT_ACTIVATIONS
+
+    ep_props["preset_model"]["enum"] = list(PRESET_MODELS) + [None]
+    ep_props["expert_activation"]["enum"] = list(EXPERT_ACTIVATIONS) + [None]
     for (sec, *inner), bounds in VALIDATOR_BOUNDS.items():
         node = props[sec]
         for key in inner:
