@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 
 import pytest
 from _support import ROOT, DataParallelMpu, one_rank_gloo_group
@@ -534,6 +535,28 @@ def test_given_lr_reaches_the_consumer_that_fills_it():
     assert "learning_rate" not in training_arguments(make_plan(2, target="trainer"))  # the default stays HF's
     accelerate = make_plan(2, target="accelerate", lr=3e-5)
     assert "DummyOptim(params, lr=3e-05, weight_decay=0.0)" in training_arguments_hint(accelerate)
+
+
+def test_the_accelerate_hint_names_the_deepspeed_plugin_without_which_accelerator_uses_no_deepspeed():
+    """An Accelerator() with no DeepSpeedPlugin uses DeepSpeed only under `accelerate launch` configured for it (its
+    ACCELERATE_USE_DEEPSPEED): a script that `zerokit launch` or `deepspeed` starts would train without DeepSpeed,
+    the planned config unread. The hint names the plugin and the file -o wrote."""
+    pytest.importorskip("accelerate")
+    import subprocess
+    import sys
+
+    plan = make_plan(3, target="accelerate")
+    assert "Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config='ds_config.json'), " in (
+        training_arguments_hint(plan))
+    assert "DeepSpeedPlugin(hf_ds_config='out/ds.json')" in training_arguments_hint(plan, "out/ds.json")
+    # what the deepspeed runner gives a one-rank script: no ACCELERATE_* variable
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")}
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29599")
+    code = "from accelerate import Accelerator; print(Accelerator(cpu=True).distributed_type)"
+    out = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True,
+                         timeout=120)
+    # torch.distributed over the runner's variables, without DeepSpeed
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "DistributedType.MULTI_CPU", out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("lr_args, rate", [([], 5e-5), (["--lr", "1e-5"], 1e-5), (["--lr", "3e-4"], 3e-4)])

@@ -167,8 +167,11 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
     return {"gradient_checkpointing": d.gradient_checkpointing}
 
 
-def training_arguments_hint(plan: Plan) -> str:
-    """One line telling the user how to start training so it matches the plan."""
+def training_arguments_hint(plan: Plan, output: str | None = None) -> str:
+    """One line telling the user how to start training so it matches the plan; `output`: where -o wrote the config
+    (else ds_config.json). Accelerate gets its DeepSpeedPlugin named: an Accelerator without one uses DeepSpeed only
+    under `accelerate launch` with DeepSpeed configured (ACCELERATE_USE_DEEPSPEED), so a script started by `zerokit
+    launch` or `deepspeed` would train without it, the config unread."""
     args, target = training_arguments(plan), plan.training.target
     if target == "trainer":
         flags = [f"--per_device_train_batch_size {args['per_device_train_batch_size']}",
@@ -182,7 +185,8 @@ def training_arguments_hint(plan: Plan) -> str:
     gc = "; call model.gradient_checkpointing_enable()" if args["gradient_checkpointing"] else ""
     if target == "accelerate":
         return (f"use DataLoader(batch_size={args['dataloader_batch_size']}), "
-                f"Accelerator(gradient_accumulation_steps={args['gradient_accumulation_steps']}, "
+                f"Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config={output or 'ds_config.json'!r}), "
+                f"gradient_accumulation_steps={args['gradient_accumulation_steps']}, "
                 f"mixed_precision={args['mixed_precision']!r}), DummyOptim(params, lr={args['lr']}, "
                 f"weight_decay={args['weight_decay']}) and DummyScheduler(optimizer, "
                 f"warmup_num_steps={args['warmup_num_steps']}){gc}")

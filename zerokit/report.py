@@ -397,7 +397,7 @@ def render_table(plan: Plan, output: str | None = None) -> str:
     for note in plan.model.notes:
         if note not in plan.warnings:
             out.append(f"note: {note}")
-    out.append(f"Training: {training_arguments_hint(plan)}")
+    out.append(f"Training: {training_arguments_hint(plan, output)}")
     if plan.peft is not None:
         out.append(peft_config_line(plan))
     if output:
@@ -429,7 +429,7 @@ def render_markdown(plan: Plan, output: str | None = None) -> str:
         performance_line=performance_line(plan),
         bar=stacked_bar(plan.memory, plan.hardware.gpu_memory_bytes, bar_scale(plan)),
         host_lines=host_lines(plan), candidates=candidate_rows(plan), legend=LEGEND,
-        training_hint=training_arguments_hint(plan), target=plan.training.target, output=output,
+        training_hint=training_arguments_hint(plan, output), target=plan.training.target, output=output,
         ds_config_json=json.dumps(plan.ds_config, indent=2),
         peft=peft_json(plan), peft_line=peft_line(plan), peft_code=peft_code(plan, output),
         tie=f"{TIE_TOLERANCE:.0%}", tight=f"{TIGHT:.0%}",
