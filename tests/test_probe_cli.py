@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from zerokit.cli import main
+from zerokit.errors import ZerokitError
 from zerokit.perf import load_profile
 
 
@@ -698,3 +699,42 @@ def test_a_product_share_no_timing_can_have_prints_as_noise():
     matmul = [[32, 1e9], [64, 3e9], [128, 0.0], [256, 6e9]]
     product = [[32, 1e6], [64, 4e9], [128, 1e9], [256, 0.0]]
     assert product_share(matmul, product) == "32: noise, 64: 25%, 128: noise, 256: noise"
+
+
+def _rank_pid(rank: int) -> int:
+    """The pid of this process's probe rank `rank` (its child whose environment says RANK=rank)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and f"RANK={rank}".encode() in env:
+            return int(pid)
+    raise AssertionError(f"no probe rank {rank} among this process's children")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("rank, signum, said", [
+    (1, 9, ("probe rank 1 was killed by SIGKILL, as the kernel's out-of-memory killer stops a process (see `dmesg`): "
+            "probe with fewer --ranks or more memory free; the other ranks stopped with it")),
+    (0, 15, "probe rank 0 was killed by SIGTERM, sent from outside the probe; the other ranks stopped with it"),
+])
+def test_a_rank_killed_mid_probe_is_the_one_named(capsys, rank, signum, said):
+    """Rank 1 killed (the OOM killer's SIGKILL), the probe said 'probe rank 0 failed: [rank0]: RuntimeError: ...
+    Connection closed by peer', gloo's error in the rank that was left; rank 0 killed, it quoted a bitsandbytes
+    warning rank 0 had printed before."""
+    pytest.importorskip("torch")
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("Linux /proc")
+    from zerokit.perf.probe import run_probe
+
+    def progress(line: str) -> None:
+        if line.startswith("[3/12]"):
+            os.kill(_rank_pid(rank), signum)
+
+    with pytest.raises(ZerokitError) as failed:
+        run_probe(ranks=2, quick=True, progress=progress)
+    assert str(failed.value) == said

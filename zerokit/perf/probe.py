@@ -260,12 +260,15 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
                 log.flush()
             remove_shm_buffers(port)  # the reference training steps' DeepSpeed CPU allreduce buffers
         if any(codes) or not os.path.exists(result_file):
-            bad = next((r for r, c in enumerate(codes) if c), 0)
+            bad = failed_rank(codes)
             logs[bad].seek(0)
             lines = [x.strip() for x in logs[bad].read().splitlines() if x.strip()]
             last = lines[-1] if lines else f"exit code {codes[bad]}"
             for log in logs:
                 log.close()
+            signum = signalled(codes[bad])
+            if signum is not None:  # its log's last line is whatever it printed before, not why it stopped
+                raise ZerokitError(killed_message(bad, signum))
             if "No module named 'torch'" in last:
                 raise BadInput("zerokit probe needs torch: pip install 'zerokit[deepspeed]'")
             raise ZerokitError(f"probe rank {bad} failed: {last}")
@@ -276,6 +279,37 @@ def _run_ranks(ranks: int, port: int, nvme_path: str | None, quick: bool,
     if binding is not None:
         data["core_binding"] = {"threads_per_rank": binding[0][0], "rank0_command": binding[0][1]}
     return _machine_from_measurements(data), data
+
+
+def failed_rank(codes: Sequence[int]) -> int:
+    """The rank whose failure stopped the probe, from the ranks' exit codes: one a signal stopped (the OOM killer's
+    SIGKILL, a SIGTERM from outside: `signalled`) before one that raised, for the others then fail in their next
+    collective ("Connection closed by peer"): with rank 1 killed, the probe blamed rank 0 and quoted gloo's error;
+    rank 0 killed, a bitsandbytes warning it had printed before. Rank 0 where none failed (no result written)."""
+    return next((r for r, c in enumerate(codes) if signalled(c)), next((r for r, c in enumerate(codes) if c), 0))
+
+
+def signalled(code: int) -> int | None:
+    """The signal that stopped a rank of exit code `code`: killed by it (a negative code), or SIGINT or SIGTERM,
+    which a rank turns into exit code 128 + the signal (`_stop_on_signals`); None otherwise."""
+    import signal
+
+    if code < 0:
+        return -code
+    return code - 128 if code - 128 in (signal.SIGINT, signal.SIGTERM) else None
+
+
+def killed_message(rank: int, signum: int) -> str:
+    """The probe's error for a rank stopped by signal `signum`."""
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = (", as the kernel's out-of-memory killer stops a process (see `dmesg`): probe with fewer --ranks or more "
+           "memory free" if signum == signal.SIGKILL else ", sent from outside the probe")
+    return f"probe rank {rank} was killed by {name}{why}; the other ranks stopped with it"
 
 
 def stop_ranks(procs: Sequence[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
