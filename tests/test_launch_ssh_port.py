@@ -253,8 +253,11 @@ def test_the_preflight_and_deepspeeds_runner_ssh_on_the_port_and_pdsh_gets_it(ca
     assert "✓ ssh: 2 hosts answer on port 2222" in err and "the master address: 10.0.0.7" in err
     ssh = [c["argv"] for c in _calls(log, "ssh")]
     remote = [" ".join(a[a.index("node1" if "node1" in a else "node2"):]) for a in ssh]
-    # the preflight's: each host, the master address, rank 0's port; then the runner's check and its probe
-    assert sorted(remote) == sorted(["node1 hostname", "node2 hostname", "node1 hostname -I",
+    # the preflight's: each host, the master address, each host's env (one call a host), rank 0's port; then the
+    # runner's check and its probe
+    envs = [r for r in remote if "zerokit-remote-env" in r]
+    assert sorted(r.split()[0] for r in envs) == ["node1", "node2"]
+    assert sorted(remote) == sorted(["node1 hostname", "node2 hostname", "node1 hostname -I", *envs,
                                      next(r for r in remote if "/dev/tcp/" in r), "node1 hostname",
                                      "node1 hostname -I"]), remote
     assert all(_port_before_host(a) for a in ssh), ssh
@@ -271,7 +274,9 @@ def test_zerokit_preflight_checks_ssh_on_the_port(capsys, tmp_path, monkeypatch)
                  "--format", "json"])
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
     assert code == 0 and checks["ssh"]["detail"].startswith("2 hosts answer on port 2222 (")
-    assert len(_calls(log, "ssh")) == 4 and all(_port_before_host(c["argv"]) for c in _calls(log, "ssh"))
+    assert len(_calls(log, "ssh")) == 6 and all(_port_before_host(c["argv"]) for c in _calls(log, "ssh"))
+    # each host's env, asked on the port too (this fake ssh answers none of it: not checked, not failed)
+    assert (checks["remote env"]["ok"], checks["remote env"]["checked"]) == (True, False)
 
 
 def test_the_preflight_names_the_port_where_ssh_fails(monkeypatch):

@@ -996,8 +996,8 @@ def __create_fn__():
  return __hash__
 _107 = __create_fn__
 
-def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_ssh_port, _type_env, _type_config, _type_config_file, _type_document, _type_plan, _type_bind_cores_to_rank, _type_bind_core_list, _type_remote, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_ssh_port, _dflt_env, _dflt_config, _dflt_config_file, _dflt_document, _dflt_plan, _dflt_bind_cores_to_rank, _dflt_bind_core_list, _dflt_remote, _return_type):
- def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,ssh_port:_type_ssh_port=_dflt_ssh_port,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,document:_type_document=_dflt_document,plan:_type_plan=_dflt_plan,bind_cores_to_rank:_type_bind_cores_to_rank=_dflt_bind_cores_to_rank,bind_core_list:_type_bind_core_list=_dflt_bind_core_list,remote:_type_remote=_dflt_remote)->_return_type:
+def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_ssh_port, _type_env, _type_config, _type_config_file, _type_document, _type_plan, _type_bind_cores_to_rank, _type_bind_core_list, _type_remote, _type_script, _type_script_args, _type_python, _type_cwd, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_ssh_port, _dflt_env, _dflt_config, _dflt_config_file, _dflt_document, _dflt_plan, _dflt_bind_cores_to_rank, _dflt_bind_core_list, _dflt_remote, _dflt_script, _dflt_script_args, _dflt_python, _dflt_cwd, _return_type):
+ def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,ssh_port:_type_ssh_port=_dflt_ssh_port,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,document:_type_document=_dflt_document,plan:_type_plan=_dflt_plan,bind_cores_to_rank:_type_bind_cores_to_rank=_dflt_bind_cores_to_rank,bind_core_list:_type_bind_core_list=_dflt_bind_core_list,remote:_type_remote=_dflt_remote,script:_type_script=_dflt_script,script_args:_type_script_args=_dflt_script_args,python:_type_python=_dflt_python,cwd:_type_cwd=_dflt_cwd)->_return_type:
   __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)
   __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)
   __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)
@@ -1016,26 +1016,30 @@ def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts,
   __dataclass_builtins_object__.__setattr__(self,'bind_cores_to_rank',bind_cores_to_rank)
   __dataclass_builtins_object__.__setattr__(self,'bind_core_list',bind_core_list)
   __dataclass_builtins_object__.__setattr__(self,'remote',remote)
+  __dataclass_builtins_object__.__setattr__(self,'script',script)
+  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)
+  __dataclass_builtins_object__.__setattr__(self,'python',python)
+  __dataclass_builtins_object__.__setattr__(self,'cwd',cwd)
  return __init__
 _108 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
-  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, ssh_port={self.ssh_port!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, document={self.document!r}, plan={self.plan!r}, bind_cores_to_rank={self.bind_cores_to_rank!r}, bind_core_list={self.bind_core_list!r}, remote={self.remote!r})"
+  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, ssh_port={self.ssh_port!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, document={self.document!r}, plan={self.plan!r}, bind_cores_to_rank={self.bind_cores_to_rank!r}, bind_core_list={self.bind_core_list!r}, remote={self.remote!r}, script={self.script!r}, script_args={self.script_args!r}, python={self.python!r}, cwd={self.cwd!r})"
  return __repr__
 _109 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
   if other.__class__ is self.__class__:
-   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.ssh_port,other.env,other.config,other.config_file,other.document,other.plan,other.bind_cores_to_rank,other.bind_core_list,other.remote,)
+   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,self.script,self.script_args,self.python,self.cwd,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.ssh_port,other.env,other.config,other.config_file,other.document,other.plan,other.bind_cores_to_rank,other.bind_core_list,other.remote,other.script,other.script_args,other.python,other.cwd,)
   return NotImplemented
  return __eq__
 _110 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','ssh_port','env','config','config_file','document','plan','bind_cores_to_rank','bind_core_list','remote',):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','ssh_port','env','config','config_file','document','plan','bind_cores_to_rank','bind_core_list','remote','script','script_args','python','cwd',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -1043,7 +1047,7 @@ _111 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','ssh_port','env','config','config_file','document','plan','bind_cores_to_rank','bind_core_list','remote',):
+  if type(self) is cls or name in ('needs','gpus_per_node','hostfile','hosts','launcher','master_port','no_ssh','node_rank','master_addr','ssh_port','env','config','config_file','document','plan','bind_cores_to_rank','bind_core_list','remote','script','script_args','python','cwd',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -1051,9 +1055,56 @@ _112 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,))
+  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,self.script,self.script_args,self.python,self.cwd,))
  return __hash__
 _113 = __create_fn__
+
+def __create_fn__(_type_cwd, _type_python, _type_versions, _type_import_error, _type_files, _type_why, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cwd, _dflt_python, _dflt_versions, _dflt_import_error, _dflt_files, _dflt_why, _return_type):
+ def __init__(self,cwd:_type_cwd=_dflt_cwd,python:_type_python=_dflt_python,versions:_type_versions=_dflt_versions,import_error:_type_import_error=_dflt_import_error,files:_type_files=_dflt_files,why:_type_why=_dflt_why)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'cwd',cwd)
+  __dataclass_builtins_object__.__setattr__(self,'python',python)
+  __dataclass_builtins_object__.__setattr__(self,'versions',versions)
+  __dataclass_builtins_object__.__setattr__(self,'import_error',import_error)
+  __dataclass_builtins_object__.__setattr__(self,'files',files)
+  __dataclass_builtins_object__.__setattr__(self,'why',why)
+ return __init__
+_114 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(cwd={self.cwd!r}, python={self.python!r}, versions={self.versions!r}, import_error={self.import_error!r}, files={self.files!r}, why={self.why!r})"
+ return __repr__
+_115 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.cwd,self.python,self.versions,self.import_error,self.files,self.why,)==(other.cwd,other.python,other.versions,other.import_error,other.files,other.why,)
+  return NotImplemented
+ return __eq__
+_116 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('cwd','python','versions','import_error','files','why',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_117 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('cwd','python','versions','import_error','files','why',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_118 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.cwd,self.python,self.versions,self.import_error,self.files,self.why,))
+ return __hash__
+_119 = __create_fn__
 
 def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):
  def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:
@@ -1066,13 +1117,13 @@ def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_co
   __dataclass_builtins_object__.__setattr__(self,'message',message)
   __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)
  return __init__
-_114 = __create_fn__
+_120 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"
  return __repr__
-_115 = __create_fn__
+_121 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1080,7 +1131,7 @@ def __create_fn__():
    return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)
   return NotImplemented
  return __eq__
-_116 = __create_fn__
+_122 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1088,7 +1139,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_117 = __create_fn__
+_123 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1096,13 +1147,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_118 = __create_fn__
+_124 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))
  return __hash__
-_119 = __create_fn__
+_125 = __create_fn__
 
 def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):
  def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:
@@ -1116,13 +1167,13 @@ def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_d
   self.json_error_pos=json_error_pos
   self.bom=bom
  return __init__
-_120 = __create_fn__
+_126 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"
  return __repr__
-_121 = __create_fn__
+_127 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1130,7 +1181,7 @@ def __create_fn__():
    return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)
   return NotImplemented
  return __eq__
-_122 = __create_fn__
+_128 = __create_fn__
 
 def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):
  def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:
@@ -1141,13 +1192,13 @@ def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _t
   __dataclass_builtins_object__.__setattr__(self,'code',code)
   __dataclass_builtins_object__.__setattr__(self,'pos',pos)
  return __init__
-_123 = __create_fn__
+_129 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"
  return __repr__
-_124 = __create_fn__
+_130 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1155,55 +1206,11 @@ def __create_fn__():
    return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)
   return NotImplemented
  return __eq__
-_125 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_126 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_127 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))
- return __hash__
-_128 = __create_fn__
-
-def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):
- def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'target',target)
-  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)
-  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)
- return __init__
-_129 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"
- return __repr__
-_130 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)
-  return NotImplemented
- return __eq__
 _131 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -1211,7 +1218,7 @@ _132 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+  if type(self) is cls or name in ('key','message','suggestion','severity','code','pos',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -1219,9 +1226,53 @@ _133 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.target,self.world_size,self.gpu_memory,))
+  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))
  return __hash__
 _134 = __create_fn__
+
+def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):
+ def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'target',target)
+  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)
+  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)
+ return __init__
+_135 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"
+ return __repr__
+_136 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)
+  return NotImplemented
+ return __eq__
+_137 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_138 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('target','world_size','gpu_memory',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_139 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.target,self.world_size,self.gpu_memory,))
+ return __hash__
+_140 = __create_fn__
 
 def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
  def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:
@@ -1230,13 +1281,13 @@ def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, 
   __dataclass_builtins_object__.__setattr__(self,'name',name)
   __dataclass_builtins_object__.__setattr__(self,'check',check)
  return __init__
-_135 = __create_fn__
+_141 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"
  return __repr__
-_136 = __create_fn__
+_142 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1244,7 +1295,7 @@ def __create_fn__():
    return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)
   return NotImplemented
  return __eq__
-_137 = __create_fn__
+_143 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1252,7 +1303,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_138 = __create_fn__
+_144 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1260,13 +1311,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_139 = __create_fn__
+_145 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.code,self.severity,self.name,self.check,))
  return __hash__
-_140 = __create_fn__
+_146 = __create_fn__
 
 def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):
  def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:
@@ -1274,13 +1325,13 @@ def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_D
   self.files=files
   self.unreadable=unreadable
  return __init__
-_141 = __create_fn__
+_147 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"
  return __repr__
-_142 = __create_fn__
+_148 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1288,7 +1339,7 @@ def __create_fn__():
    return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)
   return NotImplemented
  return __eq__
-_143 = __create_fn__
+_149 = __create_fn__
 
 def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
  def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:
@@ -1298,13 +1349,13 @@ def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_
   __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)
   __dataclass_builtins_object__.__setattr__(self,'activations',activations)
  return __init__
-_144 = __create_fn__
+_150 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"
  return __repr__
-_145 = __create_fn__
+_151 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1312,55 +1363,11 @@ def __create_fn__():
    return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)
   return NotImplemented
  return __eq__
-_146 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __setattr__(self,name,value):
-  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
-   raise FrozenInstanceError(f"cannot assign to field {name!r}")
-  super(cls, self).__setattr__(name, value)
- return __setattr__
-_147 = __create_fn__
-
-def __create_fn__(cls, FrozenInstanceError):
- def __delattr__(self,name):
-  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
-   raise FrozenInstanceError(f"cannot delete field {name!r}")
-  super(cls, self).__delattr__(name)
- return __delattr__
-_148 = __create_fn__
-
-def __create_fn__():
- def __hash__(self):
-  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))
- return __hash__
-_149 = __create_fn__
-
-def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
- def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:
-  __dataclass_builtins_object__.__setattr__(self,'one',one)
-  __dataclass_builtins_object__.__setattr__(self,'shared',shared)
-  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)
- return __init__
-_150 = __create_fn__
-
-def __create_fn__():
- def __repr__(self):
-  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"
- return __repr__
-_151 = __create_fn__
-
-def __create_fn__():
- def __eq__(self,other):
-  if other.__class__ is self.__class__:
-   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)
-  return NotImplemented
- return __eq__
 _152 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
-  if type(self) is cls or name in ('one','shared','per_sample',):
+  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
@@ -1368,7 +1375,7 @@ _153 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
-  if type(self) is cls or name in ('one','shared','per_sample',):
+  if type(self) is cls or name in ('layers','checkpointing','seq_len','micro_batch','activations',):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
@@ -1376,9 +1383,53 @@ _154 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
-  return hash((self.one,self.shared,self.per_sample,))
+  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))
  return __hash__
 _155 = __create_fn__
+
+def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
+ def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:
+  __dataclass_builtins_object__.__setattr__(self,'one',one)
+  __dataclass_builtins_object__.__setattr__(self,'shared',shared)
+  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)
+ return __init__
+_156 = __create_fn__
+
+def __create_fn__():
+ def __repr__(self):
+  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"
+ return __repr__
+_157 = __create_fn__
+
+def __create_fn__():
+ def __eq__(self,other):
+  if other.__class__ is self.__class__:
+   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)
+  return NotImplemented
+ return __eq__
+_158 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __setattr__(self,name,value):
+  if type(self) is cls or name in ('one','shared','per_sample',):
+   raise FrozenInstanceError(f"cannot assign to field {name!r}")
+  super(cls, self).__setattr__(name, value)
+ return __setattr__
+_159 = __create_fn__
+
+def __create_fn__(cls, FrozenInstanceError):
+ def __delattr__(self,name):
+  if type(self) is cls or name in ('one','shared','per_sample',):
+   raise FrozenInstanceError(f"cannot delete field {name!r}")
+  super(cls, self).__delattr__(name)
+ return __delattr__
+_160 = __create_fn__
+
+def __create_fn__():
+ def __hash__(self):
+  return hash((self.one,self.shared,self.per_sample,))
+ return __hash__
+_161 = __create_fn__
 
 def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):
  def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:
@@ -1397,13 +1448,13 @@ def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _t
   __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())
   self.__post_init__()
  return __init__
-_156 = __create_fn__
+_162 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"
  return __repr__
-_157 = __create_fn__
+_163 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1411,7 +1462,7 @@ def __create_fn__():
    return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)
   return NotImplemented
  return __eq__
-_158 = __create_fn__
+_164 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1419,7 +1470,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_159 = __create_fn__
+_165 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1427,13 +1478,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_160 = __create_fn__
+_166 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))
  return __hash__
-_161 = __create_fn__
+_167 = __create_fn__
 
 def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):
  def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:
@@ -1445,13 +1496,13 @@ def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target
   __dataclass_builtins_object__.__setattr__(self,'rank',rank)
   __dataclass_builtins_object__.__setattr__(self,'linears',linears)
  return __init__
-_162 = __create_fn__
+_168 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"
  return __repr__
-_163 = __create_fn__
+_169 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1459,7 +1510,7 @@ def __create_fn__():
    return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)
   return NotImplemented
  return __eq__
-_164 = __create_fn__
+_170 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1467,7 +1518,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_165 = __create_fn__
+_171 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1475,13 +1526,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_166 = __create_fn__
+_172 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))
  return __hash__
-_167 = __create_fn__
+_173 = __create_fn__
 
 def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):
  def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:
@@ -1492,13 +1543,13 @@ def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantiz
   __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)
   __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)
  return __init__
-_168 = __create_fn__
+_174 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"
  return __repr__
-_169 = __create_fn__
+_175 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1506,7 +1557,7 @@ def __create_fn__():
    return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)
   return NotImplemented
  return __eq__
-_170 = __create_fn__
+_176 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1514,7 +1565,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_171 = __create_fn__
+_177 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1522,13 +1573,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_172 = __create_fn__
+_178 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))
  return __hash__
-_173 = __create_fn__
+_179 = __create_fn__
 
 def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, _type_quantized_modules, _type_saved, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _dflt_quantized_modules, _dflt_saved, _return_type):
  def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears,quantized_modules:_type_quantized_modules=_dflt_quantized_modules,saved:_type_saved=_dflt_saved)->_return_type:
@@ -1546,13 +1597,13 @@ def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules,
   __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)
   __dataclass_builtins_object__.__setattr__(self,'saved',saved)
  return __init__
-_174 = __create_fn__
+_180 = __create_fn__
 
 def __create_fn__():
  def __repr__(self):
   return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r}, quantized_modules={self.quantized_modules!r}, saved={self.saved!r})"
  return __repr__
-_175 = __create_fn__
+_181 = __create_fn__
 
 def __create_fn__():
  def __eq__(self,other):
@@ -1560,7 +1611,7 @@ def __create_fn__():
    return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,other.quantized_modules,other.saved,)
   return NotImplemented
  return __eq__
-_176 = __create_fn__
+_182 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __setattr__(self,name,value):
@@ -1568,7 +1619,7 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot assign to field {name!r}")
   super(cls, self).__setattr__(name, value)
  return __setattr__
-_177 = __create_fn__
+_183 = __create_fn__
 
 def __create_fn__(cls, FrozenInstanceError):
  def __delattr__(self,name):
@@ -1576,13 +1627,13 @@ def __create_fn__(cls, FrozenInstanceError):
    raise FrozenInstanceError(f"cannot delete field {name!r}")
   super(cls, self).__delattr__(name)
  return __delattr__
-_178 = __create_fn__
+_184 = __create_fn__
 
 def __create_fn__():
  def __hash__(self):
   return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,))
  return __hash__
-_179 = __create_fn__
+_185 = __create_fn__
 
 SOURCES = {
     "def __create_fn__(_type_name, _type_parameters, _type_largest_layer_parameters, _type_hidden_size, _type_num_layers, _type_vocab_size, _type_source, _type_config, _type_notes, _type_module_trace, _type_expert_views, _type_active_matmul_parameters, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_config, _dflt_notes, _dflt_module_trace, _dflt_expert_views, _dflt_active_matmul_parameters, _return_type):\n def __init__(self,name:_type_name,parameters:_type_parameters,largest_layer_parameters:_type_largest_layer_parameters,hidden_size:_type_hidden_size,num_layers:_type_num_layers,vocab_size:_type_vocab_size,source:_type_source,config:_type_config=_HAS_DEFAULT_FACTORY,notes:_type_notes=_dflt_notes,module_trace:_type_module_trace=_dflt_module_trace,expert_views:_type_expert_views=_dflt_expert_views,active_matmul_parameters:_type_active_matmul_parameters=_dflt_active_matmul_parameters)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'parameters',parameters)\n  __dataclass_builtins_object__.__setattr__(self,'largest_layer_parameters',largest_layer_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'hidden_size',hidden_size)\n  __dataclass_builtins_object__.__setattr__(self,'num_layers',num_layers)\n  __dataclass_builtins_object__.__setattr__(self,'vocab_size',vocab_size)\n  __dataclass_builtins_object__.__setattr__(self,'source',source)\n  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)\n  __dataclass_builtins_object__.__setattr__(self,'notes',notes)\n  __dataclass_builtins_object__.__setattr__(self,'module_trace',module_trace)\n  __dataclass_builtins_object__.__setattr__(self,'expert_views',expert_views)\n  __dataclass_builtins_object__.__setattr__(self,'active_matmul_parameters',active_matmul_parameters)\n return __init__": _0,
@@ -1693,76 +1744,82 @@ SOURCES = {
     'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _105,
     'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'cpu_adam\',\'cpu_optimizer_op\',\'dtypes\',\'async_io\',\'nvme_paths\',\'nvme_missing\',\'nvme_bytes\',\'cpu_bytes\',\'gpu_bytes\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _106,
     'def __create_fn__():\n def __hash__(self):\n  return hash((self.cpu_adam,self.cpu_optimizer_op,self.dtypes,self.async_io,self.nvme_paths,self.nvme_missing,self.nvme_bytes,self.cpu_bytes,self.gpu_bytes,))\n return __hash__': _107,
-    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_ssh_port, _type_env, _type_config, _type_config_file, _type_document, _type_plan, _type_bind_cores_to_rank, _type_bind_core_list, _type_remote, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_ssh_port, _dflt_env, _dflt_config, _dflt_config_file, _dflt_document, _dflt_plan, _dflt_bind_cores_to_rank, _dflt_bind_core_list, _dflt_remote, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,ssh_port:_type_ssh_port=_dflt_ssh_port,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,document:_type_document=_dflt_document,plan:_type_plan=_dflt_plan,bind_cores_to_rank:_type_bind_cores_to_rank=_dflt_bind_cores_to_rank,bind_core_list:_type_bind_core_list=_dflt_bind_core_list,remote:_type_remote=_dflt_remote)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'ssh_port',ssh_port)\n  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)\n  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)\n  __dataclass_builtins_object__.__setattr__(self,'config_file',config_file)\n  __dataclass_builtins_object__.__setattr__(self,'document',document)\n  __dataclass_builtins_object__.__setattr__(self,'plan',plan)\n  __dataclass_builtins_object__.__setattr__(self,'bind_cores_to_rank',bind_cores_to_rank)\n  __dataclass_builtins_object__.__setattr__(self,'bind_core_list',bind_core_list)\n  __dataclass_builtins_object__.__setattr__(self,'remote',remote)\n return __init__": _108,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, ssh_port={self.ssh_port!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, document={self.document!r}, plan={self.plan!r}, bind_cores_to_rank={self.bind_cores_to_rank!r}, bind_core_list={self.bind_core_list!r}, remote={self.remote!r})"\n return __repr__': _109,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.ssh_port,other.env,other.config,other.config_file,other.document,other.plan,other.bind_cores_to_rank,other.bind_core_list,other.remote,)\n  return NotImplemented\n return __eq__': _110,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'ssh_port\',\'env\',\'config\',\'config_file\',\'document\',\'plan\',\'bind_cores_to_rank\',\'bind_core_list\',\'remote\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _111,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'ssh_port\',\'env\',\'config\',\'config_file\',\'document\',\'plan\',\'bind_cores_to_rank\',\'bind_core_list\',\'remote\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _112,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,))\n return __hash__': _113,
-    "def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):\n def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'path',path)\n  __dataclass_builtins_object__.__setattr__(self,'line',line)\n  __dataclass_builtins_object__.__setattr__(self,'column',column)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n return __init__": _114,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"\n return __repr__': _115,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)\n  return NotImplemented\n return __eq__': _116,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _117,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _118,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))\n return __hash__': _119,
-    'def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):\n def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:\n  self.path=path\n  self.data=data\n  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions\n  self.syntax=syntax\n  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates\n  self.base_dir=base_dir\n  self.json_error=json_error\n  self.json_error_pos=json_error_pos\n  self.bom=bom\n return __init__': _120,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"\n return __repr__': _121,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)\n  return NotImplemented\n return __eq__': _122,
-    "def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):\n def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'pos',pos)\n return __init__": _123,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"\n return __repr__': _124,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)\n  return NotImplemented\n return __eq__': _125,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _126,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _127,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))\n return __hash__': _128,
-    "def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):\n def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'target',target)\n  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)\n return __init__": _129,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"\n return __repr__': _130,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)\n  return NotImplemented\n return __eq__': _131,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _132,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _133,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.target,self.world_size,self.gpu_memory,))\n return __hash__': _134,
-    "def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'check',check)\n return __init__": _135,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"\n return __repr__': _136,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)\n  return NotImplemented\n return __eq__': _137,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _138,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _139,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.code,self.severity,self.name,self.check,))\n return __hash__': _140,
-    'def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):\n def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:\n  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings\n  self.files=files\n  self.unreadable=unreadable\n return __init__': _141,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"\n return __repr__': _142,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)\n  return NotImplemented\n return __eq__': _143,
-    "def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'layers',layers)\n  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)\n  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)\n  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n return __init__": _144,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"\n return __repr__': _145,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)\n  return NotImplemented\n return __eq__': _146,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _147,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _148,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))\n return __hash__': _149,
-    "def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'one',one)\n  __dataclass_builtins_object__.__setattr__(self,'shared',shared)\n  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)\n return __init__": _150,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"\n return __repr__': _151,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)\n  return NotImplemented\n return __eq__': _152,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _153,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _154,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.one,self.shared,self.per_sample,))\n return __hash__': _155,
-    "def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):\n def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)\n  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)\n  __dataclass_builtins_object__.__setattr__(self,'windows',windows)\n  __dataclass_builtins_object__.__setattr__(self,'probes',probes)\n  __dataclass_builtins_object__.__setattr__(self,'checks',checks)\n  __dataclass_builtins_object__.__setattr__(self,'versions',versions)\n  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)\n  __dataclass_builtins_object__.__setattr__(self,'cached',cached)\n  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())\n  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())\n  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())\n  self.__post_init__()\n return __init__": _156,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"\n return __repr__': _157,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)\n  return NotImplemented\n return __eq__': _158,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _159,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _160,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))\n return __hash__': _161,
-    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'linears',linears)\n return __init__": _162,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"\n return __repr__': _163,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)\n  return NotImplemented\n return __eq__': _164,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _165,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _166,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))\n return __hash__': _167,
-    "def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'total',total)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'constants',constants)\n  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _168,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _169,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _170,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _171,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _172,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))\n return __hash__': _173,
-    "def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, _type_quantized_modules, _type_saved, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _dflt_quantized_modules, _dflt_saved, _return_type):\n def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears,quantized_modules:_type_quantized_modules=_dflt_quantized_modules,saved:_type_saved=_dflt_saved)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'method',method)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_parameters',frozen_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes',frozen_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_linears',adapter_linears)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n  __dataclass_builtins_object__.__setattr__(self,'saved',saved)\n return __init__": _174,
-    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r}, quantized_modules={self.quantized_modules!r}, saved={self.saved!r})"\n return __repr__': _175,
-    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,other.quantized_modules,other.saved,)\n  return NotImplemented\n return __eq__': _176,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',\'quantized_modules\',\'saved\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _177,
-    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',\'quantized_modules\',\'saved\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _178,
-    'def __create_fn__():\n def __hash__(self):\n  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,))\n return __hash__': _179,
+    "def __create_fn__(_type_needs, _type_gpus_per_node, _type_hostfile, _type_hosts, _type_launcher, _type_master_port, _type_no_ssh, _type_node_rank, _type_master_addr, _type_ssh_port, _type_env, _type_config, _type_config_file, _type_document, _type_plan, _type_bind_cores_to_rank, _type_bind_core_list, _type_remote, _type_script, _type_script_args, _type_python, _type_cwd, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_needs, _dflt_gpus_per_node, _dflt_hostfile, _dflt_hosts, _dflt_launcher, _dflt_master_port, _dflt_no_ssh, _dflt_node_rank, _dflt_master_addr, _dflt_ssh_port, _dflt_env, _dflt_config, _dflt_config_file, _dflt_document, _dflt_plan, _dflt_bind_cores_to_rank, _dflt_bind_core_list, _dflt_remote, _dflt_script, _dflt_script_args, _dflt_python, _dflt_cwd, _return_type):\n def __init__(self,needs:_type_needs=_HAS_DEFAULT_FACTORY,gpus_per_node:_type_gpus_per_node=_dflt_gpus_per_node,hostfile:_type_hostfile=_dflt_hostfile,hosts:_type_hosts=_HAS_DEFAULT_FACTORY,launcher:_type_launcher=_dflt_launcher,master_port:_type_master_port=_dflt_master_port,no_ssh:_type_no_ssh=_dflt_no_ssh,node_rank:_type_node_rank=_dflt_node_rank,master_addr:_type_master_addr=_dflt_master_addr,ssh_port:_type_ssh_port=_dflt_ssh_port,env:_type_env=_HAS_DEFAULT_FACTORY,config:_type_config=_HAS_DEFAULT_FACTORY,config_file:_type_config_file=_dflt_config_file,document:_type_document=_dflt_document,plan:_type_plan=_dflt_plan,bind_cores_to_rank:_type_bind_cores_to_rank=_dflt_bind_cores_to_rank,bind_core_list:_type_bind_core_list=_dflt_bind_core_list,remote:_type_remote=_dflt_remote,script:_type_script=_dflt_script,script_args:_type_script_args=_dflt_script_args,python:_type_python=_dflt_python,cwd:_type_cwd=_dflt_cwd)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'needs',_dflt_needs() if needs is _HAS_DEFAULT_FACTORY else needs)\n  __dataclass_builtins_object__.__setattr__(self,'gpus_per_node',gpus_per_node)\n  __dataclass_builtins_object__.__setattr__(self,'hostfile',hostfile)\n  __dataclass_builtins_object__.__setattr__(self,'hosts',_dflt_hosts() if hosts is _HAS_DEFAULT_FACTORY else hosts)\n  __dataclass_builtins_object__.__setattr__(self,'launcher',launcher)\n  __dataclass_builtins_object__.__setattr__(self,'master_port',master_port)\n  __dataclass_builtins_object__.__setattr__(self,'no_ssh',no_ssh)\n  __dataclass_builtins_object__.__setattr__(self,'node_rank',node_rank)\n  __dataclass_builtins_object__.__setattr__(self,'master_addr',master_addr)\n  __dataclass_builtins_object__.__setattr__(self,'ssh_port',ssh_port)\n  __dataclass_builtins_object__.__setattr__(self,'env',_dflt_env() if env is _HAS_DEFAULT_FACTORY else env)\n  __dataclass_builtins_object__.__setattr__(self,'config',_dflt_config() if config is _HAS_DEFAULT_FACTORY else config)\n  __dataclass_builtins_object__.__setattr__(self,'config_file',config_file)\n  __dataclass_builtins_object__.__setattr__(self,'document',document)\n  __dataclass_builtins_object__.__setattr__(self,'plan',plan)\n  __dataclass_builtins_object__.__setattr__(self,'bind_cores_to_rank',bind_cores_to_rank)\n  __dataclass_builtins_object__.__setattr__(self,'bind_core_list',bind_core_list)\n  __dataclass_builtins_object__.__setattr__(self,'remote',remote)\n  __dataclass_builtins_object__.__setattr__(self,'script',script)\n  __dataclass_builtins_object__.__setattr__(self,'script_args',script_args)\n  __dataclass_builtins_object__.__setattr__(self,'python',python)\n  __dataclass_builtins_object__.__setattr__(self,'cwd',cwd)\n return __init__": _108,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(needs={self.needs!r}, gpus_per_node={self.gpus_per_node!r}, hostfile={self.hostfile!r}, hosts={self.hosts!r}, launcher={self.launcher!r}, master_port={self.master_port!r}, no_ssh={self.no_ssh!r}, node_rank={self.node_rank!r}, master_addr={self.master_addr!r}, ssh_port={self.ssh_port!r}, env={self.env!r}, config={self.config!r}, config_file={self.config_file!r}, document={self.document!r}, plan={self.plan!r}, bind_cores_to_rank={self.bind_cores_to_rank!r}, bind_core_list={self.bind_core_list!r}, remote={self.remote!r}, script={self.script!r}, script_args={self.script_args!r}, python={self.python!r}, cwd={self.cwd!r})"\n return __repr__': _109,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,self.script,self.script_args,self.python,self.cwd,)==(other.needs,other.gpus_per_node,other.hostfile,other.hosts,other.launcher,other.master_port,other.no_ssh,other.node_rank,other.master_addr,other.ssh_port,other.env,other.config,other.config_file,other.document,other.plan,other.bind_cores_to_rank,other.bind_core_list,other.remote,other.script,other.script_args,other.python,other.cwd,)\n  return NotImplemented\n return __eq__': _110,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'ssh_port\',\'env\',\'config\',\'config_file\',\'document\',\'plan\',\'bind_cores_to_rank\',\'bind_core_list\',\'remote\',\'script\',\'script_args\',\'python\',\'cwd\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _111,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'needs\',\'gpus_per_node\',\'hostfile\',\'hosts\',\'launcher\',\'master_port\',\'no_ssh\',\'node_rank\',\'master_addr\',\'ssh_port\',\'env\',\'config\',\'config_file\',\'document\',\'plan\',\'bind_cores_to_rank\',\'bind_core_list\',\'remote\',\'script\',\'script_args\',\'python\',\'cwd\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _112,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.needs,self.gpus_per_node,self.hostfile,self.hosts,self.launcher,self.master_port,self.no_ssh,self.node_rank,self.master_addr,self.ssh_port,self.env,self.config,self.config_file,self.document,self.plan,self.bind_cores_to_rank,self.bind_core_list,self.remote,self.script,self.script_args,self.python,self.cwd,))\n return __hash__': _113,
+    "def __create_fn__(_type_cwd, _type_python, _type_versions, _type_import_error, _type_files, _type_why, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cwd, _dflt_python, _dflt_versions, _dflt_import_error, _dflt_files, _dflt_why, _return_type):\n def __init__(self,cwd:_type_cwd=_dflt_cwd,python:_type_python=_dflt_python,versions:_type_versions=_dflt_versions,import_error:_type_import_error=_dflt_import_error,files:_type_files=_dflt_files,why:_type_why=_dflt_why)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'cwd',cwd)\n  __dataclass_builtins_object__.__setattr__(self,'python',python)\n  __dataclass_builtins_object__.__setattr__(self,'versions',versions)\n  __dataclass_builtins_object__.__setattr__(self,'import_error',import_error)\n  __dataclass_builtins_object__.__setattr__(self,'files',files)\n  __dataclass_builtins_object__.__setattr__(self,'why',why)\n return __init__": _114,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(cwd={self.cwd!r}, python={self.python!r}, versions={self.versions!r}, import_error={self.import_error!r}, files={self.files!r}, why={self.why!r})"\n return __repr__': _115,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.cwd,self.python,self.versions,self.import_error,self.files,self.why,)==(other.cwd,other.python,other.versions,other.import_error,other.files,other.why,)\n  return NotImplemented\n return __eq__': _116,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'cwd\',\'python\',\'versions\',\'import_error\',\'files\',\'why\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _117,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'cwd\',\'python\',\'versions\',\'import_error\',\'files\',\'why\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _118,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.cwd,self.python,self.versions,self.import_error,self.files,self.why,))\n return __hash__': _119,
+    "def __create_fn__(_type_path, _type_line, _type_column, _type_severity, _type_code, _type_key, _type_message, _type_suggestion, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _return_type):\n def __init__(self,path:_type_path,line:_type_line,column:_type_column,severity:_type_severity,code:_type_code,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'path',path)\n  __dataclass_builtins_object__.__setattr__(self,'line',line)\n  __dataclass_builtins_object__.__setattr__(self,'column',column)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n return __init__": _120,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, line={self.line!r}, column={self.column!r}, severity={self.severity!r}, code={self.code!r}, key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r})"\n return __repr__': _121,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,)==(other.path,other.line,other.column,other.severity,other.code,other.key,other.message,other.suggestion,)\n  return NotImplemented\n return __eq__': _122,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _123,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'path\',\'line\',\'column\',\'severity\',\'code\',\'key\',\'message\',\'suggestion\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _124,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.path,self.line,self.column,self.severity,self.code,self.key,self.message,self.suggestion,))\n return __hash__': _125,
+    'def __create_fn__(_type_path, _type_data, _type_positions, _type_syntax, _type_duplicates, _type_base_dir, _type_json_error, _type_json_error_pos, _type_bom, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_positions, _dflt_syntax, _dflt_duplicates, _dflt_base_dir, _dflt_json_error, _dflt_json_error_pos, _dflt_bom, _return_type):\n def __init__(self,path:_type_path,data:_type_data,positions:_type_positions=_HAS_DEFAULT_FACTORY,syntax:_type_syntax=_dflt_syntax,duplicates:_type_duplicates=_HAS_DEFAULT_FACTORY,base_dir:_type_base_dir=_dflt_base_dir,json_error:_type_json_error=_dflt_json_error,json_error_pos:_type_json_error_pos=_dflt_json_error_pos,bom:_type_bom=_dflt_bom)->_return_type:\n  self.path=path\n  self.data=data\n  self.positions=_dflt_positions() if positions is _HAS_DEFAULT_FACTORY else positions\n  self.syntax=syntax\n  self.duplicates=_dflt_duplicates() if duplicates is _HAS_DEFAULT_FACTORY else duplicates\n  self.base_dir=base_dir\n  self.json_error=json_error\n  self.json_error_pos=json_error_pos\n  self.bom=bom\n return __init__': _126,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(path={self.path!r}, data={self.data!r}, positions={self.positions!r}, syntax={self.syntax!r}, duplicates={self.duplicates!r}, base_dir={self.base_dir!r}, json_error={self.json_error!r}, json_error_pos={self.json_error_pos!r}, bom={self.bom!r})"\n return __repr__': _127,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.path,self.data,self.positions,self.syntax,self.duplicates,self.base_dir,self.json_error,self.json_error_pos,self.bom,)==(other.path,other.data,other.positions,other.syntax,other.duplicates,other.base_dir,other.json_error,other.json_error_pos,other.bom,)\n  return NotImplemented\n return __eq__': _128,
+    "def __create_fn__(_type_key, _type_message, _type_suggestion, _type_severity, _type_code, _type_pos, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_suggestion, _dflt_severity, _dflt_code, _dflt_pos, _return_type):\n def __init__(self,key:_type_key,message:_type_message,suggestion:_type_suggestion=_dflt_suggestion,severity:_type_severity=_dflt_severity,code:_type_code=_dflt_code,pos:_type_pos=_dflt_pos)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'key',key)\n  __dataclass_builtins_object__.__setattr__(self,'message',message)\n  __dataclass_builtins_object__.__setattr__(self,'suggestion',suggestion)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'pos',pos)\n return __init__": _129,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(key={self.key!r}, message={self.message!r}, suggestion={self.suggestion!r}, severity={self.severity!r}, code={self.code!r}, pos={self.pos!r})"\n return __repr__': _130,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.key,self.message,self.suggestion,self.severity,self.code,self.pos,)==(other.key,other.message,other.suggestion,other.severity,other.code,other.pos,)\n  return NotImplemented\n return __eq__': _131,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _132,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'key\',\'message\',\'suggestion\',\'severity\',\'code\',\'pos\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _133,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.key,self.message,self.suggestion,self.severity,self.code,self.pos,))\n return __hash__': _134,
+    "def __create_fn__(_type_target, _type_world_size, _type_gpu_memory, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_target, _dflt_world_size, _dflt_gpu_memory, _return_type):\n def __init__(self,target:_type_target=_dflt_target,world_size:_type_world_size=_dflt_world_size,gpu_memory:_type_gpu_memory=_dflt_gpu_memory)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'target',target)\n  __dataclass_builtins_object__.__setattr__(self,'world_size',world_size)\n  __dataclass_builtins_object__.__setattr__(self,'gpu_memory',gpu_memory)\n return __init__": _135,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(target={self.target!r}, world_size={self.world_size!r}, gpu_memory={self.gpu_memory!r})"\n return __repr__': _136,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.target,self.world_size,self.gpu_memory,)==(other.target,other.world_size,other.gpu_memory,)\n  return NotImplemented\n return __eq__': _137,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _138,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'target\',\'world_size\',\'gpu_memory\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _139,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.target,self.world_size,self.gpu_memory,))\n return __hash__': _140,
+    "def __create_fn__(_type_code, _type_severity, _type_name, _type_check, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,code:_type_code,severity:_type_severity,name:_type_name,check:_type_check)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'code',code)\n  __dataclass_builtins_object__.__setattr__(self,'severity',severity)\n  __dataclass_builtins_object__.__setattr__(self,'name',name)\n  __dataclass_builtins_object__.__setattr__(self,'check',check)\n return __init__": _141,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(code={self.code!r}, severity={self.severity!r}, name={self.name!r}, check={self.check!r})"\n return __repr__': _142,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.code,self.severity,self.name,self.check,)==(other.code,other.severity,other.name,other.check,)\n  return NotImplemented\n return __eq__': _143,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _144,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'code\',\'severity\',\'name\',\'check\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _145,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.code,self.severity,self.name,self.check,))\n return __hash__': _146,
+    'def __create_fn__(_type_findings, _type_files, _type_unreadable, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_findings, _dflt_files, _dflt_unreadable, _return_type):\n def __init__(self,findings:_type_findings=_HAS_DEFAULT_FACTORY,files:_type_files=_dflt_files,unreadable:_type_unreadable=_dflt_unreadable)->_return_type:\n  self.findings=_dflt_findings() if findings is _HAS_DEFAULT_FACTORY else findings\n  self.files=files\n  self.unreadable=unreadable\n return __init__': _147,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(findings={self.findings!r}, files={self.files!r}, unreadable={self.unreadable!r})"\n return __repr__': _148,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.findings,self.files,self.unreadable,)==(other.findings,other.files,other.unreadable,)\n  return NotImplemented\n return __eq__': _149,
+    "def __create_fn__(_type_layers, _type_checkpointing, _type_seq_len, _type_micro_batch, _type_activations, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,layers:_type_layers,checkpointing:_type_checkpointing,seq_len:_type_seq_len,micro_batch:_type_micro_batch,activations:_type_activations)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'layers',layers)\n  __dataclass_builtins_object__.__setattr__(self,'checkpointing',checkpointing)\n  __dataclass_builtins_object__.__setattr__(self,'seq_len',seq_len)\n  __dataclass_builtins_object__.__setattr__(self,'micro_batch',micro_batch)\n  __dataclass_builtins_object__.__setattr__(self,'activations',activations)\n return __init__": _150,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(layers={self.layers!r}, checkpointing={self.checkpointing!r}, seq_len={self.seq_len!r}, micro_batch={self.micro_batch!r}, activations={self.activations!r})"\n return __repr__': _151,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,)==(other.layers,other.checkpointing,other.seq_len,other.micro_batch,other.activations,)\n  return NotImplemented\n return __eq__': _152,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _153,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'layers\',\'checkpointing\',\'seq_len\',\'micro_batch\',\'activations\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _154,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.layers,self.checkpointing,self.seq_len,self.micro_batch,self.activations,))\n return __hash__': _155,
+    "def __create_fn__(_type_one, _type_shared, _type_per_sample, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,one:_type_one,shared:_type_shared,per_sample:_type_per_sample)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'one',one)\n  __dataclass_builtins_object__.__setattr__(self,'shared',shared)\n  __dataclass_builtins_object__.__setattr__(self,'per_sample',per_sample)\n return __init__": _156,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(one={self.one!r}, shared={self.shared!r}, per_sample={self.per_sample!r})"\n return __repr__': _157,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.one,self.shared,self.per_sample,)==(other.one,other.shared,other.per_sample,)\n  return NotImplemented\n return __eq__': _158,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _159,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'one\',\'shared\',\'per_sample\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _160,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.one,self.shared,self.per_sample,))\n return __hash__': _161,
+    "def __create_fn__(_type_config, _type_attention, _type_dtype, _type_n_layers, _type_windows, _type_probes, _type_checks, _type_versions, _type_seconds, _type_cached, _type__fits, _type__layer_fits, _type__estimates, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_cached, _dflt__fits, _dflt__layer_fits, _dflt__estimates, _return_type):\n def __init__(self,config:_type_config,attention:_type_attention,dtype:_type_dtype,n_layers:_type_n_layers,windows:_type_windows,probes:_type_probes,checks:_type_checks,versions:_type_versions,seconds:_type_seconds,cached:_type_cached=_dflt_cached)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'config',config)\n  __dataclass_builtins_object__.__setattr__(self,'attention',attention)\n  __dataclass_builtins_object__.__setattr__(self,'dtype',dtype)\n  __dataclass_builtins_object__.__setattr__(self,'n_layers',n_layers)\n  __dataclass_builtins_object__.__setattr__(self,'windows',windows)\n  __dataclass_builtins_object__.__setattr__(self,'probes',probes)\n  __dataclass_builtins_object__.__setattr__(self,'checks',checks)\n  __dataclass_builtins_object__.__setattr__(self,'versions',versions)\n  __dataclass_builtins_object__.__setattr__(self,'seconds',seconds)\n  __dataclass_builtins_object__.__setattr__(self,'cached',cached)\n  __dataclass_builtins_object__.__setattr__(self,'_fits',_dflt__fits())\n  __dataclass_builtins_object__.__setattr__(self,'_layer_fits',_dflt__layer_fits())\n  __dataclass_builtins_object__.__setattr__(self,'_estimates',_dflt__estimates())\n  self.__post_init__()\n return __init__": _162,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(attention={self.attention!r}, dtype={self.dtype!r}, n_layers={self.n_layers!r}, windows={self.windows!r}, probes={self.probes!r}, checks={self.checks!r}, versions={self.versions!r}, seconds={self.seconds!r}, cached={self.cached!r})"\n return __repr__': _163,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,)==(other.attention,other.dtype,other.n_layers,other.windows,other.probes,other.checks,other.versions,other.seconds,other.cached,)\n  return NotImplemented\n return __eq__': _164,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _165,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'config\',\'attention\',\'dtype\',\'n_layers\',\'windows\',\'probes\',\'checks\',\'versions\',\'seconds\',\'cached\',\'_fits\',\'_layer_fits\',\'_estimates\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _166,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.attention,self.dtype,self.n_layers,self.windows,self.probes,self.checks,self.versions,self.seconds,self.cached,))\n return __hash__': _167,
+    "def __create_fn__(_type_trainable, _type_per_module, _type_modules, _type_target_modules, _type_adapted, _type_rank, _type_linears, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_linears, _return_type):\n def __init__(self,trainable:_type_trainable,per_module:_type_per_module,modules:_type_modules,target_modules:_type_target_modules,adapted:_type_adapted,rank:_type_rank,linears:_type_linears=_dflt_linears)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'per_module',per_module)\n  __dataclass_builtins_object__.__setattr__(self,'modules',modules)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'adapted',adapted)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'linears',linears)\n return __init__": _168,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(trainable={self.trainable!r}, per_module={self.per_module!r}, modules={self.modules!r}, target_modules={self.target_modules!r}, adapted={self.adapted!r}, rank={self.rank!r}, linears={self.linears!r})"\n return __repr__': _169,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,)==(other.trainable,other.per_module,other.modules,other.target_modules,other.adapted,other.rank,other.linears,)\n  return NotImplemented\n return __eq__': _170,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _171,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'trainable\',\'per_module\',\'modules\',\'target_modules\',\'adapted\',\'rank\',\'linears\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _172,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.trainable,self.per_module,self.modules,self.target_modules,self.adapted,self.rank,self.linears,))\n return __hash__': _173,
+    "def __create_fn__(_type_total, _type_quantized, _type_constants, _type_unquantized, _type_quantized_parameters, _type_quantized_modules, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _return_type):\n def __init__(self,total:_type_total,quantized:_type_quantized,constants:_type_constants,unquantized:_type_unquantized,quantized_parameters:_type_quantized_parameters,quantized_modules:_type_quantized_modules)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'total',total)\n  __dataclass_builtins_object__.__setattr__(self,'quantized',quantized)\n  __dataclass_builtins_object__.__setattr__(self,'constants',constants)\n  __dataclass_builtins_object__.__setattr__(self,'unquantized',unquantized)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n return __init__": _174,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(total={self.total!r}, quantized={self.quantized!r}, constants={self.constants!r}, unquantized={self.unquantized!r}, quantized_parameters={self.quantized_parameters!r}, quantized_modules={self.quantized_modules!r})"\n return __repr__': _175,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,)==(other.total,other.quantized,other.constants,other.unquantized,other.quantized_parameters,other.quantized_modules,)\n  return NotImplemented\n return __eq__': _176,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _177,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'total\',\'quantized\',\'constants\',\'unquantized\',\'quantized_parameters\',\'quantized_modules\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _178,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.total,self.quantized,self.constants,self.unquantized,self.quantized_parameters,self.quantized_modules,))\n return __hash__': _179,
+    "def __create_fn__(_type_method, _type_rank, _type_dropout, _type_target_modules, _type_trainable, _type_frozen_parameters, _type_frozen_bytes, _type_frozen_bytes_zero3, _type_quantized_parameters, _type_quantization_constants, _type_adapter_linears, _type_quantized_modules, _type_saved, MISSING, _HAS_DEFAULT_FACTORY, __dataclass_builtins_object__, _dflt_quantized_parameters, _dflt_quantization_constants, _dflt_adapter_linears, _dflt_quantized_modules, _dflt_saved, _return_type):\n def __init__(self,method:_type_method,rank:_type_rank,dropout:_type_dropout,target_modules:_type_target_modules,trainable:_type_trainable,frozen_parameters:_type_frozen_parameters,frozen_bytes:_type_frozen_bytes,frozen_bytes_zero3:_type_frozen_bytes_zero3,quantized_parameters:_type_quantized_parameters=_dflt_quantized_parameters,quantization_constants:_type_quantization_constants=_dflt_quantization_constants,adapter_linears:_type_adapter_linears=_dflt_adapter_linears,quantized_modules:_type_quantized_modules=_dflt_quantized_modules,saved:_type_saved=_dflt_saved)->_return_type:\n  __dataclass_builtins_object__.__setattr__(self,'method',method)\n  __dataclass_builtins_object__.__setattr__(self,'rank',rank)\n  __dataclass_builtins_object__.__setattr__(self,'dropout',dropout)\n  __dataclass_builtins_object__.__setattr__(self,'target_modules',target_modules)\n  __dataclass_builtins_object__.__setattr__(self,'trainable',trainable)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_parameters',frozen_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes',frozen_bytes)\n  __dataclass_builtins_object__.__setattr__(self,'frozen_bytes_zero3',frozen_bytes_zero3)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_parameters',quantized_parameters)\n  __dataclass_builtins_object__.__setattr__(self,'quantization_constants',quantization_constants)\n  __dataclass_builtins_object__.__setattr__(self,'adapter_linears',adapter_linears)\n  __dataclass_builtins_object__.__setattr__(self,'quantized_modules',quantized_modules)\n  __dataclass_builtins_object__.__setattr__(self,'saved',saved)\n return __init__": _180,
+    'def __create_fn__():\n def __repr__(self):\n  return self.__class__.__qualname__ + f"(method={self.method!r}, rank={self.rank!r}, dropout={self.dropout!r}, target_modules={self.target_modules!r}, trainable={self.trainable!r}, frozen_parameters={self.frozen_parameters!r}, frozen_bytes={self.frozen_bytes!r}, frozen_bytes_zero3={self.frozen_bytes_zero3!r}, quantized_parameters={self.quantized_parameters!r}, quantization_constants={self.quantization_constants!r}, adapter_linears={self.adapter_linears!r}, quantized_modules={self.quantized_modules!r}, saved={self.saved!r})"\n return __repr__': _181,
+    'def __create_fn__():\n def __eq__(self,other):\n  if other.__class__ is self.__class__:\n   return (self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,)==(other.method,other.rank,other.dropout,other.target_modules,other.trainable,other.frozen_parameters,other.frozen_bytes,other.frozen_bytes_zero3,other.quantized_parameters,other.quantization_constants,other.adapter_linears,other.quantized_modules,other.saved,)\n  return NotImplemented\n return __eq__': _182,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __setattr__(self,name,value):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',\'quantized_modules\',\'saved\',):\n   raise FrozenInstanceError(f"cannot assign to field {name!r}")\n  super(cls, self).__setattr__(name, value)\n return __setattr__': _183,
+    'def __create_fn__(cls, FrozenInstanceError):\n def __delattr__(self,name):\n  if type(self) is cls or name in (\'method\',\'rank\',\'dropout\',\'target_modules\',\'trainable\',\'frozen_parameters\',\'frozen_bytes\',\'frozen_bytes_zero3\',\'quantized_parameters\',\'quantization_constants\',\'adapter_linears\',\'quantized_modules\',\'saved\',):\n   raise FrozenInstanceError(f"cannot delete field {name!r}")\n  super(cls, self).__delattr__(name)\n return __delattr__': _184,
+    'def __create_fn__():\n def __hash__(self):\n  return hash((self.method,self.rank,self.dropout,self.target_modules,self.trainable,self.frozen_parameters,self.frozen_bytes,self.frozen_bytes_zero3,self.quantized_parameters,self.quantization_constants,self.adapter_linears,self.quantized_modules,self.saved,))\n return __hash__': _185,
 }

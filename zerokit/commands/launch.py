@@ -224,7 +224,9 @@ def command(config, plan_file, hostfile, hosts, gpus_per_node, launcher, master_
                                        env=dict(spec.env), nodes=spec.nodes, include=spec.include,
                                        exclude=spec.exclude, document=document,  # the runner's hosts and ranks
                                        bind_cores_to_rank=bind_cores_to_rank, bind_core_list=bind_core_list,
-                                       remote=spec.remote_shell, ssh_port=spec.ssh_port)
+                                       remote=spec.remote_shell, ssh_port=spec.ssh_port,
+                                       # what the runner starts on every node by this node's paths (remote env)
+                                       script_argv=runner.script_argv(spec), python=runner.runner_python(spec.runner))
         checks = preflight.run_job_checks(target, spec)  # zerokit preflight's, --include against the devices too
         click.echo(preflight.format_text(checks), err=True)
         if not all(c.ok for c in checks):

@@ -138,6 +138,18 @@ class Target:
     filters leave it only this machine: a hostfile of localhost and node2 with --exclude node2 still takes DeepSpeed's
     multi-node path (its ssh check, pdsh), which launch runs on one node only when the hostfile names this machine
     alone."""
+    script: str | None = None
+    """The training script as the runner passes it (launch's SCRIPT: absolute, or relative to the working directory,
+    where each node's launcher runs it); None for `zerokit preflight`, which is given none."""
+    script_args: tuple[str, ...] = ()
+    """The script's arguments as the runner passes them (`runner.script_argv`, with `--deepspeed CONFIG` added): the
+    config files the ranks read on every node."""
+    python: str | None = None
+    """The interpreter DeepSpeed's runner runs under (`runner.runner_python`), whose path its backends start on every
+    node; None: that of the runner beside this Python."""
+    cwd: str | None = None
+    """The working directory the runner starts in, which pdsh's command cds to and mpirun's ranks start in on every
+    node; None: this process's."""
 
     @property
     def world_size(self) -> int | None:
@@ -579,16 +591,114 @@ def _ssh(host: str, command: str, ssh_port: int | None = None) -> subprocess.Com
     """`command` run on `host` the way DeepSpeed's runner checks a host (`ssh -o PasswordAuthentication=no`, with
     `-p PORT` where it is given --ssh_port), in batch mode (no prompt) within a short timeout; or why ssh could not
     run it."""
-    port = ["-p", str(ssh_port)] if ssh_port is not None else []
-    argv = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
-            *port, host, command]
     try:
-        return subprocess.run(argv, check=False, capture_output=True, text=True, timeout=SSH_TIMEOUT_S + 5,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(_ssh_argv(host, command, ssh_port), check=False, capture_output=True, text=True,
+                              timeout=SSH_TIMEOUT_S + 5, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         return "ssh is not installed"
     except subprocess.TimeoutExpired:
         return "timed out"
+
+
+REMOTE_ENV_TIMEOUT_S = 60
+"""How long the remote-env check waits for one host: ssh's connection, then importing torch and DeepSpeed there (from
+a network filesystem, seconds). The hosts are asked SSH_PARALLEL at once, so 64 nodes take this long at most."""
+REMOTE_ENV_MARK = "zerokit-remote-env"
+"""What starts each line of the remote-env probe's answer: a login shell's banner or a script's chatter is not it."""
+REMOTE_ENV_SH = (
+    'm=zerokit-remote-env; echo "$m start"; '
+    'if cd -- "$1" 2>/dev/null; then echo "$m cwd ok"; else echo "$m cwd missing"; fi; '
+    'if [ -f "$2" ] && [ -x "$2" ]; then '
+    'PYTHONPATH="$3" "$2" -c "$4" "$m" </dev/null 2>/dev/null || echo "$m exit $?"; '
+    'else echo "$m python missing"; fi; '
+    'shift 4; i=0; for p in "$@"; do i=$((i + 1)); '
+    'if [ -f "$p" ]; then echo "$m file $i ok"; else echo "$m file $i missing"; fi; done; echo "$m end"')
+"""Run on a node by `sh -c` with the working directory, the interpreter, the ranks' PYTHONPATH, `REMOTE_ENV_IMPORT`
+and the files as its arguments (so no path is ever parsed by a shell, whatever it holds): whether it can cd to the
+directory, whether the interpreter is an executable file, what importing torch and DeepSpeed with it gives (there,
+with that PYTHONPATH, as the ranks import them), and whether each file is one. One line, and no single quote: a
+csh login shell reads it as sh's would, inside the quotes ssh's command gets."""
+REMOTE_ENV_IMPORT = (
+    'import sys; m = sys.argv[1]; '
+    'sys.excepthook = lambda kind, e, tb: print(m, "import", (kind.__name__ + ": " + str(e)).splitlines()[0]); '
+    'import torch, deepspeed; print(m, "versions", deepspeed.__version__, torch.__version__)')
+"""The interpreter's part of `REMOTE_ENV_SH`: `MARK versions DEEPSPEED TORCH`, or `MARK import` and the error."""
+
+
+@dataclass(frozen=True)
+class RemoteEnv:
+    """What one node has of what DeepSpeed's runner starts there (`probe_remote_env`); None: not found out."""
+
+    cwd: bool | None = None
+    python: bool | None = None
+    """Whether the interpreter's path is an executable file there."""
+    versions: tuple[str, str] | None = None
+    """(deepspeed, torch) as imported there."""
+    import_error: str | None = None
+    files: tuple[bool | None, ...] = ()
+    """Whether each file asked about is one there, in order."""
+    why: str = ""
+    """Why the host could not be asked (ssh failed, timed out, gave no answer); '' where it answered."""
+
+
+def probe_remote_env(host: str, cwd: str, python: str, pythonpath: str, files: list[str],
+                     ssh_port: int | None = None, timeout: float | None = None) -> RemoteEnv:
+    """`REMOTE_ENV_SH` run on `host` in one ssh call, as `probe_ssh` asks (BatchMode, no prompt, `ssh_port`), within
+    `timeout` seconds (REMOTE_ENV_TIMEOUT_S)."""
+    timeout = REMOTE_ENV_TIMEOUT_S if timeout is None else timeout
+    command = shlex.join(["sh", "-c", REMOTE_ENV_SH, "zerokit", cwd, python, pythonpath, REMOTE_ENV_IMPORT, *files])
+    try:
+        r = subprocess.run(_ssh_argv(host, command, ssh_port), check=False, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return RemoteEnv(why="ssh is not installed")
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        answered = parse_remote_env(out, len(files))
+        return RemoteEnv(why=f"no answer in {timeout:g} s" if answered is None else
+                         f"ssh connected, then no answer in {timeout:g} s: importing torch and deepspeed there hangs "
+                         "or is that slow (a stale network mount?)")
+    answer = parse_remote_env(r.stdout, len(files))
+    if answer is None or not r.stdout.count(f"{REMOTE_ENV_MARK} end"):
+        last = (r.stderr.strip().splitlines() or [""])[-1][:120]
+        return RemoteEnv(why=f"ssh failed: {last or 'exit 255'}" if r.returncode == 255 else
+                         f"its shell gave no answer (exit {r.returncode}{': ' + last if last else ''})")
+    return answer
+
+
+def parse_remote_env(out: str, count: int) -> RemoteEnv | None:
+    """`REMOTE_ENV_SH`'s answer among whatever else the login printed (a banner, DeepSpeed's own log lines): only
+    lines with `REMOTE_ENV_MARK` count. None where it never started."""
+    found: dict[str, str] = {}
+    files: list[bool | None] = [None] * count
+    for line in out.splitlines():
+        at = line.find(REMOTE_ENV_MARK + " ")
+        if at < 0:
+            continue
+        key, _, value = line[at + len(REMOTE_ENV_MARK) + 1:].strip().partition(" ")
+        if key == "file":
+            index, _, state = value.partition(" ")
+            if index.isdigit() and 1 <= int(index) <= count:
+                files[int(index) - 1] = state == "ok"
+        else:
+            found.setdefault(key, value)
+    if "start" not in found:
+        return None
+    versions = found.get("versions", "").split()
+    error = found.get("import") or (f"it exited with {found['exit']}" if "exit" in found and len(versions) != 2
+                                    else None)
+    return RemoteEnv(cwd=found["cwd"] == "ok" if "cwd" in found else None,
+                     python=False if found.get("python") == "missing" else (True if versions or error else None),
+                     versions=(versions[0], versions[1]) if len(versions) == 2 else None,
+                     import_error=error if len(versions) != 2 else None, files=tuple(files))
+
+
+def _ssh_argv(host: str, command: str, ssh_port: int | None = None) -> list[str]:
+    """ssh as DeepSpeed's runner checks a host (`-o PasswordAuthentication=no`, `-p PORT` with --ssh_port), in batch
+    mode (no prompt) with a short connection timeout."""
+    port = ["-p", str(ssh_port)] if ssh_port is not None else []
+    return ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+            *port, host, command]
 
 
 # ---------------------------------------------------------------- checks: ordered table
@@ -1255,6 +1365,149 @@ def ssh_shown(t: Target) -> str:
     return "ssh" + (f" -p {t.ssh_port}" if t.ssh_port is not None else "")
 
 
+def check_remote_env(t: Target) -> Check | None:
+    """What DeepSpeed's runner starts on every other node by this node's paths, there: pdsh's command is `cd CWD;
+    PYTHON -u -m deepspeed.launcher.launch ... SCRIPT ARGS`, and mpirun (openmpi, mpich, impi, mvapich) starts
+    `PYTHON -u SCRIPT ARGS` in CWD (mpich through DeepSpeed's launcher_helper.py, by its path here), PYTHON being the
+    runner's own sys.executable (multinode_runner.py get_cmd). Without a shared filesystem the job started, then
+    failed on a node with `cd: No such file or directory`, `No module named deepspeed` or a missing script, the other
+    nodes waiting on the rendezvous meanwhile. So each remote host of the job is asked, in one ssh call and all at
+    once, for the working directory, the interpreter, `import torch, deepspeed` with it (their versions against this
+    node's: a difference is advice, and a classic hang), the script and the config files its arguments name. Not
+    where no ssh starts the ranks: one node, --no-ssh (each node's zerokit checks itself), slurm (srun)."""
+    if not t.multi_node or t.no_ssh or t.launcher == "slurm":
+        return None
+    from zerokit.launch.runner import is_this_machine, runner_python
+
+    hosts = [h for h in t.hosts if not is_this_machine(h)]
+    if not hosts:
+        return None
+    cwd = t.cwd or os.getcwd()
+    python = t.python or runner_python()
+    needs = remote_files(t, cwd)
+    pythonpath = rank_pythonpath(t, cwd)
+    with ThreadPoolExecutor(max_workers=min(SSH_PARALLEL, len(hosts))) as pool:
+        answers = pool.map(lambda h: probe_remote_env(h, cwd, python, pythonpath, [p for _, p in needs], t.ssh_port),
+                           hosts)
+        results = dict(zip(hosts, answers))
+    return remote_env_verdict(results, needs, cwd, python, local_versions(python, pythonpath))
+
+
+def remote_files(t: Target, cwd: str) -> list[tuple[str, str]]:
+    """(what, absolute path) of each file the job's ranks open on every node by this node's path: the script
+    (relative to the working directory, as the runner passes it), each config file its arguments name (the
+    `--deepspeed PATH` launch adds; `zerokit preflight`: --config's), and for mpich DeepSpeed's launcher_helper.py."""
+    from zerokit.launch.runner import named_configs
+
+    files = [("script", os.path.join(cwd, t.script))] if t.script is not None else []
+    configs = ([v for _, v in named_configs(t.script_args) if v is not None and not v.lstrip().startswith("{")]
+               if t.script is not None else [t.config_file] if t.config_file else [])
+    files += [("config", os.path.join(cwd, c)) for c in dict.fromkeys(configs)]
+    if t.launcher == "mpich":  # MPICHRunner.get_cmd: PYTHON -u <deepspeed/launcher>/launcher_helper.py SCRIPT ...
+        import importlib.util
+
+        spec = importlib.util.find_spec("deepspeed")
+        if spec is not None and spec.submodule_search_locations:
+            package = os.path.realpath(next(iter(spec.submodule_search_locations)))
+            files.append(("DeepSpeed launcher_helper.py", os.path.join(package, "launcher", "launcher_helper.py")))
+    return files
+
+
+def rank_pythonpath(t: Target, cwd: str) -> str:
+    """The ranks' PYTHONPATH on the nodes: the working directory before this one's (DeepSpeed's runner sets it and
+    exports it, as every PYTHON* variable), unless the user's .deepspeed_env or --env gives one."""
+    from zerokit.launch.runner import users_deepspeed_env
+
+    try:
+        users = users_deepspeed_env()
+    except BadInput:  # launch refuses such a file before its preflight
+        users = {}
+    given = {**users, **t.env}.get("PYTHONPATH")
+    if given is not None:
+        return given.strip()
+    here = os.environ.get("PYTHONPATH")
+    return cwd + (":" + here if here else "")
+
+
+def local_versions(python: str, pythonpath: str) -> tuple[str, str] | None:
+    """(deepspeed, torch) of the runner's interpreter here, as the nodes' are asked: this process's where it is that
+    interpreter (the imports check imported them), else asked as a node is, without ssh."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        (ds, _), (torch, _) = probe_import("deepspeed"), probe_import("torch")
+        return (ds, torch) if ds is not None and torch is not None else None
+    try:
+        r = subprocess.run([python, "-c", REMOTE_ENV_IMPORT, REMOTE_ENV_MARK], check=False, capture_output=True,
+                           text=True, timeout=REMOTE_ENV_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": pythonpath})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    answer = parse_remote_env(f"{REMOTE_ENV_MARK} start\n{r.stdout}", 0)
+    return answer.versions if answer is not None else None
+
+
+def _hosts_named(hosts: list[str]) -> str:
+    shown = ", ".join(hosts[:SSH_FAILURES_SHOWN])
+    return shown + (f" and {len(hosts) - SSH_FAILURES_SHOWN} more" if len(hosts) > SSH_FAILURES_SHOWN else "")
+
+
+def remote_env_verdict(results: dict[str, RemoteEnv], files: list[tuple[str, str]], cwd: str, python: str,
+                       here: tuple[str, str] | None) -> Check:
+    """The remote-env check's verdict from each host's answer: a missing directory, interpreter, import or file fails
+    it (one line: what, where, on which hosts; the fix: a shared filesystem, or rsync and the same install);
+    versions other than this node's (`here`: deepspeed's, torch's) pass with advice; hosts ssh could not ask make it
+    not checked where nothing failed (the ssh check says why ssh fails)."""
+    problems: dict[str, list[str]] = {}
+    versions: dict[tuple[str, str], list[str]] = {}
+    missing: dict[str, None] = {}
+    lacking: list[str] = []  # the hosts without some path, the first of which the rsync example names
+    no_env = False
+    for host, r in results.items():
+        if r.why:
+            continue
+        if r.cwd is False:
+            problems.setdefault(f"no working directory {cwd}", []).append(host)
+            missing[cwd], lacking = None, lacking + [host]
+        if r.python is False or r.import_error:
+            no_env = True
+            problems.setdefault(f"no interpreter {python}" if r.python is False else
+                                f"{python} cannot import torch and deepspeed ({r.import_error})", []).append(host)
+        elif r.versions is not None and here is not None and r.versions != here:
+            versions.setdefault(r.versions, []).append(host)
+        for (what, path), ok in zip(files, r.files):
+            if ok is False:
+                problems.setdefault(f"no {what} {path}", []).append(host)
+                missing[path], lacking = None, lacking + [host]
+    unasked = [f"{h} ({r.why})" for h, r in results.items() if r.why]
+    asked = [h for h, r in results.items() if not r.why]
+    ours = f"deepspeed {here[0]}, torch {here[1]}" if here else "torch and deepspeed"
+    install = (f"`{shlex.quote(python)} -m pip install deepspeed=={here[0]} torch=={here[1]}`" if here else
+               f"`{shlex.quote(python)} -m pip install torch deepspeed`")
+    notes = [f"{_hosts_named(hosts)} {'has' if len(hosts) == 1 else 'have'} deepspeed {ds}, torch {torch} (here "
+             f"{ours})" for (ds, torch), hosts in versions.items()]
+    fixes = [(f"install this node's versions on every node ({install}): ranks of other DeepSpeed or torch versions "
+              "can hang at the rendezvous or in a collective")] if versions else []
+    if unasked:
+        notes.append("not checked on " + _hosts_named(unasked))
+    if problems:
+        if no_env:
+            fixes.insert(0, f"install the same environment at {python} there: DeepSpeed's runner starts that "
+                            f"interpreter by its path (the same venv or conda path, with {ours}: {install})")
+        if missing:  # a file inside a missing directory comes with it
+            copied = [p for p in missing if not any(p.startswith(d.rstrip("/") + "/") for d in missing if d != p)]
+            fixes.insert(0, "every node needs these paths as they are here (DeepSpeed's runner starts the ranks by "
+                            "this node's paths): put them on a filesystem every node mounts, or copy them, e.g. "
+                            f"`rsync -aR {' '.join(shlex.quote(p) for p in copied)} {lacking[0]}:/`")
+        detail = "; ".join([f"{what} on {_hosts_named(hosts)}" for what, hosts in problems.items()] + notes)
+        return Check("remote env", False, detail, "; ".join(fixes))
+    paths = ", ".join([cwd, python] + [path for _, path in files])
+    passed = [f"{_hosts_named(asked)} {'has' if len(asked) == 1 else 'have'} {paths}"
+              + ("" if versions or not here else f" ({ours}, as here)")] if asked else []
+    if unasked:
+        return NotChecked("remote env", True, "; ".join(notes[-1:] + passed + notes[:-1]),
+                          "; ".join([f"once ssh reaches them, rerun; each needs {paths}, with {ours}"] + fixes))
+    return Check("remote env", True, "; ".join(passed + notes), "; ".join(fixes))
+
+
 def probe_master_addr(addr: str) -> tuple[str | None, bool]:
     """(the address it resolves to, or None; whether this host can bind it, i.e. it is one of this host's)."""
     try:
@@ -1343,6 +1596,7 @@ CHECKS: tuple[Callable[[Target], Check | None], ...] = (
     check_hostfile,
     check_launcher,
     check_ssh,
+    check_remote_env,
     check_master_addr,
     check_master_port,
 )
@@ -1594,12 +1848,14 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                 master_addr: str | None = None, env: dict[str, str] | None = None, nodes: int | None = None,
                 include: str | None = None, exclude: str | None = None, document: Any = None,
                 bind_cores_to_rank: bool = False, bind_core_list: str | None = None, remote: bool = False,
-                ssh_port: int | None = None) -> Target:
+                ssh_port: int | None = None, script_argv: list[str] | None = None,
+                python: str | None = None) -> Target:
     """Read the config and plan files and describe the job the checks check against: `hosts` (or the hostfile's)
     narrowed to the hosts and ranks the runner will use (`runner.select_hosts`). `document`: the config as the
     caller already read it (`read_config_document`; launch reads it before anything starts), not read again.
     `remote`: the job's `runner.LaunchSpec.remote_shell` (`Target.remote`). `ssh_port`: launch --ssh-port, which the
-    ssh checks use as the runner does."""
+    ssh checks use as the runner does. `script_argv`: the script and its arguments as the runner passes them
+    (`runner.script_argv`); `python`: the runner's interpreter (`runner.runner_python`): what every node must have."""
     if config is not None and document is None:
         document = read_config_document(config)
     ds_config = document.data if document is not None else {}
@@ -1625,5 +1881,7 @@ def make_target(config: str | None = None, plan: str | None = None, hosts: dict[
                   hosts=dict(hosts or {}), launcher=launcher, master_port=master_port, no_ssh=no_ssh,
                   node_rank=node_rank, master_addr=master_addr, env=dict(env or {}), config=ds_config,
                   config_file=config, document=document, plan=plan_data, bind_cores_to_rank=bind_cores_to_rank,
-                  bind_core_list=bind_core_list, remote=remote, ssh_port=ssh_port)
+                  bind_core_list=bind_core_list, remote=remote, ssh_port=ssh_port,
+                  script=script_argv[0] if script_argv else None, script_args=tuple(script_argv or ())[1:],
+                  python=python)
 

@@ -14,6 +14,7 @@ import functools
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -368,6 +369,34 @@ def script_argv(spec: LaunchSpec) -> list[str]:
         switch = ("--deepspeed", None) in named_configs(args)
         args[end:end] = ["--deepspeed_config" if switch else "--deepspeed", str(Path(spec.config).absolute())]
     return [spec.script, *args]
+
+
+def runner_python(runner: str | None = None) -> str:
+    """The interpreter the `deepspeed` runner runs under, so its `sys.executable`, which DeepSpeed's multi-node backends
+    start on every node by that very path (multinode_runner.py). `runner`: the runner executable (None: the one beside
+    this Python, else on PATH). pip writes the environment's interpreter into the script's `#!` line (for a long path,
+    a `#!/bin/sh` line and `'''exec' "PATH" "$0" "$@"`); `#!/usr/bin/env python3` takes it from PATH. This Python's own
+    where the runner cannot be read."""
+    if runner is None:
+        beside = Path(sys.executable).parent / "deepspeed"
+        runner = str(beside) if beside.exists() else "deepspeed"
+    path = runner if os.sep in runner else shutil.which(runner)
+    try:
+        with open(path or "", "rb") as f:
+            first, second = f.readline(4096), f.readline(4096)
+    except OSError:
+        return sys.executable
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if not words:
+        return sys.executable
+    if words[0] == "/bin/sh" and second.startswith(b"'''exec' "):
+        with contextlib.suppress(ValueError, IndexError):
+            return shlex.split(second.decode(errors="replace"))[1]
+        return sys.executable
+    if os.path.basename(words[0]) == "env":
+        name = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
+        return (shutil.which(name) if name else None) or sys.executable
+    return words[0]
 
 
 def validate(spec: LaunchSpec, launcher_limits: bool = True) -> None:
