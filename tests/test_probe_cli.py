@@ -738,3 +738,29 @@ def test_a_rank_killed_mid_probe_is_the_one_named(capsys, rank, signum, said):
     with pytest.raises(ZerokitError) as failed:
         run_probe(ranks=2, quick=True, progress=progress)
     assert str(failed.value) == said
+
+
+def test_a_stale_jit_build_lock_is_refused_before_measuring(tmp_path, capsys, monkeypatch):
+    """A lock a killed build of a DeepSpeed op left in torch's extension cache held the probe at '[11/12] training
+    steps ...' until it was interrupted: the reference engines' deepspeed.initialize loads the shared-memory comm op
+    through torch's FileBaton, which waits on it forever. A lock of a build in progress (younger than the preflight's
+    STALE_LOCK_AGE_S) is left to its build."""
+    from zerokit.perf.probe import stale_extension_locks
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    stale, fresh = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "cpu_adam" / "lock"
+    for lock in (stale, fresh):
+        lock.parent.mkdir()
+        lock.touch()
+    os.utime(stale, (0, 0))
+    assert stale_extension_locks() == [str(stale)]
+    assert main(["probe", "--quick"]) == 2
+    assert capsys.readouterr().err == (
+        f"zerokit probe: error: stale JIT build lock {stale}: a killed build of a DeepSpeed op left it, and the probe's "
+        f"ranks (like every DeepSpeed run here) would wait on it forever; remove it: rm {stale}\n")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # torch's own cache: <XDG_CACHE_HOME>/torch_extensions/py3X_cpu
+    moved = tmp_path / "torch_extensions" / "py311_cpu"
+    moved.mkdir(parents=True)
+    stale.parent.rename(moved / "deepspeed_shm_comm")
+    assert stale_extension_locks() == [str(moved / "deepspeed_shm_comm" / "lock")]

@@ -139,6 +139,12 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
         ranks = _gpu_count() or 2
     if not 1 <= ranks <= MAX_RANKS:
         raise BadInput(f"--ranks must be 1..{MAX_RANKS}, got {ranks}")
+    stale = stale_extension_locks()
+    if stale:
+        more = f" and {len(stale) - 1} more" if len(stale) > 1 else ""
+        raise BadInput(f"stale JIT build lock {stale[0]}{more}: a killed build of a DeepSpeed op left it, and the "
+                       "probe's ranks (like every DeepSpeed run here) would wait on it forever; remove it: rm "
+                       + " ".join(stale))
     binding = core_binding(ranks, bind_core_list) if bind_cores_to_rank else None
     sweep_stale_probes()
     port = free_port()
@@ -150,6 +156,33 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+
+
+def stale_extension_locks(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The `lock` files in torch's JIT extension cache that a killed build left: older than the preflight's
+    STALE_LOCK_AGE_S, with no build running in their directory. torch's FileBaton waits on one forever, and the
+    reference engines' deepspeed.initialize loads DeepSpeed's shared-memory comm op through it: such a lock held a
+    probe at "[11/12] training steps ..." until it was interrupted (2026-12-08). Found as torch finds its cache
+    ($TORCH_EXTENSIONS_DIR/<op>, else $XDG_CACHE_HOME or ~/.cache, then torch_extensions/<python and device>/<op>)
+    without importing torch here."""
+    from pathlib import Path
+
+    from zerokit.launch.preflight import STALE_LOCK_AGE_S, probe_building
+
+    custom = environ.get("TORCH_EXTENSIONS_DIR")
+    if custom:
+        root, pattern = Path(custom), "*/lock"
+    else:
+        root, pattern = Path(environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "torch_extensions"), "*/*/lock"
+    now, stale = time.time(), []
+    for path in sorted(root.glob(pattern)):
+        try:
+            old = path.is_file() and now - path.stat().st_mtime > STALE_LOCK_AGE_S
+        except OSError:
+            continue
+        if old and not probe_building(str(path.parent)):
+            stale.append(str(path))
+    return stale
 
 
 def _raise_on_sigterm() -> Any:
