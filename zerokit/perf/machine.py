@@ -527,8 +527,10 @@ def load_profile_for_plan(path: str) -> tuple[MachinePerf, int | None, list[str]
 
 def profile_warnings(perf: MachinePerf, measured: Mapping[str, Any]) -> list[str]:
     """What a plan should say about a profile's own measurement: on DeepSpeed's CPU accelerator, ranks whose OpenMP
-    threads outnumbered the cores (torch's default under the runner), where small ops stall and the kernel
-    figures, and the step times built on them, describe only another run as oversubscribed."""
+    threads outnumbered the cores (torch's default under the runner), where small ops stall at random, so that the
+    kernel figures, and the step times built on them, describe no run, an oversubscribed one neither: a 2-rank
+    training of a 768-wide llama on this 2-core VM, 2 threads a rank, took 0.70-0.77 s a step, and two probes so,
+    minutes apart, planned it at 0.44 and 2.45 s (their bf16 512^3 linears at 777 and 435 GFLOP/s, 2026-12-08)."""
     ranks, threads, cores = (measured.get(k) for k in ("ranks", "threads_per_rank", "cores"))
     # counts no machine has are not a measurement (a hand-edited 400-digit one was quoted whole in the warning)
     if perf.device != "cpu" or not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_CORES
@@ -538,7 +540,8 @@ def profile_warnings(perf: MachinePerf, measured: Mapping[str, Any]) -> list[str
     if per_rank is None:
         return []
     note = (f"the profile was probed with {ranks} ranks x {threads} OpenMP threads on {cores} cores, more threads "
-            "than cores, where small ops stall: its step times describe only a run as oversubscribed. Probe again "
+            "than cores, where small ops stall at random: its figures change from probe to probe, and its step "
+            "times can be off several-fold, for a run as oversubscribed too. Probe again "
             f"with OMP_NUM_THREADS={per_rank} and train with the same (`zerokit launch --env OMP_NUM_THREADS="
             f"{per_rank}`)")
     return [note]
