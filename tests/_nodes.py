@@ -126,11 +126,14 @@ def ssh_unavailable() -> str | None:
 
 class Sshd:
     """sshd in each namespace, a fresh key pair, and a directory with an `ssh` wrapper to put first on PATH. `port`:
-    where the sshds listen (another than 22 is a container's sshd, which only `ssh -p PORT` reaches)."""
+    where the sshds listen (another than 22 is a container's sshd, which only `ssh -p PORT` reaches). `hide`: {node:
+    directory} that node's sshd, and so every login there, sees as an empty one (a tmpfs mounted over it in the mount
+    namespace `ip netns exec` gives it): a node without the shared filesystem that holds a job's files."""
 
-    def __init__(self, nodes: Namespaces, workdir: Path, port: int = 22):
+    def __init__(self, nodes: Namespaces, workdir: Path, port: int = 22, hide: dict[int, Path] | None = None):
         self.dir = workdir
         self.port = port
+        self.hidden = dict(hide or {})
         workdir.mkdir(parents=True, exist_ok=True)
         for key in ("host_key", "id_key"):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(workdir / key)], check=True,
@@ -150,11 +153,17 @@ class Sshd:
         wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {workdir / 'ssh_config'} \"$@\"\n")
         wrapper.chmod(0o755)
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
-        self.procs = [subprocess.Popen(nodes.argv(i, [SSHD, "-D", "-f", str(workdir / "sshd_config"), "-E",
-                                                      str(workdir / f"sshd{i}.log")]))
+        sshd = [SSHD, "-D", "-f", str(workdir / "sshd_config"), "-E"]
+        self.procs = [subprocess.Popen(nodes.argv(i, [*self._hiding(i), *sshd, str(workdir / f"sshd{i}.log")]))
                       for i in range(2)]
         self.nodes = nodes
         self._wait_ready()
+
+    def _hiding(self, node: int) -> list[str]:
+        """What starts that node's sshd under an empty tmpfs over its hidden directory (none: nothing)."""
+        if node not in self.hidden:
+            return []
+        return ["sh", "-c", 'mount -t tmpfs zk-hidden "$0" && exec "$@"', str(self.hidden[node])]
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}"}

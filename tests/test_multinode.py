@@ -562,10 +562,42 @@ def test_pdsh_over_ssh_on_another_port_with_ssh_port(two_nodes, sshd_2222, tmp_p
     out = proc.communicate(timeout=RUN_TIMEOUT)[0]
     assert proc.returncode == 0, out[-6000:]
     assert "✓ ssh: 2 hosts answer on port 2222" in out
+    assert f"✓ remote env: {two_nodes.hostnames[1]} has {tmp_path}, {sys.executable}, {script} (deepspeed " in out
     assert f"the master address: {two_nodes.addresses[0]} (`hostname -I` on {two_nodes.hostnames[0]})" in out
     assert "--ssh_port 2222" in out  # the command zerokit starts
     for node, address in enumerate(two_nodes.addresses):  # pdsh prefixes each node's lines with its host
         assert f"{address}: rank {node} of 2 up, sum 2" in out, out[-6000:]
+
+
+@pytest.fixture(scope="module")
+def sshd_node2_apart(two_nodes, tmp_path_factory):
+    """sshds on port 2022 whose node 2 sees an empty directory over `.hidden[1]`, which node 1 has."""
+    yield from _sshd(two_nodes, tmp_path_factory, port=2022, hide={1: tmp_path_factory.mktemp("node1-only")})
+
+
+@pytest.mark.slow
+def test_pdsh_stops_in_preflight_where_node_2_lacks_the_script(two_nodes, sshd_node2_apart, tmp_path):
+    """No shared filesystem for the script: node 2 does not have it. DeepSpeed's runner started pdsh anyway, node 2's
+    launcher failed to open the script while node 1's rank waited on the rendezvous; the preflight's remote-env check
+    asks node 2 over real ssh and the launch stops there (exit 3), naming node 2 and the script, with nothing started."""
+    node1_only = sshd_node2_apart.hidden[1]
+    started = tmp_path / "started"
+    script = node1_only / "once.py"
+    script.write_text(f"open({str(started)!r}, 'a').write('rank up')\n" + ONCE)
+    config = tmp_path / "ds.json"  # on both nodes
+    config.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+    hosts = ",".join(f"{h}:1" for h in two_nodes.hostnames)
+    proc = zerokit_on(two_nodes, 0, ["--hosts", hosts, "--ssh-port", "2022", "--master-port", str(free_port()),
+                                     "--env", f"GLOO_SOCKET_IFNAME={two_nodes.ifname}", "--files-dir",
+                                     str(tmp_path / "zk"), "--config", str(config), str(script)],
+                      env=sshd_node2_apart.env(), cwd=tmp_path)
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 3, out[-6000:]
+    assert "✓ ssh: 2 hosts answer on port 2022" in out  # node 2 is there; only the script is not
+    assert f"✗ remote env: no script {script} on {two_nodes.hostnames[1]}\n" in out, out[-6000:]
+    assert f"`rsync -aR {script} {two_nodes.hostnames[1]}:/`" in out
+    assert "zerokit launch: preflight failed" in out and "--force_multi" not in out  # no runner command
+    assert not started.exists()
 
 
 @pytest.mark.slow
