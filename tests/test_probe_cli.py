@@ -764,3 +764,35 @@ def test_a_stale_jit_build_lock_is_refused_before_measuring(tmp_path, capsys, mo
     moved.mkdir(parents=True)
     stale.parent.rename(moved / "deepspeed_shm_comm")
     assert stale_extension_locks() == [str(moved / "deepspeed_shm_comm" / "lock")]
+
+
+@pytest.mark.heavy
+def test_a_hang_up_stops_the_probe_as_sigterm_does(tmp_path):
+    """The terminal closed or the ssh session dropped mid-probe: SIGHUP killed the probe outright and its ranks
+    with it (SIGKILL, where one inside torch's JIT build leaves its lock), and its temp directory stayed behind. Now
+    the probe and its ranks unwind as on SIGTERM: exit 128 + SIGHUP, no rank left, nothing left in the temp dir."""
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    probe = subprocess.Popen([sys.executable, "-m", "zerokit", "probe", "--quick"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    for line in probe.stderr:
+        if line.startswith("[3/12]"):
+            break
+    ranks = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == probe.pid]
+    assert ranks
+    os.killpg(probe.pid, signal.SIGHUP)  # as a hang-up reaches the terminal's foreground process group
+    probe.stderr.read()
+    assert probe.wait(timeout=60) == 128 + signal.SIGHUP
+    assert not [p for p in ranks if os.path.exists(f"/proc/{p}")] and os.listdir(tmp_path) == []
+
+
+def _parent(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None

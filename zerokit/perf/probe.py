@@ -152,10 +152,11 @@ def run_probe(ranks: int | None = None, nvme_path: str | None = None, quick: boo
     try:
         return _run_ranks(ranks, port, nvme_path, quick, progress, binding)
     finally:
-        if previous is not None:
-            import signal
+        import signal
 
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            if handler is not None:  # None: not installed from Python, nothing to put back
+                signal.signal(signum, handler)
 
 
 def stale_extension_locks(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -185,17 +186,20 @@ def stale_extension_locks(environ: Mapping[str, str] = os.environ) -> list[str]:
     return stale
 
 
-def _raise_on_sigterm() -> Any:
-    """SIGTERM becomes SystemExit, so the ranks are killed on the way out (no rank outlives the probe)."""
+def _raise_on_sigterm() -> dict[int, Any]:
+    """SIGTERM and SIGHUP become SystemExit, so the ranks are stopped on the way out (no rank outlives the probe) and
+    its temp directory goes; the handlers they replaced, to put back. A hang-up (the terminal closed, the ssh session
+    dropped) killed the probe outright: its ranks, SIGKILLed with it, could leave a JIT build lock behind
+    (`stop_ranks`), and its temp directory stayed until the next probe."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return {}
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
-    return signal.signal(signal.SIGTERM, stop)
+    return {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGHUP)}
 
 
 PROBE_DIR_PREFIX = "zerokit-probe-"
@@ -323,13 +327,13 @@ def failed_rank(codes: Sequence[int]) -> int:
 
 
 def signalled(code: int) -> int | None:
-    """The signal that stopped a rank of exit code `code`: killed by it (a negative code), or SIGINT or SIGTERM,
-    which a rank turns into exit code 128 + the signal (`_stop_on_signals`); None otherwise."""
+    """The signal that stopped a rank of exit code `code`: killed by it (a negative code), or SIGINT, SIGTERM or
+    SIGHUP, which a rank turns into exit code 128 + the signal (`_stop_on_signals`); None otherwise."""
     import signal
 
     if code < 0:
         return -code
-    return code - 128 if code - 128 in (signal.SIGINT, signal.SIGTERM) else None
+    return code - 128 if code - 128 in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) else None
 
 
 def killed_message(rank: int, signum: int) -> str:
@@ -1497,18 +1501,19 @@ def _die_with_parent() -> None:
 
 
 def _stop_on_signals() -> None:
-    """SIGTERM and SIGINT (the probe's `stop_ranks`, a Ctrl-C at the terminal) become SystemExit in a rank, once:
+    """SIGTERM, SIGINT and SIGHUP (the probe's `stop_ranks`, a Ctrl-C at the terminal, its hang-up) become
+    SystemExit in a rank, once:
     the rest are ignored, so that a Ctrl-C and the probe's SIGTERM after it do not cut short the finally blocks the
     first one runs (torch's JIT build releases its lock in one)."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for ignored in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(ignored, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a hang-up reaches the terminal's ranks too
+        signal.signal(signum, stop)
 
 
 def _worker_main(opts: dict[str, Any]) -> int:
