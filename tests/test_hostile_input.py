@@ -727,7 +727,7 @@ def test_lint_a_file_whose_name_has_brackets(capsys, tmp_path, monkeypatch):
     Path("[x].json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
     code, out, err = zk(capsys, "lint", "[x].json")
     assert code == 0 and out == "" and "1 file checked: no problems" in err
-    Path("x.json").write_text('{"zero_optimization": {"stage": 0}}')
+    Path("x.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
     Path("[x].json").unlink()
     assert zk(capsys, "lint", "[x].json")[0] == 0  # no such file: a glob, and it matches x.json
 
