@@ -311,13 +311,15 @@ def _write(tmp_path, text: str, name: str = "config.json") -> str:
     ("mixtral-8x7", r"did you mean 'mixtral-8x7b'\?"),
     ("zzzz-unknown", r"unknown model preset 'zzzz-unknown'; known: .*llama-2-7b"),
     ("./missing/config.json", r"model config './missing/config.json' does not exist; check the path"),
-    ("someorg/Some-Model-7B", r"neither a file nor a known preset alias.*save the model's config.json"),
+    ("someorg/Some-Model-7B", (r"neither a file, a known preset alias nor a model in the Hugging Face cache "
+                               r"\(.*\).*save the model's config.json")),
     ("meta-llama/Llama-2-7b-hff", (r"save the model's config.json and pass its path; or the preset: did you mean "
                                   r"'llama-2-7b'\?$")),
     # a hub id's own name that only shares '-7b' with a preset is not a typo of it (it suggested 'gemma-7b')
     ("foo/bar-7b", r"save the model's config.json and pass its path$"),
 ])
-def test_bad_text(text, match):
+def test_bad_text(text, match, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: the hub ids are in none
     with pytest.raises(BadInput, match=match) as info:
         resolve_model(text)
     assert "\n" not in str(info.value)
@@ -549,3 +551,61 @@ def test_infinities_saved_as_transformers_5_writes_them_are_read_back(tmp_path):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
     spec = resolve_model(str(tmp_path))
     assert spec.parameters == sum(p.numel() for p in model.parameters())
+
+
+# --- a hub id downloaded before: its config.json in the Hugging Face cache ----------------------------------------
+
+
+def _cached(cache: Path, repo_id: str, commit: str, config: str, main: bool = True) -> Path:
+    """A model in a hub cache as huggingface_hub lays one out: the file a blob, the snapshot's config.json a link to
+    it, refs/main naming the snapshot."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    blob = repo / "blobs" / f"blob-{commit}"
+    blob.write_text(config)
+    (repo / "snapshots" / commit / "config.json").symlink_to(os.path.join("..", "..", "blobs", blob.name))
+    if main:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+    return repo / "snapshots" / commit / "config.json"
+
+
+MISTRAL = Path(__file__).resolve().parents[1] / "examples" / "models" / "mistral-7b" / "config.json"
+
+
+def test_a_hub_id_in_the_hugging_face_cache_is_its_cached_config(monkeypatch, tmp_path):
+    """`--model ORG/NAME` of a model downloaded before reads the config.json huggingface_hub finds offline, as
+    transformers' from_pretrained would (where it said 'zerokit does not download from the hub')."""
+    pytest.importorskip("huggingface_hub")
+    home = tmp_path / "hf"
+    path = _cached(home / "hub", "acme/mistral-ft", "c0ffee", MISTRAL.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env["HF_HOME"] = str(home)
+    lookup = "import huggingface_hub as h; print(h.try_to_load_from_cache('acme/mistral-ft', 'config.json'))"
+    found = subprocess.run([sys.executable, "-c", lookup], check=True, capture_output=True, text=True,
+                           env=env).stdout.strip()
+    assert found == str(path)  # the library's own lookup, offline
+    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    spec = resolve_model("acme/mistral-ft")
+    direct = resolve_model(str(MISTRAL))
+    assert spec.name == "acme/mistral-ft" and spec.source == "config"
+    assert (spec.parameters, spec.hidden_size, spec.num_layers) == (direct.parameters, direct.hidden_size,
+                                                                   direct.num_layers)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))  # HF_HUB_CACHE wins over HF_HOME, as there
+    with pytest.raises(BadInput, match=re.escape(f"Hugging Face cache ({tmp_path / 'elsewhere'})")):
+        resolve_model("acme/mistral-ft")
+
+
+def test_a_cached_model_without_refs_main_takes_its_newest_snapshot(monkeypatch, tmp_path):
+    config = json.loads(MISTRAL.read_text())
+    _cached(tmp_path, "acme/m", "old", json.dumps({**config, "num_hidden_layers": 2}), main=False)
+    newest = _cached(tmp_path, "acme/m", "new", json.dumps({**config, "num_hidden_layers": 3}), main=False)
+    os.utime(newest, (2_000_000_000, 2_000_000_000))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert resolve_model("acme/m").num_layers == 3
+    with pytest.raises(BadInput, match="malformed JSON"):  # a cached file is read as any config.json is
+        _cached(tmp_path, "acme/broken", "x", "{")
+        resolve_model("acme/broken")

@@ -70,8 +70,9 @@ def _choice(*values: str) -> click.Choice:
 
 model_options = _options(
     click.option("--model", "model", required=True, metavar="MODEL",
-                 help="A parameter count (7B, 6.7e9), a transformers config.json or a folder holding one, or a preset "
-                      "(llama-2-7b, mistral-7b, qwen2.5-7b, ...); config.json and presets give exact counts."),
+                 help="A parameter count (7B, 6.7e9), a transformers config.json or a folder holding one, a preset "
+                      "(llama-2-7b, mistral-7b, qwen2.5-7b, ...), or the hub id of a model in the local Hugging Face "
+                      "cache; config.json and presets give exact counts."),
     click.option("--no-calibrate", is_flag=True,
                  help="Do not measure the activations of an architecture zerokit does not model (by default a 1- and "
                       "2-layer miniature is traced on the CPU when torch and transformers are installed, once per "

@@ -1,7 +1,8 @@
 """`--model` as people write it: a parameter count, a transformers config.json (file or folder), or a preset name.
 
 Interpretation order, so that no input means two things: an existing path wins; then anything that starts like a
-number is a count (`7B`, `6.7e9`, `125M`); then a preset name or alias (`llama-2-7b`, `meta-llama/Llama-2-7b-hf`).
+number is a count (`7B`, `6.7e9`, `125M`); then a preset name or alias (`llama-2-7b`, `meta-llama/Llama-2-7b-hf`);
+then another hub id's config.json in the local Hugging Face cache (`cached_config`): zerokit never downloads.
 Known families are counted by arithmetic (params.py); any other model_type is instantiated on the meta device when
 transformers and torch are installed. Importing this module imports neither.
 """
@@ -67,12 +68,16 @@ def resolve_model(text: str) -> ModelSpec:
     if s.endswith(".json") or s.startswith((".", "~", os.sep)):
         raise BadInput(f"model config {s!r} does not exist; check the path, or {_HOW}")
     if "/" in s:
+        cached = cached_config(s)
+        if cached is not None:  # downloaded before: its config.json, as transformers finds it offline
+            return spec_from_path(cached, name=s)
         # a hub id names a model of its own: only a near-typo of a preset's name is one (not 'foo/bar-7b', whose
         # '-7b' alone matched gemma-7b at the default cutoff)
         hint = closest(s.rsplit("/", 1)[-1], PRESET_NAMES, "model preset", cutoff=HUB_HINT_CUTOFF).split("; ", 1)[1]
         hint = f"; or the preset: {hint}" if hint.startswith("did you mean") else ""
-        raise BadInput(f"{s!r} is neither a file nor a known preset alias, and zerokit does not download from the hub: "
-                       f"save the model's config.json and pass its path{hint}")
+        raise BadInput(f"{s!r} is neither a file, a known preset alias nor a model in the Hugging Face cache "
+                       f"({hub_cache()}), and zerokit does not download from the hub: save the model's config.json "
+                       f"and pass its path{hint}")
     raise BadInput(closest(s, PRESET_NAMES, "model preset") + " (other forms: a config.json path or a count like 7B)")
 
 
@@ -98,8 +103,44 @@ def _config_file(path: str) -> str:
     return os.path.join(path, "config.json") if os.path.isdir(path) else path
 
 
-def spec_from_path(path: str) -> ModelSpec:
-    """A config.json, or a folder holding one (a checkpoint directory)."""
+def hub_cache() -> str:
+    """The Hugging Face hub cache folder, as huggingface_hub's constants find it: HF_HUB_CACHE, else the legacy
+    HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, HF_HOME defaulting to XDG_CACHE_HOME/huggingface (~/.cache)."""
+    home = os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache")), "huggingface"))
+    folder = os.getenv("HF_HUB_CACHE", os.getenv("HUGGINGFACE_HUB_CACHE", os.path.join(home, "hub")))
+    return os.path.expandvars(os.path.expanduser(folder))
+
+
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+"""A hub model id, ORG/NAME (huggingface_hub's validate_repo_id allows letters, digits, '-', '_' and '.')."""
+
+
+def cached_config(repo_id: str) -> str | None:
+    """The config.json of hub model `repo_id` in the local cache (`hub_cache`), where a download put it:
+    models--ORG--NAME/snapshots/COMMIT/config.json, COMMIT the one refs/main names, else the newest snapshot that has
+    one; None where the cache has none."""
+    if not HUB_ID.fullmatch(repo_id) or ".." in repo_id:
+        return None
+    repo = os.path.join(hub_cache(), "models--" + repo_id.replace("/", "--"))
+    try:
+        with open(os.path.join(repo, "refs", "main"), encoding="utf-8") as f:
+            main = f.read(100).strip()
+    except (OSError, UnicodeDecodeError):
+        main = ""
+    snapshots = os.path.join(repo, "snapshots")
+    if main and os.path.isfile(os.path.join(snapshots, main, "config.json")):
+        return os.path.join(snapshots, main, "config.json")
+    try:
+        found = [os.path.join(snapshots, d, "config.json") for d in os.listdir(snapshots)]
+    except OSError:
+        return None
+    found = [f for f in found if os.path.isfile(f)]
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def spec_from_path(path: str, name: str | None = None) -> ModelSpec:
+    """A config.json, or a folder holding one (a checkpoint directory); `name`: what the plan calls the model (the
+    path by default)."""
     from zerokit.fileio import Unreadable, read_bytes
 
     file = _config_file(path)
@@ -136,7 +177,7 @@ def spec_from_path(path: str) -> ModelSpec:
             if key not in config and alias not in config:
                 raise BadInput(f"{file} ({model_type}) lacks {alias}; copy the model's full config.json, "
                                "or use a preset")
-    return spec_from_config(config, path, source="config")
+    return spec_from_config(config, name or path, source="config")
 
 
 _FLOAT_TAGS = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
