@@ -859,3 +859,66 @@ def test_the_accelerate_save_as_advised_writes_the_adapter_and_get_state_dict_th
     lines = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("GET_STATE_DICT", "SAVED")))
     assert int(lines["GET_STATE_DICT"]) == TINY_PARAMETERS + TINY_LORA_16
     assert int(lines["SAVED"]) == TINY_LORA_16
+
+
+DEEPSPEED_ADAPTER_SAVE = """
+import json, os, sys, torch, transformers, peft, deepspeed
+from transformers.integrations import HfDeepSpeedConfig
+cfg_path, base, lora_path, out = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+cfg = json.load(open(cfg_path))
+deepspeed.init_distributed()
+keep = HfDeepSpeedConfig(cfg)  # from_pretrained loads partitioned (the plan's zero.Init advice)
+model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+model = peft.get_peft_model(model, peft.LoraConfig(**json.load(open(lora_path))))
+engine, *_ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+                                  config=cfg)
+batch = torch.randint(0, 512, (2, 16))
+engine.backward(engine(input_ids=batch, labels=batch).loss)
+engine.step()
+engine.save_16bit_model(os.path.join(out, "save_16bit_model"), exclude_frozen_parameters=True)  # the old advice
+state_dict = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
+if torch.distributed.get_rank() == 0:
+    engine.module.save_pretrained(os.path.join(out, "advised"), state_dict=state_dict)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+@pytest.mark.slow
+def test_the_deepspeed_target_saves_zero3_adapters_that_peft_loads(capsys, tmp_path):
+    """Two ranks of plain DeepSpeed ZeRO-3 on the CPU, one step of the plan's LoRA: engine.save_16bit_model (the
+    advice before) wrote a pytorch_model.bin of the PeftModel's keys, which PeftModel.from_pretrained cannot load (no
+    adapter_config.json); the advised save writes the adapter folder, which loads with its trained weights."""
+    doc = plan_json(capsys, *TINY_ON_2, "--peft", "lora", "--zero-stage", "3", "--target", "deepspeed",
+                    "--lora-dropout", "0")
+    [said] = [w for w in doc["warnings"] if w.startswith("ZeRO-3 partitions the adapters too")]
+    assert ("save with state_dict = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True) on "
+            "every rank") in said and "then engine.module.save_pretrained(OUTPUT, state_dict=state_dict) on rank 0" in said
+    pytest.importorskip("deepspeed")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    from zerokit.launch.runner import free_port
+
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(TINY)).save_pretrained(
+        tmp_path / "base")
+    (tmp_path / "ds.json").write_text(json.dumps(doc["ds_config"]))
+    (tmp_path / "lora.json").write_text(json.dumps(doc["peft"]["lora_config"]))
+    (tmp_path / "save.py").write_text(DEEPSPEED_ADAPTER_SAVE)
+    r = subprocess.run(["deepspeed", "--num_gpus", "2", "--master_port", str(free_port("127.0.0.1")),
+                        str(tmp_path / "save.py"), str(tmp_path / "ds.json"), str(tmp_path / "base"),
+                        str(tmp_path / "lora.json"), str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       check=False, cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert os.listdir(tmp_path / "save_16bit_model") == ["pytorch_model.bin"]
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="adapter_config.json"):
+        peft.PeftModel.from_pretrained(base, tmp_path / "save_16bit_model")
+    loaded = peft.PeftModel.from_pretrained(base, tmp_path / "advised")
+    trained = [p for n, p in loaded.named_parameters() if "lora_B" in n]
+    assert sum(p.numel() for n, p in loaded.named_parameters() if "lora_" in n) == TINY_LORA_16
+    assert any(p.abs().sum() > 0 for p in trained)  # lora_B starts at zero: one step moved it

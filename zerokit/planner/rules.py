@@ -1091,7 +1091,10 @@ ADAPTER_SAVE_HOW = {
                   "model; accelerator.get_state_dict(model) gathers the whole {base} frozen base too, into the main "
                   "rank's host RAM), then accelerator.unwrap_model(model).save_pretrained(OUTPUT, "
                   "state_dict=state_dict) on the main one",
-    "deepspeed": "save with engine.save_16bit_model(OUTPUT, exclude_frozen_parameters=True) on every rank",
+    "deepspeed": "save with state_dict = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True) "
+                 "on every rank (what the HF Trainer calls for a PEFT model; engine.save_16bit_model writes a "
+                 "pytorch_model.bin of the wrapped model's keys, which PeftModel.from_pretrained does not load), then "
+                 "engine.module.save_pretrained(OUTPUT, state_dict=state_dict) on rank 0",
 }
 """How each target's script saves ZeRO-3-partitioned adapters gathered."""
 
