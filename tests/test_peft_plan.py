@@ -922,3 +922,39 @@ def test_the_deepspeed_target_saves_zero3_adapters_that_peft_loads(capsys, tmp_p
     trained = [p for n, p in loaded.named_parameters() if "lora_B" in n]
     assert sum(p.numel() for n, p in loaded.named_parameters() if "lora_" in n) == TINY_LORA_16
     assert any(p.abs().sum() > 0 for p in trained)  # lora_B starts at zero: one step moved it
+
+
+ZERO_INIT_FIRST = """
+import json, sys, torch, transformers, deepspeed
+cfg_path, model_dir, first = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+if first == "yes":
+    deepspeed.init_distributed()
+config = transformers.AutoConfig.from_pretrained(model_dir)  # as examples/train_ds.py: read before zero.Init
+with deepspeed.zero.Init(config_dict_or_path=json.load(open(cfg_path))):
+    model = transformers.AutoModelForCausalLM.from_config(config)
+print("BUILT", flush=True)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_the_deepspeed_targets_zero_init_needs_the_process_group_first(capsys, tmp_path):
+    """zero.Init parses the ds_config, and checks its train_batch_size against the world size it sees: 1 before
+    deepspeed.init_distributed(), so the plan's 2-GPU config failed the batch assertion where the advice said only
+    'build the model inside zero.Init'. Two real ranks, without and with init_distributed() first."""
+    doc = plan_json(capsys, *TINY_ON_2, "--zero-stage", "3", "--target", "deepspeed")
+    assert "call deepspeed.init_distributed() first" in " ".join(doc["warnings"])
+    pytest.importorskip("deepspeed")
+    from zerokit.launch.runner import free_port
+
+    (tmp_path / "ds.json").write_text(json.dumps(doc["ds_config"]))
+    (tmp_path / "build.py").write_text(ZERO_INIT_FIRST)
+    for first, ok in (("no", False), ("yes", True)):
+        r = subprocess.run(["deepspeed", "--num_gpus", "2", "--master_port", str(free_port("127.0.0.1")),
+                            str(tmp_path / "build.py"), str(tmp_path / "ds.json"), TINY, first], capture_output=True,
+                           text=True, timeout=600, check=False, cwd=tmp_path)
+        out = r.stdout + r.stderr
+        assert (r.returncode == 0 and out.count("BUILT") == 2) == ok, out[-3000:]
+        if not ok:
+            assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in out

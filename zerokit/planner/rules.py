@@ -1071,8 +1071,10 @@ ZERO_INIT_HOW = {
     "accelerate": "create the Accelerator (its DeepSpeedPlugin's zero3_init_flag is on for a ZeRO-3 config and keeps "
                   "an HfDeepSpeedConfig alive) before from_pretrained, and transformers builds the model inside "
                   "zero.Init",
-    "deepspeed": "build the model inside `with deepspeed.zero.Init(config_dict_or_path=ds_config):`, or keep a "
-                 "transformers HfDeepSpeedConfig(ds_config) alive before from_pretrained, which then builds it so",
+    "deepspeed": "call deepspeed.init_distributed() first (zero.Init checks the config's batch against the world "
+                 "size it sees: 1 before the process group), then build the model inside `with "
+                 "deepspeed.zero.Init(config_dict_or_path=ds_config):` (from_config), or keep a transformers "
+                 "HfDeepSpeedConfig(ds_config) alive before from_pretrained, which then builds it so",
 }
 """How each target's training script loads a model partitioned, under zero.Init (transformers' get_init_context
 enters it when is_deepspeed_zero3_enabled(), which a live HfDeepSpeedConfig of a ZeRO-3 config turns on)."""
