@@ -110,7 +110,7 @@ def test_one_setup_one_sample_and_a_million_gpus_read_as_english():
     ("trainer", "create TrainingArguments(deepspeed=...)", "save with trainer.save_model()"),
     ("accelerate", "create the Accelerator (its DeepSpeedPlugin's zero3_init_flag", "accelerator.get_state_dict(model)"),
     ("deepspeed", "`with deepspeed.zero.Init(config_dict_or_path=ds_config):`",
-     "engine.save_16bit_model(OUTPUT, exclude_frozen_parameters=True)"),
+     "engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)"),
 ])
 def test_zero3_load_and_save_advice_names_the_targets_own_steps(target, load, save):
     """A ZeRO-3 plan's CPU RAM assumes the ranks load under zero.Init, which only LoRA plans said, and only in the HF
