@@ -2126,6 +2126,22 @@ def test_autoep_values_validate_autoep_config_refuses_at_engine_start(ds, key, v
     validate_autoep_config(parse_autoep_config(good), 1, 1, 1, 1)
 
 
+def test_autoep_values_of_a_disabled_section_are_warnings_deepspeed_trains_with(ds):
+    """DeepSpeedEngine._configure_expert_parallel returns before validate_autoep_config unless expert_parallel is
+    enabled, and parse_autoep_config checks nothing: a disabled section's bad values were lint errors (exit 1) for a
+    config that trains. They are warnings that say so, and errors again once it is enabled."""
+    bad = {"score_apply": "before", "comm_num_sm": 0, "nested_typo": 1}
+    for enabled in (False, None):  # written false, or left out (DeepSpeed's default: false)
+        ep = {**bad, **({} if enabled is None else {"enabled": enabled})}
+        cfg = with_(ADAGRAD, {"expert_parallel": ep})
+        found = {f.code: f for f in lint(cfg)}
+        assert {c: f.severity for c, f in found.items()} == {"ZK104": "warning", "ZK105": "warning", "ZK100": "error"}
+        assert found["ZK104"].message.endswith("(expert_parallel is not enabled, so DeepSpeed reads none of it yet; "
+                                               "this fails once it is)")
+        train(initialize(ds, cfg), steps=1)  # the typo too: parse_autoep_config reads its own keys alone
+    assert {f.severity for f in lint(with_({"expert_parallel": {**bad, "enabled": True}}))} == {"error"}
+
+
 def test_values_deepspeed_takes_that_the_schema_once_refused(ds):
     """AutoEP's top_k and routed_scaling_factor are numbers or "auto" (AutoEPConfig: int | str, float | str), and
     "aio": null keeps the defaults (swap_tensor/aio_config.get_aio_config)."""

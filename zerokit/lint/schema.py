@@ -8,6 +8,7 @@ and keeps `zerokit lint` fast to start. `jsonschema` validates the schema itself
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -233,9 +234,9 @@ Past this many unknown keys the rest are still reported, without a suggestion.""
 def walk(data: dict) -> Iterator[Hit]:
     """Unknown (ZK100), removed (ZK101), deprecated (ZK102) keys and bad values (ZK103-ZK105), at every level."""
     budget = [MAX_SUGGESTIONS]
-    stack: list[tuple[Any, dict, tuple, bool]] = [(data, load_schema(), (), False)]
+    stack: list[tuple[Any, dict, tuple, bool, bool]] = [(data, load_schema(), (), False, False)]
     while stack:
-        obj, node, path, pydantic = stack.pop()
+        obj, node, path, pydantic, dormant = stack.pop()
         props = node.get("properties") or {}
         pydantic = pydantic or bool(node.get("x-pydantic"))
         for key, value in obj.items():
@@ -261,15 +262,24 @@ def walk(data: dict) -> Iterator[Hit]:
             if value == AUTO:
                 continue  # ZK501 decides whether the consumer fills it
             if isinstance(value, dict) and "properties" in sub:
-                stack.append((value, sub, keypath, pydantic))
+                stack.append((value, sub, keypath, pydantic,
+                              dormant or (bool(sub.get("x-checked-when-enabled")) and not value.get("enabled"))))
                 continue
             if key == "zero_optimization" and isinstance(value, bool):
                 continue  # the deprecated boolean form; ZK102 above covers it via rules
-            yield from check_value(value, sub, keypath, pydantic)
+            hits = check_value(value, sub, keypath, pydantic)
             items = value_node(sub).get("items")
             if isinstance(value, list) and items and "type" in items:
-                for i, item in enumerate(value):
-                    yield from check_value(item, items, keypath + (i,), pydantic)
+                hits = itertools.chain(hits, *(check_value(item, items, keypath + (i,), pydantic)
+                                               for i, item in enumerate(value)))
+            yield from (_dormant(h, path[0]) for h in hits) if dormant else hits
+
+
+def _dormant(hit: Hit, section: str) -> Hit:
+    """A bad value in a section DeepSpeed checks only when it is enabled (`x-checked-when-enabled`), which it is not:
+    nothing reads it yet, so a warning that it fails once enabled."""
+    return Hit(hit.key, f"{hit.message} ({section} is not enabled, so DeepSpeed reads none of it yet; this fails once "
+               "it is)", hit.suggestion, WARNING, hit.code, hit.pos)
 
 
 _OLD_COMPILE = (" (an older compile section's key: DeepSpeed's compile section configures DeepCompile only; delete "

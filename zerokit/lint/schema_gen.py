@@ -447,6 +447,9 @@ def build_schema() -> dict:
         node.update(bounds)
     props["expert_parallel"] = section("AutoEP: automatic expert parallelism for MoE models.",
                                        dict(sorted(ep_props.items())))
+    # DeepSpeedEngine._configure_expert_parallel returns before validate_autoep_config unless enabled, and
+    # parse_autoep_config checks nothing: a disabled section's values are read by no one
+    props["expert_parallel"]["x-checked-when-enabled"] = True
     props["timers"] = section("Engine timers.", {"throughput": model_schema(
         _import("deepspeed.utils.config:DeepSpeedThroughputTimerConfig"))})
     zero = props["zero_optimization"]
