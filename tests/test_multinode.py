@@ -532,11 +532,17 @@ def test_pdsh_over_ssh_trains_on_two_nodes(two_nodes, sshd, tmp_path):
 
 
 ONCE = textwrap.dedent("""
-    import torch, torch.distributed as dist
+    import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     t = torch.ones(1)
     dist.all_reduce(t)
     print(f"rank {dist.get_rank()} of {dist.get_world_size()} up, sum {t.item():g}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    # without C++ static destructors, which on the CPU accelerator now and then abort a rank at exit ('terminate
+    # called without an active exception', exit -6: pdsh then reports the node failed), as examples/train_hf.py does
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
 """)
 
 
