@@ -935,6 +935,8 @@ with deepspeed.zero.Init(config_dict_or_path=json.load(open(cfg_path))):
 print("BUILT", flush=True)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+import os; os._exit(0)  # no C++ static destructors, which on the CPU accelerator now and then abort a rank at exit
 """
 
 
