@@ -13,7 +13,7 @@ import os
 import socket
 
 import pytest
-from _support import DataParallelMpu, one_rank_gloo_group
+from _support import LEAVE_WITHOUT_DESTRUCTORS, DataParallelMpu, one_rank_gloo_group
 
 from zerokit.cli import main
 
@@ -194,11 +194,7 @@ for i, batch in enumerate(data):
 cfg = acc.deepspeed_config
 print(json.dumps({"type": str(acc.distributed_type), "config": cfg, "loss": loss.item(), "rates": rates}))
 torch.distributed.destroy_process_group()
-# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
-# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-'''
+''' + LEAVE_WITHOUT_DESTRUCTORS
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _support import free_port, one_rank_gloo_group
+from _support import LEAVE_WITHOUT_DESTRUCTORS, free_port, one_rank_gloo_group
 
 from zerokit.launch.runner import remove_shm_buffers
 from zerokit.lint.engine import lint_document
@@ -410,17 +410,6 @@ dist.destroy_process_group()
 """
 
 
-LEAVE_WITHOUT_DESTRUCTORS = """
-# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally abort
-# a gloo rank at exit ("terminate called without an active exception"), as the probe's ranks and
-# examples/train_hf.py do
-import os as _os, sys as _sys
-_sys.stdout.flush(); _sys.stderr.flush()
-_os._exit(0)
-"""
-"""What every `gloo_ranks` script ends with, once it has printed its RESULT and destroyed its process group."""
-
-
 def gloo_ranks(tmp_path, source: str, ranks: int, arg) -> list:
     """Runs `source` as `ranks` real gloo ranks of one job, `arg` as JSON in argv[1]; what each rank printed after
     RESULT, parsed (a rank that printed none fails the test)."""
@@ -716,9 +705,7 @@ for cfg, bf16 in cases:  # an Accelerate loop: a dataloader of 2 samples, accumu
         out["accelerate"].append(failed(e))
 print("RESULT " + json.dumps(out), flush=True)
 torch.distributed.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 def hf_runs(tmp_path, cases: list) -> dict:
@@ -1569,11 +1556,7 @@ try:
 except ValueError as e:
     print(e)
 torch.distributed.destroy_process_group()
-# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
-# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 def accelerate_prepare(cfg: dict) -> str:
@@ -1612,11 +1595,7 @@ if torch.distributed.get_rank() == 0:
     print("RESULT", result)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
-# the process group is gone; leave without C++ static destructors, which on the CPU accelerator occasionally
-# abort a rank at exit ("terminate called without an active exception"), as examples/train_hf.py does
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from _nodes import Loopback, Namespaces, Sshd, make_nodes, namespaces_unavailable, ssh_unavailable
-from _support import pids_with
+from _support import LEAVE_WITHOUT_DESTRUCTORS, pids_with
 
 from zerokit.cli import main
 from zerokit.errors import BadInput
@@ -532,18 +532,14 @@ def test_pdsh_over_ssh_trains_on_two_nodes(two_nodes, sshd, tmp_path):
 
 
 ONCE = textwrap.dedent("""
-    import os, sys, torch, torch.distributed as dist
+    import torch, torch.distributed as dist
     dist.init_process_group("gloo")
     t = torch.ones(1)
     dist.all_reduce(t)
     print(f"rank {dist.get_rank()} of {dist.get_world_size()} up, sum {t.item():g}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
-    # without C++ static destructors, which on the CPU accelerator now and then abort a rank at exit ('terminate
-    # called without an active exception', exit -6: pdsh then reports the node failed), as examples/train_hf.py does
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(0)
-""")
+""") + LEAVE_WITHOUT_DESTRUCTORS  # an abort at exit would have pdsh report the node failed
 
 
 @pytest.fixture(scope="module")

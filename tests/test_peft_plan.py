@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from _support import LEAVE_WITHOUT_DESTRUCTORS
 
 from zerokit.cli import main
 
@@ -812,9 +813,7 @@ state_dict = model._zero3_consolidated_16bit_state_dict(exclude_frozen_parameter
 acc.unwrap_model(model).save_pretrained(sys.argv[4], state_dict=state_dict)
 print("SAVED", sum(t.numel() for t in load_file(os.path.join(sys.argv[4], "adapter_model.safetensors")).values()))
 torch.distributed.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 def test_the_accelerate_target_saves_zero3_adapters_without_gathering_the_base(capsys, tmp_path):
@@ -881,9 +880,7 @@ if torch.distributed.get_rank() == 0:
     engine.module.save_pretrained(os.path.join(out, "advised"), state_dict=state_dict)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-os._exit(0)
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 @pytest.mark.slow
@@ -935,9 +932,7 @@ with deepspeed.zero.Init(config_dict_or_path=json.load(open(cfg_path))):
 print("BUILT", flush=True)
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
-sys.stdout.flush(); sys.stderr.flush()
-import os; os._exit(0)  # no C++ static destructors, which on the CPU accelerator now and then abort a rank at exit
-"""
+""" + LEAVE_WITHOUT_DESTRUCTORS
 
 
 @pytest.mark.slow
