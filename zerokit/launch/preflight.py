@@ -1333,9 +1333,7 @@ def check_ssh(t: Target) -> Check | None:
         results = dict(zip(hosts, pool.map(lambda host: probe_ssh(host, ssh_port=t.ssh_port), hosts)))
     failed = [f"{h} ({why or 'refused'})" for h, (ok, why) in results.items() if not ok]
     if failed:
-        shown = ", ".join(failed[:SSH_FAILURES_SHOWN])
-        if len(failed) > SSH_FAILURES_SHOWN:
-            shown += f" and {len(failed) - SSH_FAILURES_SHOWN} more of the {len(hosts)} hosts"
+        shown = _hosts_named(failed, of=len(hosts))
         other_port = "" if t.ssh_port is not None else "; where the nodes' sshd listens on another port: --ssh-port N"
         return Check("ssh", False, f"no passwordless ssh{on_port(t)} to " + shown,
                      f"ssh-copy-id to each host and accept its host key once ({ssh_shown(t)} HOST hostname must work "
@@ -1445,9 +1443,12 @@ def local_versions(python: str, pythonpath: str) -> tuple[str, str] | None:
     return answer.versions if answer is not None else None
 
 
-def _hosts_named(hosts: list[str]) -> str:
+def _hosts_named(hosts: list[str], of: int | None = None) -> str:
+    """The first SSH_FAILURES_SHOWN of `hosts`, and how many more (`of`: of how many the job has, where said)."""
     shown = ", ".join(hosts[:SSH_FAILURES_SHOWN])
-    return shown + (f" and {len(hosts) - SSH_FAILURES_SHOWN} more" if len(hosts) > SSH_FAILURES_SHOWN else "")
+    if len(hosts) <= SSH_FAILURES_SHOWN:
+        return shown
+    return shown + f" and {len(hosts) - SSH_FAILURES_SHOWN} more" + (f" of the {of} hosts" if of is not None else "")
 
 
 def remote_env_verdict(results: dict[str, RemoteEnv], files: list[tuple[str, str]], cwd: str, python: str,
